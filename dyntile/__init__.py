@@ -1,0 +1,57 @@
+"""dyntile: pad and tile ragged batches into a few planned, layout-friendly shapes.
+
+Public API (NumPy-style; NumPy arrays, lists, torch tensors and CUDA device arrays)::
+
+    batch, lengths = dyntile.pad_batch(arrays, multiple=8)   # ragged list -> (B, *shape)
+    y = dyntile.pad_to(x, shape)                             # one array -> shape
+    t = dyntile.tile(x, (8, 128))                            # (..., M, N) -> (..., gm, gn, 8, 128)
+    x = dyntile.untile(t, (M, N))
+    c = dyntile.matmul(a, b)                                 # numpy.matmul semantics
+    plan = dyntile.plan_buckets(lengths, max_buckets=8, multiple=8)
+
+Layers (each imports only those above it): :mod:`dyntile.shapes` (shape math),
+:mod:`dyntile.planning` (bucket plans, packing), :mod:`dyntile.cpu` (Cython kernels)
+and :mod:`dyntile.cuda` (Numba kernels), then the API modules
+(:mod:`dyntile.padding`, :mod:`dyntile.tiling`, :mod:`dyntile.matmul`) that
+validate, pick the backend via :mod:`dyntile.dispatch` and call one kernel.
+
+Importing dyntile imports NumPy only; names are loaded on first use.
+"""
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it (loaded lazily, so `import dyntile` stays cheap
+# and never imports numba or torch).
+_EXPORTS = {
+    "round_up": "dyntile.shapes",
+    "padded_shape": "dyntile.shapes",
+    "tile_grid": "dyntile.shapes",
+    "tiled_shape": "dyntile.shapes",
+    "pad_batch": "dyntile.padding",
+    "pad_to": "dyntile.padding",
+    "tile": "dyntile.tiling",
+    "untile": "dyntile.tiling",
+    "matmul": "dyntile.matmul",
+    "plan_buckets": "dyntile.planning",
+    "BucketPlan": "dyntile.planning",
+    "pack_lengths": "dyntile.planning",
+    "PackedBatch": "dyntile.planning",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dyntile' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS))

@@ -1,0 +1,11 @@
+"""CPU kernels, written in Cython (one ``.pyx`` per concept).
+
+* ``pad``  : copy a ragged list of arrays into one padded buffer with a fill value;
+* ``tile`` : ``(B, M, N)`` <-> ``(B, gm, gn, tm, tn)`` tiled layout;
+* ``gemm`` : cache-blocked GEMM (BLIS design: pack A/B, macro-kernel, SIMD micro-kernel).
+
+Kernels take validated NumPy arrays and never inspect Python types; the API
+modules (:mod:`dyntile.padding`, :mod:`dyntile.tiling`, :mod:`dyntile.matmul`) do that.
+Importing this package fails loudly if the extensions were not built: there is no
+silent pure-Python fallback for the kernels themselves.
+"""

@@ -1,0 +1,112 @@
+"""Shape math: rounding, padded batch shapes and tile grids. No data is touched.
+
+Everything here works on Python ints and tuples, so it is shared by the CPU and
+CUDA backends, the planner and the loaders.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Sequence
+
+__all__ = ["round_up", "padded_shape", "tile_grid", "tiled_shape", "check_multiple"]
+
+
+def _as_index(value, name: str) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} should be an integer, but got {value!r} of type {type(value).__name__}") from None
+
+
+def check_multiple(multiple, name: str = "multiple") -> int:
+    """Validate a layout multiple (a positive integer) and return it as ``int``."""
+    m = _as_index(multiple, name)
+    if m < 1:
+        raise ValueError(f"{name} should be a positive integer, but got {m}")
+    return m
+
+
+def round_up(n, multiple) -> int:
+    """Smallest multiple of ``multiple`` that is ``>= n``.
+
+    >>> round_up(13, 8), round_up(16, 8), round_up(0, 8)
+    (16, 16, 0)
+    """
+    n = _as_index(n, "n")
+    m = check_multiple(multiple)
+    if n < 0:
+        raise ValueError(f"n should be non-negative, but got {n}")
+    return -(-n // m) * m
+
+
+def padded_shape(shapes: Sequence[Sequence[int]], multiple=1, axes: Sequence[int] | None = None) -> tuple[int, ...]:
+    """Per-sample shape that holds every shape in ``shapes``.
+
+    Along each axis in ``axes`` the size is the maximum over ``shapes`` rounded up
+    to ``multiple``; every other axis must have the same size in every shape.
+    ``axes=None`` pads every axis.
+
+    >>> padded_shape([(3, 5), (7, 2)], multiple=4)
+    (8, 8)
+    >>> padded_shape([(3, 80), (7, 80)], multiple=8, axes=[0])
+    (8, 80)
+    """
+    shapes = [tuple(s) for s in shapes]
+    if not shapes:
+        raise ValueError("padded_shape needs at least one shape, but got an empty list")
+    ndim = len(shapes[0])
+    for i, s in enumerate(shapes):
+        if len(s) != ndim:
+            raise ValueError(f"all shapes should have {ndim} dimensions, but shapes[{i}]={s} has {len(s)}")
+    axes = range(ndim) if axes is None else [normalize_axis(a, ndim) for a in axes]
+    out = list(shapes[0])
+    for a in axes:
+        out[a] = round_up(max(s[a] for s in shapes), multiple)
+    fixed = [a for a in range(ndim) if a not in set(axes)]
+    for i, s in enumerate(shapes):
+        for a in fixed:
+            if s[a] != out[a]:
+                raise ValueError(
+                    f"axis {a} is not padded, so every sample needs size {out[a]} there, "
+                    f"but sample {i} has shape {s}")
+    return tuple(out)
+
+
+def normalize_axis(axis, ndim: int) -> int:
+    """Map a possibly negative axis into ``range(ndim)``; ``ValueError`` if out of range."""
+    a = _as_index(axis, "axis")
+    if not -ndim <= a < ndim:
+        raise ValueError(f"axis {a} is out of bounds for samples of {ndim} dimensions")
+    return a % ndim
+
+
+def tile_grid(shape: Sequence[int], tile: Sequence[int]) -> tuple[int, int]:
+    """Number of tiles ``(ceil(M/tm), ceil(N/tn))`` that cover the last two axes of ``shape``.
+
+    >>> tile_grid((5, 33, 130), (8, 128))
+    (5, 2)
+    """
+    if len(shape) < 2:
+        raise ValueError(f"tiling needs an array of at least 2 dimensions (..., M, N), but got shape {tuple(shape)}")
+    tm, tn = check_tile(tile)
+    return -(-shape[-2] // tm), -(-shape[-1] // tn)
+
+
+def tiled_shape(shape: Sequence[int], tile: Sequence[int]) -> tuple[int, ...]:
+    """Shape of the tiled layout: ``(..., ceil(M/tm), ceil(N/tn), tm, tn)``.
+
+    >>> tiled_shape((5, 33, 130), (8, 128))
+    (5, 5, 2, 8, 128)
+    """
+    gm, gn = tile_grid(shape, tile)
+    tm, tn = check_tile(tile)
+    return (*tuple(shape[:-2]), gm, gn, tm, tn)
+
+
+def check_tile(tile) -> tuple[int, int]:
+    """Validate a tile size ``(tm, tn)`` of two positive integers."""
+    try:
+        tm, tn = tile
+    except (TypeError, ValueError):
+        raise ValueError(f"tile should be a pair (tm, tn) of positive integers, but got {tile!r}") from None
+    return check_multiple(tm, "tile[0]"), check_multiple(tn, "tile[1]")

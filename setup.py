@@ -1,0 +1,57 @@
+"""Build the Cython kernels of ``dyntile.cpu``.
+
+Every ``dyntile/cpu/*.pyx`` becomes one extension module. The build never uses
+``-march=native``: SIMD code paths are compiled per function with target
+attributes (see ``dyntile/cpu/include/dyntile_simd.h``) and chosen at run time.
+"""
+import glob
+import os
+import sys
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def openmp_flags():
+    """OpenMP compile and link flags for the current platform."""
+    if sys.platform.startswith("linux"):
+        return ["-fopenmp"], ["-fopenmp"]
+    if sys.platform == "darwin":  # Apple clang needs libomp; build single-threaded otherwise
+        return [], []
+    if sys.platform == "win32":
+        return ["/openmp"], []
+    return [], []
+
+
+def extensions():
+    omp_c, omp_l = openmp_flags()
+    opt = ["-O3", "-fno-strict-aliasing"] if sys.platform != "win32" else ["/O2"]
+    exts = []
+    for pyx in sorted(glob.glob(os.path.join("dyntile", "cpu", "*.pyx"))):
+        name = pyx[:-4].replace(os.sep, ".")
+        exts.append(
+            Extension(
+                name,
+                [pyx],
+                include_dirs=[np.get_include(), os.path.join("dyntile", "cpu", "include")],
+                define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+                extra_compile_args=opt + omp_c,
+                extra_link_args=omp_l,
+            )
+        )
+    return cythonize(
+        exts,
+        language_level=3,
+        compiler_directives={
+            "boundscheck": False,
+            "wraparound": False,
+            "cdivision": True,
+            "initializedcheck": False,
+        },
+    )
+
+
+setup(ext_modules=extensions())
