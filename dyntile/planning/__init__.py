@@ -1,0 +1,31 @@
+"""Planning: choose shapes before any data is copied.
+
+* :mod:`dyntile.planning.buckets` -- ``plan_buckets`` / ``BucketPlan``: bucket
+  boundaries (multiples of a layout multiple) that minimise expected padding, and
+  per-bucket batch sizes from a token budget;
+* :mod:`dyntile.planning.packing` -- ``pack_lengths`` / ``PackedBatch``: whole
+  samples packed into fixed ``[B, T]`` tiles.
+
+Pure NumPy; no torch, no kernels.
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "plan_buckets": "dyntile.planning.buckets",
+    "BucketPlan": "dyntile.planning.buckets",
+    "pack_lengths": "dyntile.planning.packing",
+    "PackedBatch": "dyntile.planning.packing",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dyntile.planning' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
