@@ -1,0 +1,18 @@
+"""The ``dyntile`` command: see what planned shapes do for a training loop.
+
+Subcommands (``dyntile --help``):
+
+* ``demo`` (the default) -- embedded real corpus (docstrings of the Python standard
+  library, :mod:`dyntile.cli.corpus`, word-level tokenizer
+  :mod:`dyntile.cli.tokenizer`) or a user file (:mod:`dyntile.cli.readers`), batched
+  four ways (:mod:`dyntile.cli.methods`), a loader pass and a short
+  ``torch.compile`` training run of a small transformer (:mod:`dyntile.cli.model`,
+  :mod:`dyntile.cli.train`), one table (:mod:`dyntile.cli.table`) and an optional
+  figure (:mod:`dyntile.cli.plot`);
+* ``plan`` -- bucket boundaries, batch sizes and expected padding for a lengths
+  file, saved as JSON for ``BucketPlan.load`` (:mod:`dyntile.cli.plan_cmd`);
+* ``bench`` -- a quick GEMM and collate comparison against NumPy / torch
+  (:mod:`dyntile.cli.bench_cmd`).
+
+torch is imported only inside the subcommands that need it.
+"""

@@ -1,0 +1,98 @@
+"""``Corpus``: the token sequences (or only their lengths) the demo batches and trains on."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from dyntile.cli.errors import CLIError
+from dyntile.cli.tokenizer import SPECIALS, WordTokenizer
+
+__all__ = ["Corpus"]
+
+_SYNTHETIC_VOCAB = 4096
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Ragged token sequences: ``lengths`` int64 ``(N,)`` and ``sequence(i)`` int64 ``(lengths[i],)``.
+
+    When only lengths are known (a lengths file), ``sequence(i)`` draws ids at random
+    from ``seed`` and ``i`` (deterministic; throughput is real, the loss is not).
+
+    >>> c = Corpus.from_lengths([3, 5], name="toy")
+    >>> c.lengths.tolist(), c.sequence(1).shape, c.synthetic
+    ([3, 5], (5,), True)
+    """
+
+    name: str
+    lengths: np.ndarray
+    vocab_size: int
+    sequences: Sequence[np.ndarray] | None = None
+    seed: int = 0
+
+    @property
+    def synthetic(self) -> bool:
+        """True when token ids are drawn at random (only lengths were given)."""
+        return self.sequences is None
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def sequence(self, i: int) -> np.ndarray:
+        """Token ids of sample ``i`` (int64, 1-D)."""
+        if self.sequences is not None:
+            return self.sequences[i]
+        rng = np.random.default_rng((self.seed, int(i)))
+        return rng.integers(len(SPECIALS), self.vocab_size, size=int(self.lengths[i]), dtype=np.int64)
+
+    @classmethod
+    def from_lengths(cls, lengths, name: str, seed: int = 0) -> "Corpus":
+        """Lengths only; ids are drawn at random per sample."""
+        return cls(name, _check_lengths(lengths, name), _SYNTHETIC_VOCAB, None, seed)
+
+    @classmethod
+    def from_sequences(cls, sequences: Sequence, name: str) -> "Corpus":
+        """Token id sequences (non-negative integers); the vocabulary is ``max id + 1``."""
+        seqs = [_check_ids(s, i, name) for i, s in enumerate(sequences)]
+        lengths = _check_lengths([len(s) for s in seqs], name)
+        top = max((int(s.max()) for s in seqs if s.size), default=0)
+        return cls(name, lengths, max(top + 1, len(SPECIALS) + 1), seqs)
+
+    @classmethod
+    def from_texts(cls, texts: Sequence[str], name: str, vocab_size: int = 8192) -> "Corpus":
+        """Texts tokenized by a :class:`WordTokenizer` fitted on them."""
+        tok = WordTokenizer.fit(texts, vocab_size=vocab_size)
+        seqs = tok.encode_all(texts)
+        return cls(name, _check_lengths([len(s) for s in seqs], name), tok.vocab_size, seqs)
+
+    def truncated(self, max_length: int) -> "Corpus":
+        """Explicit truncation: every sequence cut to at most ``max_length`` tokens."""
+        lengths = np.minimum(self.lengths, max_length)
+        seqs = None if self.sequences is None else [s[:max_length] for s in self.sequences]
+        return Corpus(self.name, lengths, self.vocab_size, seqs, self.seed)
+
+
+def _check_lengths(lengths, name: str) -> np.ndarray:
+    arr = np.asarray(lengths)
+    if arr.ndim != 1 or arr.size == 0:
+        raise CLIError(f"{name}: expected a non-empty 1-D list of lengths, but got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise CLIError(f"{name}: lengths should be integers, but got dtype {arr.dtype}")
+    bad = np.flatnonzero(arr < 1)
+    if bad.size:
+        raise CLIError(f"{name}: lengths should be positive integers, but got lengths[{bad[0]}]={arr[bad[0]]}")
+    return arr.astype(np.int64)
+
+
+def _check_ids(seq, i: int, name: str) -> np.ndarray:
+    try:
+        arr = np.asarray(seq)
+    except ValueError as exc:
+        raise CLIError(f"{name}: sequence {i} is not a flat list of token ids ({exc})") from None
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise CLIError(f"{name}: sequence {i} should be a 1-D list of integer token ids, but got shape {arr.shape} dtype {arr.dtype}")
+    if arr.size and arr.min() < 0:
+        raise CLIError(f"{name}: token ids should be non-negative, but sequence {i} holds {arr.min()}")
+    return arr.astype(np.int64)

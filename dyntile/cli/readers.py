@@ -1,0 +1,137 @@
+"""Read a user's lengths or token sequences from a file into a :class:`Corpus`.
+
+Accepted files (by extension):
+
+* ``.txt``   -- one length per line (blank lines ignored);
+* ``.npy``   -- 1-D integer lengths; a 2-D integer array (one row of token ids per
+  sample, trailing ``pad_id`` values stripped when given); or a 1-D object array of
+  id sequences (needs ``allow_pickle``: loading a pickle can run code);
+* ``.npz``   -- ``ids`` (all sequences joined) with ``offsets`` (``N + 1``), or ``lengths``;
+* ``.jsonl`` -- one JSON object per line; ``field`` holds a list of token ids or a text.
+
+Every error names the file and, where there is one, the line or sample.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from dyntile.cli.corpus import Corpus
+from dyntile.cli.errors import CLIError
+
+__all__ = ["read_corpus", "SUFFIXES"]
+
+SUFFIXES = (".txt", ".npy", ".npz", ".jsonl")
+
+
+def read_corpus(path, *, field: str | None = None, pad_id: int | None = None,
+                allow_pickle: bool = False, seed: int = 0) -> Corpus:
+    """Read ``path`` (see the module doc for formats) into a :class:`Corpus`.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "lengths.txt")
+    >>> _ = open(p, "w").write("3\\n17\\n5\\n")
+    >>> read_corpus(p).lengths.tolist()
+    [3, 17, 5]
+    """
+    path = Path(path)
+    if path.suffix not in SUFFIXES:
+        raise CLIError(f"cannot read {str(path)!r}: unknown extension {path.suffix or '(none)'!r}; "
+                       f"expected one of {', '.join(SUFFIXES)}")
+    if not path.is_file():
+        raise CLIError(f"cannot read {str(path)!r}: no such file")
+    name = path.name
+    if path.suffix == ".jsonl" and field is None:
+        raise CLIError(f"{name}: a .jsonl file needs --field NAME (the key that holds token ids or text)")
+    try:
+        if path.suffix == ".txt":
+            return Corpus.from_lengths(_txt_lengths(path), name, seed)
+        if path.suffix == ".jsonl":
+            return _jsonl(path, field)
+        if path.suffix == ".npz":
+            return _npz(path, seed)
+        return _npy(path, pad_id, allow_pickle, seed)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"cannot read {str(path)!r}: {exc}") from None
+
+
+def _txt_lengths(path: Path) -> list[int]:
+    lengths = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                lengths.append(int(text))
+            except ValueError:
+                raise CLIError(f"{path.name}: line {lineno} is not an integer length: {text[:40]!r}") from None
+    return lengths
+
+
+def _jsonl(path: Path, field: str) -> Corpus:
+    values = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise CLIError(f"{path.name}: line {lineno} is not valid JSON ({exc.msg})") from None
+            if not isinstance(record, dict) or field not in record:
+                keys = sorted(record) if isinstance(record, dict) else type(record).__name__
+                raise CLIError(f"{path.name}: line {lineno} has no field {field!r} (found {keys})")
+            value = record[field]
+            if not isinstance(value, (str, list)):
+                raise CLIError(f"{path.name}: line {lineno}: field {field!r} should be a list of token ids "
+                               f"or a string, but got {type(value).__name__}")
+            values.append(value)
+    if not values:
+        raise CLIError(f"{path.name}: no records")
+    kinds = {type(v) for v in values}
+    if kinds == {str}:
+        return Corpus.from_texts(values, path.name)
+    if kinds == {list}:
+        return Corpus.from_sequences(values, path.name)
+    raise CLIError(f"{path.name}: field {field!r} mixes strings and lists; use one kind for every line")
+
+
+def _npz(path: Path, seed: int) -> Corpus:
+    with np.load(path, allow_pickle=False) as data:
+        keys = set(data.files)
+        if {"ids", "offsets"} <= keys:
+            ids, offsets = data["ids"], np.asarray(data["offsets"], dtype=np.int64)
+            if offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or offsets[-1] != len(ids) or np.any(np.diff(offsets) < 0):
+                raise CLIError(f"{path.name}: 'offsets' should rise from 0 to len(ids)={len(ids)}")
+            return Corpus.from_sequences([ids[a:b] for a, b in zip(offsets[:-1], offsets[1:])], path.name)
+        if "lengths" in keys:
+            return Corpus.from_lengths(data["lengths"], path.name, seed)
+    raise CLIError(f"{path.name}: expected arrays 'ids' and 'offsets', or 'lengths'; found {sorted(keys)}")
+
+
+def _npy(path: Path, pad_id: int | None, allow_pickle: bool, seed: int) -> Corpus:
+    try:
+        arr = np.load(path, allow_pickle=allow_pickle)
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise CLIError(f"{path.name}: holds Python objects; pass --allow-pickle to load it "
+                           "(only for files you trust: unpickling can run code)") from None
+        raise CLIError(f"cannot read {path.name}: {exc}") from None
+    if arr.dtype == object and arr.ndim == 1:
+        return Corpus.from_sequences(list(arr), path.name)
+    if arr.ndim == 1:
+        return Corpus.from_lengths(arr, path.name, seed)
+    if arr.ndim == 2 and arr.dtype.kind in "iu":
+        return Corpus.from_sequences([_strip(row, pad_id) for row in arr], path.name)
+    raise CLIError(f"{path.name}: expected 1-D lengths, a 2-D integer array of token ids or a 1-D object "
+                   f"array of sequences, but got shape {arr.shape} dtype {arr.dtype}")
+
+
+def _strip(row: np.ndarray, pad_id: int | None) -> np.ndarray:
+    if pad_id is None:
+        return row
+    keep = np.flatnonzero(row != pad_id)
+    return row[: keep[-1] + 1] if keep.size else row[:0]
