@@ -1,0 +1,41 @@
+# Declarations of the C side of the GEMM kernel (dyntile/cpu/include/gemm_*.h).
+from libc.stdint cimport int64_t
+
+cdef extern from "gemm_ukernel.h" nogil:
+    enum:
+        DT_ISA_REF
+        DT_ISA_AVX2
+        DT_ISA_AVX512
+        DT_ISA_COUNT
+        DT_F32
+        DT_F64
+        DT_DTYPE_COUNT
+        DT_GEMM_MR_MAX
+        DT_GEMM_NR_MAX
+
+    ctypedef struct dt_gemm_blocksizes:
+        int mr, nr, mc, kc, nc
+
+    const dt_gemm_blocksizes dt_gemm_blocking[DT_ISA_COUNT][DT_DTYPE_COUNT]
+
+    ctypedef void (*dt_ukernel_f32_t)(int64_t kc, const float *a, const float *b, float *c,
+                                      int64_t rs_c, int64_t cs_c, int beta) noexcept nogil
+    ctypedef void (*dt_ukernel_f64_t)(int64_t kc, const double *a, const double *b, double *c,
+                                      int64_t rs_c, int64_t cs_c, int beta) noexcept nogil
+    const dt_ukernel_f32_t dt_gemm_ukernel_f32[DT_ISA_COUNT]
+    const dt_ukernel_f64_t dt_gemm_ukernel_f64[DT_ISA_COUNT]
+
+    int dt_gemm_isa_supported(int isa)
+    int dt_gemm_best_isa()
+
+cdef extern from "gemm_omp.h" nogil:
+    int dt_omp_team_size()
+    void dt_omp_barrier()
+
+
+# One GEMM problem as the five loops see it: C[m, n] (+)= A[m, k] @ B[k, n], element strides.
+cdef struct gemm_problem:
+    int64_t m, n, k
+    int64_t rs_a, cs_a, rs_b, cs_b, rs_c, cs_c
+    int isa
+    dt_gemm_blocksizes bs

@@ -1,0 +1,366 @@
+"""Cache-blocked GEMM, the BLIS/Goto design: ``C[m, n] = A[m, k] @ B[k, n]``.
+
+The five loops around the micro-kernel, BLIS names::
+
+    for jc in range(0, n, NC):                 # 5th loop: NC columns of B and C
+        for pc in range(0, k, KC):             # 4th loop: KC-deep rank-kc update
+            pack_b -> bp (KC x NC, NR-wide micro-panels; shared, L3)
+            for ic in range(0, m, MC):         # 3rd loop: MC rows of A and C
+                pack_a -> ap (MC x KC, MR-tall micro-panels; per thread, L2)
+                macro_kernel:
+                    for jr in range(0, nc_cur, NR):      # 2nd loop (B micro-panel in L1)
+                        for ir in range(0, mc_cur, MR):  # 1st loop
+                            micro-kernel: MR x NR tile of C in registers
+
+Block sizes and micro-kernels come from one table per ISA and dtype
+(``include/gemm_blocking.h``, ``include/gemm_ukernel.h``); the ISA is picked once,
+at import, from a run-time CPU check (``_set_isa`` forces one, for tests).
+
+Threads: one OpenMP parallel region per call. Every thread walks the jc/pc loops;
+packing B is split over the team by micro-panels, then the (ic block, jr range)
+work items are split statically; a barrier separates the two. Each thread packs A
+into its own buffer. Many small matrices in a batch run one matrix per thread.
+
+Kernels take validated arrays: :func:`dyntile.matmul.matmul` checks shapes, dtypes,
+strides and overlap, and chooses ``threads``.
+"""
+from cython.parallel cimport parallel, prange, threadid
+from libc.stdint cimport int64_t, uintptr_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
+
+cimport numpy as cnp
+
+cnp.import_array()
+
+ctypedef fused floating:
+    float
+    double
+
+cdef int _isa = dt_gemm_best_isa()
+cdef dict _ISA_NAMES = {"ref": DT_ISA_REF, "avx2": DT_ISA_AVX2, "avx512": DT_ISA_AVX512}
+
+# Per-matrix work (2*m*n*k flops) below which a batch runs one matrix per thread.
+cdef int64_t SMALL_GEMM_FLOPS = 1 << 22
+
+
+# ----------------------------------------------------------------------------- packing
+
+cdef inline int64_t split_lo(int64_t count, int part, int parts) noexcept nogil:
+    """First item of part `part` when `count` items are split evenly in `parts`."""
+    return (count * part) // parts
+
+
+cdef inline int64_t iabs(int64_t x) noexcept nogil:
+    return -x if x < 0 else x
+
+
+cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
+    return (a + b - 1) // b
+
+
+
+cdef void pack_a(int64_t mc_cur, int64_t kc_cur, const floating *a, int64_t rs_a,
+                 int64_t cs_a, int mr, floating *ap) noexcept nogil:
+    """Pack the mc_cur x kc_cur block at ``a`` into MR-tall micro-panels, k-major.
+
+    ap[(i // mr) * mr * kc_cur + p * mr + i % mr] = a[i * rs_a + p * cs_a];
+    rows past mc_cur in the last micro-panel are zero.
+    """
+    cdef int64_t ip, i0, p, ir, mr_cur
+    cdef const floating *a_row
+    cdef floating *ap_p
+    for ip in range(ceil_div(mc_cur, mr)):
+        i0 = ip * mr
+        mr_cur = min(mr, mc_cur - i0)
+        if iabs(cs_a) <= iabs(rs_a):   # rows are the contiguous direction: read along rows
+            for ir in range(mr_cur):
+                a_row = a + (i0 + ir) * rs_a
+                for p in range(kc_cur):
+                    ap[p * mr + ir] = a_row[p * cs_a]
+        else:                        # columns are contiguous: read down columns
+            for p in range(kc_cur):
+                ap_p = ap + p * mr
+                for ir in range(mr_cur):
+                    ap_p[ir] = a[(i0 + ir) * rs_a + p * cs_a]
+        if mr_cur < mr:
+            for p in range(kc_cur):
+                for ir in range(mr_cur, mr):
+                    ap[p * mr + ir] = 0
+        ap += mr * kc_cur
+
+
+cdef void pack_b_panel(int64_t kc_cur, int64_t nr_cur, const floating *b, int64_t rs_b,
+                       int64_t cs_b, int nr, floating *bp) noexcept nogil:
+    """Pack one kc_cur x nr_cur micro-panel of B, k-major and NR wide.
+
+    bp[p * nr + j] = b[p * rs_b + j * cs_b]; columns past nr_cur are zero.
+    """
+    cdef int64_t p, j
+    if cs_b == 1:
+        for p in range(kc_cur):
+            memcpy(bp + p * nr, b + p * rs_b, nr_cur * sizeof(floating))
+    elif iabs(rs_b) < iabs(cs_b):      # columns are contiguous (transposed B)
+        for j in range(nr_cur):
+            for p in range(kc_cur):
+                bp[p * nr + j] = b[j * cs_b + p * rs_b]
+    else:
+        for p in range(kc_cur):
+            for j in range(nr_cur):
+                bp[p * nr + j] = b[p * rs_b + j * cs_b]
+    if nr_cur < nr:
+        for p in range(kc_cur):
+            for j in range(nr_cur, nr):
+                bp[p * nr + j] = 0
+
+
+# ------------------------------------------------------------------------ macro-kernel
+
+cdef inline void ukernel(int isa, int64_t kc, const floating *a, const floating *b,
+                         floating *c, int64_t rs_c, int64_t cs_c, int beta) noexcept nogil:
+    if floating is float:
+        dt_gemm_ukernel_f32[isa](kc, a, b, c, rs_c, cs_c, beta)
+    else:
+        dt_gemm_ukernel_f64[isa](kc, a, b, c, rs_c, cs_c, beta)
+
+
+cdef void macro_kernel(const gemm_problem *g, int64_t mc_cur, int64_t nc_cur, int64_t kc_cur,
+                       int64_t jp_lo, int64_t jp_hi, const floating *ap, const floating *bp,
+                       floating *c, int beta) noexcept nogil:
+    """C[0:mc_cur, jp_lo*NR : jp_hi*NR] (+)= packed A block @ packed B micro-panels.
+
+    Full MR x NR tiles go straight to C; edge tiles go through a scratch tile.
+    """
+    cdef floating ct[DT_GEMM_MR_MAX * DT_GEMM_NR_MAX]
+    cdef int mr = g.bs.mr, nr = g.bs.nr
+    cdef int64_t jp, j, ip, i, ii, jj, mr_cur, nr_cur
+    cdef int64_t rs_c = g.rs_c, cs_c = g.cs_c
+    cdef floating *c_ij
+    for jp in range(jp_lo, jp_hi):              # 2nd loop: one NR micro-panel of B
+        j = jp * nr
+        nr_cur = min(nr, nc_cur - j)
+        for ip in range(ceil_div(mc_cur, mr)):  # 1st loop: one MR micro-panel of A
+            i = ip * mr
+            mr_cur = min(mr, mc_cur - i)
+            c_ij = c + i * rs_c + j * cs_c
+            if mr_cur == mr and nr_cur == nr:
+                ukernel(g.isa, kc_cur, ap + i * kc_cur, bp + j * kc_cur, c_ij, rs_c, cs_c, beta)
+            else:
+                ukernel(g.isa, kc_cur, ap + i * kc_cur, bp + j * kc_cur, ct, nr, 1, 0)
+                for ii in range(mr_cur):
+                    for jj in range(nr_cur):
+                        if beta:
+                            c_ij[ii * rs_c + jj * cs_c] += ct[ii * nr + jj]
+                        else:
+                            c_ij[ii * rs_c + jj * cs_c] = ct[ii * nr + jj]
+
+
+# -------------------------------------------------------------------------- five loops
+
+cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating *b,
+                       floating *c, floating *bp, floating *ap, int tid, int nt) noexcept nogil:
+    """C = A @ B for one matrix, run by every thread `tid` of a team of `nt`.
+
+    `bp` (packed B) is shared by the team; `ap` (packed A) is this thread's own.
+    Work split: packing B by micro-panels; then (ic block, jr range) items, with
+    enough ic blocks for the team when m is large, else the jr loop split.
+    """
+    cdef int mr = g.bs.mr, nr = g.bs.nr
+    cdef int64_t m = g.m, n = g.n, k = g.k
+    cdef int64_t mc, n_ic, n_jrs, n_items, n_panels
+    cdef int64_t jb, jc, pb, pc, ic, nc_cur, kc_cur, mc_cur, q, w, ib, js, last_ib, nr_cur
+    cdef int beta
+    # 3rd-loop blocking for this team: ic blocks of at most MC rows, a multiple of
+    # the team size when there are enough MR panels; otherwise split the jr loop.
+    if ceil_div(m, mr) >= 4 * nt:
+        n_ic = ceil_div(ceil_div(m, g.bs.mc), nt) * nt
+        mc = ceil_div(ceil_div(m, n_ic), mr) * mr
+        n_ic = ceil_div(m, mc)
+        n_jrs = 1
+    else:
+        mc = min(<int64_t> g.bs.mc, ceil_div(m, mr) * mr)
+        n_ic = ceil_div(m, mc)
+        n_jrs = nt
+    n_items = n_ic * n_jrs
+    for jb in range(ceil_div(n, g.bs.nc)):                # 5th loop
+        jc = jb * g.bs.nc
+        nc_cur = min(<int64_t> g.bs.nc, n - jc)
+        n_panels = ceil_div(nc_cur, nr)
+        for pb in range(ceil_div(k, g.bs.kc)):            # 4th loop
+            pc = pb * g.bs.kc
+            kc_cur = min(<int64_t> g.bs.kc, k - pc)
+            beta = pc > 0
+            for q in range(split_lo(n_panels, tid, nt), split_lo(n_panels, tid + 1, nt)):
+                nr_cur = min(<int64_t> nr, nc_cur - q * nr)
+                pack_b_panel(kc_cur, nr_cur, b + pc * g.rs_b + (jc + q * nr) * g.cs_b,
+                             g.rs_b, g.cs_b, nr, bp + q * nr * kc_cur)
+            if nt > 1:
+                dt_omp_barrier()                          # bp complete
+            last_ib = -1
+            for w in range(split_lo(n_items, tid, nt), split_lo(n_items, tid + 1, nt)):
+                ib = w // n_jrs                           # 3rd loop, this thread's share
+                js = w - ib * n_jrs
+                ic = ib * mc
+                mc_cur = min(mc, m - ic)
+                if ib != last_ib:
+                    pack_a(mc_cur, kc_cur, a + ic * g.rs_a + pc * g.cs_a, g.rs_a, g.cs_a, mr, ap)
+                    last_ib = ib
+                macro_kernel(g, mc_cur, nc_cur, kc_cur,
+                             split_lo(n_panels, js, n_jrs), split_lo(n_panels, js + 1, n_jrs),
+                             ap, bp, c + ic * g.rs_c + jc * g.cs_c, beta)
+            if nt > 1:
+                dt_omp_barrier()                          # everyone done with bp
+
+
+cdef void zero_c(const gemm_problem *g, floating *c) noexcept nogil:
+    """C = 0 (the k == 0 product)."""
+    cdef int64_t i, j
+    for i in range(g.m):
+        for j in range(g.n):
+            c[i * g.rs_c + j * g.cs_c] = 0
+
+
+# ------------------------------------------------------------------------------ driver
+
+cdef inline void *align64(void *p) noexcept nogil:
+    return <void *> ((<uintptr_t> p + 63) & ~(<uintptr_t> 63))
+
+
+cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating *c,
+                      const int64_t[::1] a_off, const int64_t[::1] b_off,
+                      const int64_t[::1] c_off, int threads) except -1:
+    """C[i] = A[i] @ B[i] for every batch item (element offsets from a, b, c)."""
+    cdef int64_t nbatch = a_off.shape[0], bi
+    cdef int64_t kc = min(<int64_t> g.bs.kc, g.k)
+    cdef int64_t ap_size = ceil_div(min(<int64_t> g.bs.mc, g.m), g.bs.mr) * g.bs.mr * kc + 16
+    cdef int64_t bp_size = ceil_div(min(<int64_t> g.bs.nc, g.n), g.bs.nr) * g.bs.nr * kc + 16
+    cdef bint per_thread_items = (threads > 1 and nbatch >= threads
+                                  and 2 * g.m * g.n * g.k < SMALL_GEMM_FLOPS)
+    cdef int tid, nt
+    cdef void *raw
+    cdef floating *buf
+
+    if g.m == 0 or g.n == 0 or nbatch == 0:
+        return 0
+    if g.k == 0:
+        with nogil:
+            for bi in range(nbatch):
+                zero_c(g, c + c_off[bi])
+        return 0
+    threads = max(1, threads)
+    raw = malloc((threads * ap_size + (threads if per_thread_items else 1) * bp_size)
+                 * sizeof(floating) + 64)
+    if raw == NULL:
+        raise MemoryError("dyntile.matmul: could not allocate the GEMM packing buffers")
+    buf = <floating *> align64(raw)
+    try:
+        with nogil:
+            if threads == 1:
+                for bi in range(nbatch):
+                    gemm_blocked(g, a + a_off[bi], b + b_off[bi], c + c_off[bi],
+                                 buf + ap_size, buf, 0, 1)
+            elif per_thread_items:                  # one whole matrix per thread
+                with parallel(num_threads=threads):
+                    tid = threadid()
+                    for bi in prange(nbatch, schedule="static"):
+                        gemm_blocked(g, a + a_off[bi], b + b_off[bi], c + c_off[bi],
+                                     buf + threads * ap_size + tid * bp_size,
+                                     buf + tid * ap_size, 0, 1)
+            else:                                   # the team shares each matrix
+                with parallel(num_threads=threads):
+                    tid = threadid()
+                    nt = dt_omp_team_size()
+                    for bi in range(nbatch):
+                        gemm_blocked(g, a + a_off[bi], b + b_off[bi], c + c_off[bi],
+                                     buf + threads * ap_size, buf + tid * ap_size, tid, nt)
+    finally:
+        free(raw)
+    return 0
+
+
+cdef gemm_problem make_problem(int isa, int dtype, int64_t m, int64_t n, int64_t k,
+                               tuple a_strides, tuple b_strides, tuple c_strides):
+    cdef gemm_problem g
+    g.m, g.n, g.k = m, n, k
+    g.rs_a, g.cs_a = a_strides
+    g.rs_b, g.cs_b = b_strides
+    g.rs_c, g.cs_c = c_strides
+    g.isa = isa
+    g.bs = dt_gemm_blocking[isa][dtype]
+    return g
+
+
+def sgemm(cnp.ndarray a, cnp.ndarray b, cnp.ndarray c, const int64_t[::1] a_off,
+          const int64_t[::1] b_off, const int64_t[::1] c_off, int64_t m, int64_t n, int64_t k,
+          tuple a_strides, tuple b_strides, tuple c_strides, int threads=1):
+    """float32 batched GEMM on validated arrays: ``C[i] = A[i] @ B[i]``.
+
+    Matrix i of A starts at element ``a_off[i]`` of ``a``'s data and has element
+    strides ``a_strides = (rs_a, cs_a)`` (likewise B, C); C must not overlap A or B.
+    """
+    cdef gemm_problem g = make_problem(_isa, DT_F32, m, n, k, a_strides, b_strides, c_strides)
+    gemm_batched(&g, <float *> cnp.PyArray_DATA(a), <float *> cnp.PyArray_DATA(b),
+                 <float *> cnp.PyArray_DATA(c), a_off, b_off, c_off, threads)
+
+
+def dgemm(cnp.ndarray a, cnp.ndarray b, cnp.ndarray c, const int64_t[::1] a_off,
+          const int64_t[::1] b_off, const int64_t[::1] c_off, int64_t m, int64_t n, int64_t k,
+          tuple a_strides, tuple b_strides, tuple c_strides, int threads=1):
+    """float64 batched GEMM on validated arrays; see :func:`sgemm`."""
+    cdef gemm_problem g = make_problem(_isa, DT_F64, m, n, k, a_strides, b_strides, c_strides)
+    gemm_batched(&g, <double *> cnp.PyArray_DATA(a), <double *> cnp.PyArray_DATA(b),
+                 <double *> cnp.PyArray_DATA(c), a_off, b_off, c_off, threads)
+
+
+# ---------------------------------------------------------------------- ISA and tables
+
+def isa() -> str:
+    """Name of the micro-kernel ISA in use: ``"ref"``, ``"avx2"`` or ``"avx512"``."""
+    for name, value in _ISA_NAMES.items():
+        if value == _isa:
+            return name
+
+
+def available_isas() -> list:
+    """ISAs this build can run on this CPU, narrowest first."""
+    return [name for name, value in _ISA_NAMES.items() if dt_gemm_isa_supported(value)]
+
+
+def _set_isa(str name):
+    """Force the micro-kernel ISA (tests and benchmarks); returns the previous name.
+
+    ``None``-like use: pass ``"best"`` to go back to the run-time choice.
+    """
+    global _isa
+    previous = isa()
+    if name == "best":
+        _isa = dt_gemm_best_isa()
+        return previous
+    if name not in _ISA_NAMES:
+        raise ValueError(f"unknown GEMM ISA {name!r}; expected one of {sorted(_ISA_NAMES)} or 'best'")
+    if not dt_gemm_isa_supported(_ISA_NAMES[name]):
+        raise ValueError(f"GEMM ISA {name!r} is not supported on this CPU or build; "
+                         f"available: {available_isas()}")
+    _isa = _ISA_NAMES[name]
+    return previous
+
+
+def blocking_table() -> dict:
+    """The block-size table: ``{(isa, dtype): {"mr", "nr", "mc", "kc", "nc"}}``."""
+    cdef dt_gemm_blocksizes bs
+    table = {}
+    for name, value in _ISA_NAMES.items():
+        for dtype, d in (("float32", DT_F32), ("float64", DT_F64)):
+            bs = dt_gemm_blocking[value][d]
+            table[name, dtype] = {"mr": bs.mr, "nr": bs.nr, "mc": bs.mc, "kc": bs.kc, "nc": bs.nc}
+    return table
+
+
+def packing_buffer_bytes(str dtype, int64_t m, int64_t n, int64_t k, int threads=1) -> int:
+    """Bytes of packing buffers one call allocates (for the current ISA)."""
+    cdef dt_gemm_blocksizes bs = dt_gemm_blocking[_isa][DT_F32 if dtype == "float32" else DT_F64]
+    cdef int64_t kc = min(<int64_t> bs.kc, k)
+    cdef int64_t item = 4 if dtype == "float32" else 8
+    ap = ceil_div(min(<int64_t> bs.mc, m), bs.mr) * bs.mr * kc
+    bp = ceil_div(min(<int64_t> bs.nc, n), bs.nr) * bs.nr * kc
+    return (threads * ap + bp) * item

@@ -1,0 +1,37 @@
+/* dyntile_simd.h: which SIMD instruction sets this CPU runs, checked at run time.
+ *
+ * The extensions are compiled with -O3 only (never -march=native): SIMD code is
+ * compiled per function with the DT_TARGET_* attributes below and called only after
+ * dt_cpu_has_*() said yes, so one build runs on any x86-64 and, without the x86
+ * paths, on any other architecture.
+ */
+#ifndef DYNTILE_SIMD_H
+#define DYNTILE_SIMD_H
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define DT_HAVE_X86 1
+#include <immintrin.h>
+#define DT_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define DT_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl,avx2,fma")))
+
+/* __builtin_cpu_supports also checks that the OS saves the wide registers (XCR0). */
+static inline int dt_cpu_has_avx2_fma(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+static inline int dt_cpu_has_avx512(void)
+{
+    __builtin_cpu_init();
+    return dt_cpu_has_avx2_fma() && __builtin_cpu_supports("avx512f")
+        && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw")
+        && __builtin_cpu_supports("avx512vl");
+}
+#else
+#define DT_HAVE_X86 0
+static inline int dt_cpu_has_avx2_fma(void) { return 0; }
+static inline int dt_cpu_has_avx512(void) { return 0; }
+#endif
+
+#endif /* DYNTILE_SIMD_H */

@@ -1,0 +1,51 @@
+/* gemm_ukernel.h: the micro-kernel dispatch table, indexed by ISA.
+ *
+ * dt_gemm_ukernel_f32[isa] / dt_gemm_ukernel_f64[isa] point at the micro-kernel
+ * of that ISA (NULL where this build or architecture has none); the register
+ * block each one computes is dt_gemm_blocking[isa][dtype].mr x .nr.
+ * dt_gemm_best_isa() picks the widest ISA the running CPU supports.
+ */
+#ifndef DYNTILE_GEMM_UKERNEL_H
+#define DYNTILE_GEMM_UKERNEL_H
+
+#include <stdint.h>
+#include "dyntile_simd.h"
+#include "gemm_blocking.h"
+#include "gemm_ukernel_ref.h"
+#include "gemm_ukernel_avx2.h"
+#include "gemm_ukernel_avx512.h"
+
+typedef void (*dt_ukernel_f32_t)(int64_t kc, const float *a, const float *b, float *c,
+                                 int64_t rs_c, int64_t cs_c, int beta);
+typedef void (*dt_ukernel_f64_t)(int64_t kc, const double *a, const double *b, double *c,
+                                 int64_t rs_c, int64_t cs_c, int beta);
+
+#if DT_HAVE_X86
+static const dt_ukernel_f32_t dt_gemm_ukernel_f32[DT_ISA_COUNT] = {
+    dt_ukernel_ref_4x8_f32, dt_ukernel_avx2_6x16_f32, dt_ukernel_avx512_14x32_f32};
+static const dt_ukernel_f64_t dt_gemm_ukernel_f64[DT_ISA_COUNT] = {
+    dt_ukernel_ref_4x4_f64, dt_ukernel_avx2_6x8_f64, dt_ukernel_avx512_14x16_f64};
+#else
+static const dt_ukernel_f32_t dt_gemm_ukernel_f32[DT_ISA_COUNT] = {dt_ukernel_ref_4x8_f32, 0, 0};
+static const dt_ukernel_f64_t dt_gemm_ukernel_f64[DT_ISA_COUNT] = {dt_ukernel_ref_4x4_f64, 0, 0};
+#endif
+
+/* 1 if the running CPU can execute the micro-kernels of `isa` (and they were built) */
+static inline int dt_gemm_isa_supported(int isa)
+{
+    switch (isa) {
+    case DT_ISA_REF: return 1;
+    case DT_ISA_AVX2: return DT_HAVE_X86 && dt_cpu_has_avx2_fma();
+    case DT_ISA_AVX512: return DT_HAVE_X86 && dt_cpu_has_avx512();
+    default: return 0;
+    }
+}
+
+static inline int dt_gemm_best_isa(void)
+{
+    for (int isa = DT_ISA_COUNT - 1; isa > DT_ISA_REF; isa--)
+        if (dt_gemm_isa_supported(isa)) return isa;
+    return DT_ISA_REF;
+}
+
+#endif /* DYNTILE_GEMM_UKERNEL_H */
