@@ -1,0 +1,102 @@
+"""Host array conversion: NumPy arrays, Python lists and CPU torch tensors.
+
+The API accepts these interchangeably and returns the kind it was given where that
+is natural (torch in -> torch out). torch is never imported here; a tensor is
+recognised by :func:`dyntile.dispatch.is_torch_tensor`. Tensors whose dtype NumPy
+lacks (bfloat16, float8) travel as same-width unsigned integers: the copy kernels
+only move bits, so they need no arithmetic on them.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from dyntile.dispatch import is_torch_tensor
+
+__all__ = ["as_numpy", "wrap_like", "torch_dtype_token", "torch_numpy_dtype", "torch_fill_bits"]
+
+_BIT_VIEWS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
+
+
+def torch_dtype_token(t):
+    """The torch dtype of ``t`` if NumPy has no equivalent (e.g. bfloat16), else ``None``."""
+    torch = sys.modules["torch"]
+    if t.dtype in (torch.bfloat16,) or "float8" in str(t.dtype):
+        return t.dtype
+    return None
+
+
+_NUMPY_OF_TORCH: dict = {}
+
+
+def torch_numpy_dtype(torch_dtype):
+    """``(numpy dtype, token)`` that carries a torch dtype: the NumPy twin, or for
+    bfloat16/float8 a same-width integer and the torch dtype as ``token``."""
+    hit = _NUMPY_OF_TORCH.get(torch_dtype)
+    if hit is None:
+        torch = sys.modules["torch"]
+        t = torch.empty(0, dtype=torch_dtype)
+        token = torch_dtype_token(t)
+        if token is not None:
+            t = t.view(getattr(torch, _BIT_VIEWS[t.element_size()]))
+        hit = _NUMPY_OF_TORCH[torch_dtype] = (t.numpy().dtype, token)
+    return hit
+
+
+def torch_fill_bits(fill, token) -> int:
+    """Bit pattern of ``fill`` in a torch-only float dtype ``token`` (e.g. bfloat16)."""
+    import math
+
+    torch = sys.modules["torch"]
+    try:
+        f = float(fill)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"fill={fill!r} cannot be stored in {token}") from None
+    t = torch.tensor(f, dtype=torch.float64).to(token)
+    if math.isfinite(f) and not math.isfinite(float(t)):
+        raise ValueError(f"fill={fill!r} overflows {token}")
+    width = t.element_size()
+    bits = int(t.view(getattr(torch, _BIT_VIEWS[width])).item())
+    return bits & ((1 << (8 * width)) - 1)
+
+
+def as_numpy(x, what: str = "array"):
+    """View ``x`` as a NumPy array without copying where possible.
+
+    Returns ``(array, token)``; ``token`` is ``None`` or the torch dtype to restore
+    with :func:`wrap_like` (bfloat16 and friends travel as integer bit patterns).
+    """
+    if type(x) is np.ndarray:
+        return x, None
+    if is_torch_tensor(x):
+        if x.is_cuda:
+            raise TypeError(f"{what} is a CUDA tensor; use CUDA arrays for every input of the call")
+        if x.layout != sys.modules["torch"].strided:
+            raise TypeError(f"{what} is a {x.layout} torch tensor; only dense (strided) tensors are accepted")
+        x = x.detach()
+        token = torch_dtype_token(x)
+        if token is not None:
+            torch = sys.modules["torch"]
+            x = x.view(getattr(torch, _BIT_VIEWS[x.element_size()]))
+        return x.resolve_conj().resolve_neg().numpy(), token
+    if isinstance(x, np.ndarray):  # subclasses (masked arrays...) lose their subclass
+        return np.asarray(x), None
+    try:
+        arr = np.asarray(x)
+    except (ValueError, TypeError) as e:
+        raise TypeError(f"{what} could not be read as a numeric array: {e}") from None
+    if arr.dtype == object:
+        raise TypeError(
+            f"{what} is not a numeric array (it converts to dtype=object, e.g. a ragged nested "
+            f"list or non-numbers); pass NumPy arrays, torch tensors or flat lists of numbers")
+    return arr, None
+
+
+def wrap_like(result: np.ndarray, torch_like: bool, token=None):
+    """Return ``result`` as a torch tensor (sharing memory) when the input was torch."""
+    if not torch_like:
+        return result
+    torch = sys.modules["torch"]
+    t = torch.from_numpy(result)
+    return t.view(token) if token is not None else t

@@ -1,0 +1,271 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Ragged -> padded copy kernel.
+
+``pad_into(samples, out, fill_bits, left, num_threads)`` copies each NumPy array
+``samples[b]`` (any strides, negative ones included) into the C-contiguous slab
+``out[b]`` and writes the fill value everywhere else, in one pass over ``out``.
+The copy is typed by element *width* only (1, 2, 4 or 8 bytes, a fused type), so
+one specialisation serves bool/int8/uint8, float16/int16, float32/int32 and
+float64/int64; the fill arrives as the raw bit pattern of the value in the
+output dtype. Validation (ranks, dtypes, shapes <= out) is the caller's job,
+except for the cheap checks in ``describe`` that decide the fast path.
+"""
+cimport numpy as cnp
+from cython.parallel cimport prange
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memcpy, memset
+
+import numpy as np
+
+cnp.import_array()
+
+DEF MAX_NDIM = 32
+
+ctypedef fused elem_t:
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
+
+
+def describe(list samples):
+    """Inspect a list of arrays without touching their data.
+
+    Returns ``(shapes, dtype, bad)``: ``shapes`` int64 ``(B, ndim)``; ``dtype`` the
+    common dtype or ``None`` if the dtypes differ; ``bad`` = -1 when every item is
+    an ``ndarray`` of the first item's rank, else the index of the first item that
+    is not (the caller then takes its slow, explaining path).
+    """
+    cdef Py_ssize_t n = len(samples), i, k
+    cdef int nd
+    cdef cnp.ndarray a
+    cdef int t0
+    cdef bint same_dtype = True
+    if n == 0 or type(samples[0]) is not np.ndarray:
+        return None, None, 0
+    a = <cnp.ndarray>samples[0]
+    nd = cnp.PyArray_NDIM(a)
+    t0 = cnp.PyArray_TYPE(a)
+    shapes = np.empty((n, nd), dtype=np.int64)
+    cdef int64_t[:, ::1] sh = shapes
+    for i in range(n):
+        obj = samples[i]
+        if type(obj) is not np.ndarray:
+            return shapes, None, i
+        a = <cnp.ndarray>obj
+        if cnp.PyArray_NDIM(a) != nd or not cnp.PyArray_ISNOTSWAPPED(a):
+            return shapes, None, i
+        if cnp.PyArray_TYPE(a) != t0:
+            same_dtype = False
+        for k in range(nd):
+            sh[i, k] = cnp.PyArray_DIMS(a)[k]
+    return shapes, (samples[0].dtype if same_dtype else None), -1
+
+
+cdef inline void _fill(elem_t* dst, Py_ssize_t n, elem_t value) noexcept nogil:
+    # invariant: writes dst[0:n] = value
+    cdef Py_ssize_t j
+    if value == 0:
+        memset(dst, 0, n * sizeof(elem_t))
+    else:
+        for j in range(n):
+            dst[j] = value
+
+
+cdef inline void _copy_row(elem_t* dst, const char* src, Py_ssize_t n, Py_ssize_t stride) noexcept nogil:
+    # invariant: dst[j] = *(elem_t*)(src + j*stride) for j < n
+    cdef Py_ssize_t j
+    if stride == <Py_ssize_t>sizeof(elem_t):
+        memcpy(dst, src, n * sizeof(elem_t))
+    else:
+        for j in range(n):
+            dst[j] = (<const elem_t*>(src + j * stride))[0]
+
+
+cdef void _pad_one(elem_t* dst, const char* src, int nd, const int64_t* out_shape,
+                   const int64_t* shape, const int64_t* strides, bint left,
+                   elem_t fill) noexcept nogil:
+    """Write one padded sample slab ``dst`` (C-contiguous, ``out_shape``)."""
+    cdef int64_t S[MAX_NDIM]
+    cdef int64_t s[MAX_NDIM]
+    cdef int64_t st[MAX_NDIM]
+    cdef int64_t off[MAX_NDIM]
+    cdef int64_t idx[MAX_NDIM]
+    cdef int k, m, last
+    cdef int64_t row, nrows, inner, pos, lo
+    cdef bint inside
+    cdef const char* p
+    # Collapse trailing axes that are not padded and contiguous in the source, so an
+    # image (H, W, C) copies rows of W*C elements instead of rows of C.
+    m = 0
+    for k in range(nd):
+        S[m] = out_shape[k]
+        s[m] = shape[k]
+        st[m] = strides[k]
+        # merge when this axis is unpadded and the source is contiguous across the two
+        # axes: the outer axis may be padded, its rows are then whole data blocks.
+        if m > 0 and s[m] == S[m] and st[m - 1] == s[m] * st[m]:
+            S[m - 1] *= S[m]
+            s[m - 1] *= s[m]
+            st[m - 1] = st[m]
+        else:
+            m += 1
+    nd = m
+    if nd == 0:
+        return
+    last = nd - 1
+    for k in range(nd):
+        off[k] = (S[k] - s[k]) if left else 0
+        idx[k] = 0
+    inner = S[last]
+    nrows = 1
+    for k in range(last):
+        nrows *= S[k]
+    for row in range(nrows):
+        inside = True
+        p = src
+        for k in range(last):
+            pos = idx[k] - off[k]
+            if pos < 0 or pos >= s[k]:
+                inside = False
+                break
+            p += pos * st[k]
+        if inside:
+            lo = off[last]
+            if lo > 0:
+                _fill(dst, lo, fill)
+            _copy_row(dst + lo, p, s[last], st[last])
+            if lo + s[last] < inner:
+                _fill(dst + lo + s[last], inner - lo - s[last], fill)
+        else:
+            _fill(dst, inner, fill)
+        dst += inner
+        # odometer over the outer axes
+        k = last - 1
+        while k >= 0:
+            idx[k] += 1
+            if idx[k] < S[k]:
+                break
+            idx[k] = 0
+            k -= 1
+
+
+cdef void _pad_all(elem_t* out, Py_ssize_t slab, int nd, const int64_t[:, ::1] shapes,
+                   const int64_t[:, ::1] strides, const Py_ssize_t[::1] ptrs,
+                   const int64_t* out_shape, bint left, elem_t fill, int num_threads) noexcept nogil:
+    cdef Py_ssize_t b, n = shapes.shape[0]
+    if num_threads > 1:
+        for b in prange(n, num_threads=num_threads, schedule="static"):
+            _pad_one(out + b * slab, <const char*>ptrs[b], nd, out_shape,
+                     &shapes[b, 0], &strides[b, 0], left, fill)
+    else:
+        for b in range(n):
+            _pad_one(out + b * slab, <const char*>ptrs[b], nd, out_shape,
+                     &shapes[b, 0], &strides[b, 0], left, fill)
+
+
+def describe_tensors(list samples, tensor_type, strided):
+    """Inspect a list of CPU torch tensors (no torch import: the caller passes
+    ``torch.Tensor`` and ``torch.strided``).
+
+    Returns ``(shapes, strides, ptrs, dtype, bad)``: int64 ``(B, ndim)`` sizes and byte
+    strides, data pointers, the first tensor's torch dtype, and ``bad`` = -1 when
+    every item is a dense CPU tensor of that rank and dtype (not complex), else the
+    index of the first item that is not.
+    """
+    cdef Py_ssize_t n = len(samples), i, k, width
+    cdef int nd
+    if n == 0 or not isinstance(samples[0], tensor_type):
+        return None, None, None, None, 0
+    t0 = samples[0]
+    dtype0 = t0.dtype
+    if dtype0.is_complex:
+        return None, None, None, dtype0, 0
+    nd = t0.dim()
+    width = t0.element_size()
+    shapes = np.empty((n, nd), dtype=np.int64)
+    strides = np.empty((n, nd), dtype=np.int64)
+    ptrs = np.empty(n, dtype=np.intp)
+    cdef int64_t[:, ::1] sh = shapes
+    cdef int64_t[:, ::1] st = strides
+    cdef Py_ssize_t[::1] pt = ptrs
+    for i in range(n):
+        t = samples[i]
+        if not isinstance(t, tensor_type) or t.dtype is not dtype0 or t.is_cuda or t.layout is not strided:
+            return shapes, strides, ptrs, dtype0, i
+        size = t.shape
+        stride = t.stride()
+        if len(size) != nd:
+            return shapes, strides, ptrs, dtype0, i
+        for k in range(nd):
+            sh[i, k] = size[k]
+            st[i, k] = stride[k] * width
+        pt[i] = t.data_ptr()
+    return shapes, strides, ptrs, dtype0, -1
+
+
+def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint left, int num_threads=1):
+    """Copy ``samples`` (ndarrays of ``out``'s dtype and rank ``out.ndim - 1``) into ``out``.
+
+    ``out``: C-contiguous ``(B, *S)`` with every sample shape ``<= S`` (checked by the
+    caller); ``fill_bits``: the fill value's bit pattern in ``out.dtype``.
+    """
+    cdef Py_ssize_t n = len(samples), i, k
+    cdef int nd = cnp.PyArray_NDIM(out) - 1
+    cdef int width = cnp.PyArray_ITEMSIZE(out)
+    cdef cnp.ndarray a
+    shapes_a = np.empty((n, max(nd, 1)), dtype=np.int64)
+    strides_a = np.empty((n, max(nd, 1)), dtype=np.int64)
+    ptrs_a = np.empty(n, dtype=np.intp)
+    cdef int64_t[:, ::1] shapes = shapes_a
+    cdef int64_t[:, ::1] strides = strides_a
+    cdef Py_ssize_t[::1] ptrs = ptrs_a
+    for i in range(n):
+        a = <cnp.ndarray?>samples[i]
+        if cnp.PyArray_NDIM(a) != nd or cnp.PyArray_ITEMSIZE(a) != width:
+            raise ValueError(f"sample {i} does not match out (rank {nd}, itemsize {width})")
+        ptrs[i] = <Py_ssize_t>cnp.PyArray_DATA(a)
+        for k in range(nd):
+            shapes[i, k] = cnp.PyArray_DIMS(a)[k]
+            strides[i, k] = cnp.PyArray_STRIDES(a)[k]
+    return pad_pointers(ptrs_a, shapes_a, strides_a, out, fill_bits, left, num_threads)
+
+
+def pad_pointers(const Py_ssize_t[::1] ptrs, const int64_t[:, ::1] shapes, const int64_t[:, ::1] strides,
+                 cnp.ndarray out, unsigned long long fill_bits, bint left, int num_threads=1):
+    """Core entry: sample ``b`` is ``shapes[b]`` elements at address ``ptrs[b]`` with byte
+    ``strides[b]``, of ``out``'s element width; the caller keeps the owners alive."""
+    cdef Py_ssize_t n = ptrs.shape[0], i, k
+    cdef int nd = cnp.PyArray_NDIM(out) - 1
+    cdef int width = cnp.PyArray_ITEMSIZE(out)
+    cdef int64_t out_shape[MAX_NDIM]
+    cdef Py_ssize_t slab = 1
+    if nd + 1 > MAX_NDIM:
+        raise ValueError(f"pad kernel supports up to {MAX_NDIM - 1} sample dimensions, got {nd}")
+    if cnp.PyArray_DIMS(out)[0] != n:
+        raise ValueError(f"out has {cnp.PyArray_DIMS(out)[0]} rows for {n} samples")
+    if not cnp.PyArray_IS_C_CONTIGUOUS(out):
+        raise ValueError("pad kernel needs a C-contiguous out")
+    for k in range(nd):
+        out_shape[k] = cnp.PyArray_DIMS(out)[k + 1]
+        slab *= out_shape[k]
+    for i in range(n):
+        for k in range(nd):
+            if shapes[i, k] > out_shape[k]:
+                raise ValueError(f"sample {i} is larger than out along axis {k}")
+    if n == 0 or slab == 0:
+        return out
+    cdef void* base = cnp.PyArray_DATA(out)
+    with nogil:
+        if width == 1:
+            _pad_all(<uint8_t*>base, slab, nd, shapes, strides, ptrs, out_shape, left, <uint8_t>fill_bits, num_threads)
+        elif width == 2:
+            _pad_all(<uint16_t*>base, slab, nd, shapes, strides, ptrs, out_shape, left, <uint16_t>fill_bits, num_threads)
+        elif width == 4:
+            _pad_all(<uint32_t*>base, slab, nd, shapes, strides, ptrs, out_shape, left, <uint32_t>fill_bits, num_threads)
+        elif width == 8:
+            _pad_all(<uint64_t*>base, slab, nd, shapes, strides, ptrs, out_shape, left, <uint64_t>fill_bits, num_threads)
+        else:
+            with gil:
+                raise ValueError(f"pad kernel handles element widths 1, 2, 4, 8; got {width}")
+    return out

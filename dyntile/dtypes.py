@@ -1,0 +1,70 @@
+"""Dtype rules for ragged batches: which dtypes may share a batch, and what they become.
+
+A batch takes the dtype of its array samples (NumPy arrays, tensors); samples given
+as Python lists are *weakly* typed and must fit that dtype exactly. Mixed array
+dtypes promote only when every value of every input is representable in the result
+(int16 + float32 -> float32 is fine; int64 + float64, or int64 + uint64, is not:
+large integers would be rounded) -- stricter than NumPy's ``can_cast(..., "safe")``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["exactly_representable", "promote_samples", "KERNEL_KINDS"]
+
+#: dtype kinds the width-typed copy kernels move as raw bits (itemsize 1, 2, 4 or 8)
+KERNEL_KINDS = frozenset("biufcmM")
+
+
+def _mantissa_bits(dtype: np.dtype) -> int:
+    return np.finfo(dtype).nmant + 1
+
+
+def exactly_representable(src: np.dtype, dst: np.dtype) -> bool:
+    """True if every value of ``src`` is stored exactly in ``dst``."""
+    src, dst = np.dtype(src), np.dtype(dst)
+    if src == dst or src.kind == "b":
+        return dst.kind in "biufc" if src.kind == "b" else True
+    if src.kind in "iu" and dst.kind in "iu":
+        return bool(np.can_cast(src, dst, "safe"))
+    if src.kind in "iu" and dst.kind in "fc":
+        bits = src.itemsize * 8 - (src.kind == "i")
+        real = np.dtype(dst.char.lower()) if dst.kind == "f" else np.finfo(dst).dtype
+        return bits <= _mantissa_bits(real)
+    if src.kind in "fc" and dst.kind in "fc":
+        return bool(np.can_cast(src, dst, "safe"))
+    return False
+
+
+def promote_samples(strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np.ndarray]],
+                    dtype=None) -> np.dtype:
+    """The batch dtype for samples ``strong`` (index, dtype) and list samples ``weak``.
+
+    ``dtype`` given: every sample must cast to it with ``same_kind`` casting.
+    Raises ``TypeError`` naming the first sample that cannot join the batch.
+    """
+    if dtype is not None:
+        dtype = np.dtype(dtype)
+        for i, d in strong + [(i, a.dtype) for i, a in weak]:
+            if not np.can_cast(d, dtype, "same_kind"):
+                raise TypeError(f"sample {i} has dtype {d}, which cannot be cast to dtype={dtype} "
+                                f"(same_kind casting)")
+        return dtype
+    if strong:
+        result = np.result_type(*[d for _, d in strong])
+        for i, d in strong:
+            if not exactly_representable(d, result):
+                others = sorted({str(x) for _, x in strong})
+                raise TypeError(
+                    f"samples have dtypes {others} that do not promote safely: sample {i} ({d}) "
+                    f"would be rounded in {result}; cast the samples to one dtype or pass dtype=")
+    else:
+        result = np.result_type(*[a.dtype for _, a in weak])
+    for i, a in weak:
+        if a.dtype != result:
+            with np.errstate(all="ignore"):
+                cast = a.astype(result)
+            if not np.array_equal(cast, a):
+                raise TypeError(f"sample {i} (a list) holds values that {result} cannot store exactly, "
+                                f"e.g. {a.reshape(-1)[np.argmax(cast.reshape(-1) != a.reshape(-1))]!r}")
+    return result

@@ -1,0 +1,59 @@
+"""Fill values: check that a dtype can hold them, and encode them for the kernels."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+__all__ = ["fill_bits", "check_fill"]
+
+_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def check_fill(fill, dtype: np.dtype, what: str = "fill") -> np.ndarray:
+    """``fill`` as a 0-d array of ``dtype``; ``ValueError`` if the dtype cannot hold it.
+
+    Integers and bools accept only integral values in range (no NaN, no 300 into
+    uint8, no 0.5); floats accept any real number that does not overflow to inf
+    (inf and NaN themselves are fine); bool accepts 0, 1, True, False.
+    """
+    dtype = np.dtype(dtype)
+    if isinstance(fill, np.ndarray) and fill.ndim == 0:
+        fill = fill.item()
+    if not isinstance(fill, (numbers.Number, np.generic)) or isinstance(fill, (str, bytes)):
+        raise TypeError(f"{what} should be a number, but got {fill!r} of type {type(fill).__name__}")
+    kind = dtype.kind
+    if kind in "biu":
+        if isinstance(fill, complex) or (isinstance(fill, np.generic) and np.iscomplexobj(fill)):
+            raise ValueError(f"{what}={fill!r} cannot be stored in {dtype}: it is complex")
+        f = float(fill) if not isinstance(fill, (int, np.integer)) else None
+        if f is not None and (math.isnan(f) or math.isinf(f) or f != int(f)):
+            raise ValueError(f"{what}={fill!r} cannot be stored in {dtype}: integer arrays need an integral fill")
+        v = int(fill)
+        lo, hi = (0, 1) if kind == "b" else (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+        if not lo <= v <= hi:
+            raise ValueError(f"{what}={fill!r} is out of range for {dtype} (accepted: {lo} to {hi})")
+        return np.array(v, dtype=dtype)
+    if kind == "f":
+        if isinstance(fill, complex) or np.iscomplexobj(fill):
+            raise ValueError(f"{what}={fill!r} cannot be stored in {dtype}: it is complex")
+        try:
+            f = float(fill)
+        except OverflowError:
+            raise ValueError(f"{what}={fill!r} overflows {dtype} (max {np.finfo(dtype).max})") from None
+        with np.errstate(over="ignore"):
+            arr = np.array(f, dtype=dtype)
+        if math.isfinite(f) and not np.isfinite(arr):
+            raise ValueError(f"{what}={fill!r} overflows {dtype} (max {np.finfo(dtype).max})")
+        return arr
+    try:
+        return np.array(fill, dtype=dtype)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what}={fill!r} cannot be stored in {dtype}: {e}") from None
+
+
+def fill_bits(fill, dtype: np.dtype, what: str = "fill") -> int:
+    """The bit pattern of ``fill`` stored in ``dtype``, as the kernels take it."""
+    arr = check_fill(fill, dtype, what)
+    return int(arr.reshape(1).view(_UINT[arr.dtype.itemsize])[0])

@@ -1,0 +1,336 @@
+"""Padding API: a ragged list of arrays -> one dense, padded batch.
+
+``pad_batch`` validates the samples, plans the padded shape (rounded to a layout
+multiple, or to a bucket plan's boundary), allocates the output once and runs one
+copy kernel (:mod:`dyntile.cpu.pad` on the host, :mod:`dyntile.cuda` on the GPU).
+Nothing is ever cut: a target smaller than the data is an error.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+import numpy as np
+
+from dyntile import shapes as _shapes
+from dyntile.arrays import as_numpy, torch_fill_bits, torch_numpy_dtype, wrap_like
+from dyntile.cpu import pad as _pad
+from dyntile.dispatch import backend_of, is_torch_tensor
+from dyntile.dtypes import KERNEL_KINDS, promote_samples
+from dyntile.fill import check_fill, fill_bits
+from dyntile.threads import copy_threads
+
+__all__ = ["pad_batch", "pad_to"]
+
+
+def _check_side(side) -> bool:
+    if side not in ("right", "left"):
+        raise ValueError(f"side should be 'right' or 'left', but got {side!r}")
+    return side == "left"
+
+
+def _as_list(arrays) -> list:
+    if isinstance(arrays, list):
+        return arrays
+    if isinstance(arrays, (str, bytes)) or not hasattr(arrays, "__len__") and not hasattr(arrays, "__iter__"):
+        raise TypeError(f"arrays should be a sequence of arrays, but got {type(arrays).__name__}")
+    return list(arrays)
+
+
+def _normalize(samples: list, dtype):
+    """Slow path: convert every sample to a NumPy array of one rank and dtype.
+
+    Returns ``(arrays, shapes, dtype, torch_like, token)``; raises naming the sample.
+    """
+    arrays, strong, weak = [], [], []
+    torch_like = False
+    token = None
+    ndim = None
+    for i, x in enumerate(samples):
+        is_t = is_torch_tensor(x)
+        a, tok = as_numpy(x, what=f"sample {i}")
+        if is_t:
+            if torch_like and tok != token:
+                raise TypeError(f"sample {i} has torch dtype {x.dtype}, which NumPy cannot promote with "
+                                f"the torch samples before it; cast them to one dtype")
+            torch_like, token = True, tok
+        if a.ndim == 0:
+            raise ValueError(f"sample {i} is a scalar (0-d, value {a.item()!r}); pad_batch pads arrays of "
+                             f"at least 1 dimension (use numpy.stack for scalars)")
+        if ndim is None:
+            ndim = a.ndim
+        elif a.ndim != ndim:
+            raise ValueError(f"all samples should have the same number of dimensions, but sample 0 has "
+                             f"{ndim} and sample {i} has {a.ndim} (shape {a.shape})")
+        if a.dtype.byteorder not in "=|":
+            a = a.astype(a.dtype.newbyteorder("="))
+        if isinstance(x, (list, tuple)):
+            weak.append((i, a))  # Python numbers: weakly typed, must fit the batch dtype
+        else:
+            strong.append((i, a.dtype))
+        arrays.append(a)
+    dt = promote_samples(strong, weak, dtype)
+    arrays = [a if a.dtype == dt else a.astype(dt, casting="unsafe") for a in arrays]
+    shapes = np.array([a.shape for a in arrays], dtype=np.int64).reshape(len(arrays), ndim)
+    return arrays, shapes, dt, torch_like, token
+
+
+def _ragged_axes(shapes: np.ndarray, axes, plan) -> list[int]:
+    ndim = shapes.shape[1]
+    if axes is not None:
+        axes = [axes] if np.ndim(axes) == 0 else list(axes)
+        axes = [_shapes.normalize_axis(a, ndim) for a in axes]
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"axes should not repeat an axis, but got {axes}")
+        return axes
+    if plan is not None:
+        if plan.ndim > ndim:
+            raise ValueError(f"the plan covers {plan.ndim} axes but samples have {ndim} dimensions")
+        return list(range(plan.ndim))
+    if ndim == 1:
+        return [0]
+    return [int(a) for a in np.flatnonzero(shapes.min(axis=0) != shapes.max(axis=0))]
+
+
+def _target_shape(shapes: np.ndarray, multiple, axes, shape, plan) -> tuple[int, ...]:
+    """Per-sample padded shape for a batch whose sample shapes are ``shapes`` (B, ndim)."""
+    ndim = shapes.shape[1]
+    maxes = shapes.max(axis=0)
+    if shape is not None:
+        if plan is not None:
+            raise ValueError("pass either shape= or plan=, not both")
+        target = tuple(int(s) for s in (shape if np.ndim(shape) else (shape,)))
+        if len(target) != ndim:
+            raise ValueError(f"shape={target} has {len(target)} dimensions but samples have {ndim}")
+        over = np.flatnonzero(maxes > np.array(target))
+        if over.size:
+            a = int(over[0])
+            i = int(np.argmax(shapes[:, a]))
+            raise ValueError(f"sample {i} has shape {tuple(shapes[i])}, larger than shape={target} along "
+                             f"axis {a}; pad_batch never cuts data (slice the sample first)")
+        return target
+    m = _shapes.check_multiple(multiple)
+    ragged = _ragged_axes(shapes, axes, plan)
+    target = [int(v) for v in shapes[0]]
+    for a in set(range(ndim)) - set(ragged):
+        differ = np.flatnonzero(shapes[:, a] != shapes[0, a])
+        if differ.size:
+            i = int(differ[0])
+            raise ValueError(f"samples differ along axis {a}, which is not padded (axes={ragged}): sample 0 has "
+                             f"shape {tuple(shapes[0])} and sample {i} has {tuple(shapes[i])}; pass axes= to pad it")
+    if plan is not None:
+        if len(ragged) != plan.ndim:
+            raise ValueError(f"the plan covers {plan.ndim} axes but axes={ragged} names {len(ragged)}")
+        padded = plan.round_up(tuple(int(maxes[a]) for a in ragged))
+        for a, p in zip(ragged, padded):
+            target[a] = int(p)
+    else:
+        for a in ragged:
+            target[a] = -(-int(maxes[a]) // m) * m
+    return tuple(target)
+
+
+def _check_out(out, expected_shape: tuple, dt: np.dtype, torch_like: bool):
+    if out is None:
+        return None
+    if is_torch_tensor(out):
+        arr, _ = as_numpy(out, what="out")
+    elif isinstance(out, np.ndarray):
+        arr = out
+    else:
+        raise TypeError(f"out should be a NumPy array{' or torch tensor' if torch_like else ''}, "
+                        f"but got {type(out).__name__}")
+    if arr.shape != expected_shape:
+        raise ValueError(f"out has shape {arr.shape}, but this batch needs {expected_shape}")
+    if arr.dtype != dt:
+        raise TypeError(f"out has dtype {arr.dtype}, but this batch needs {dt}")
+    if not arr.flags.writeable:
+        raise ValueError("out is read-only")
+    return arr
+
+
+def _kernel_fill_bits(fill, dt: np.dtype, token):
+    """Fill bits for the width-typed kernels, or ``None`` if ``dt`` takes the NumPy path."""
+    if token is not None:
+        return torch_fill_bits(fill, token)
+    if dt.kind in KERNEL_KINDS and dt.itemsize in (1, 2, 4, 8):
+        return fill_bits(fill, dt)
+    return None
+
+
+def _copy_batch(arrays: list, out: np.ndarray, fill, left: bool, token=None) -> None:
+    """Run the copy kernel (or the NumPy fallback for dtypes it does not move)."""
+    dt = out.dtype
+    bits = _kernel_fill_bits(fill, dt, token)
+    if bits is not None:
+        if out.flags.c_contiguous:
+            _pad.pad_into(arrays, out, bits, left, copy_threads(out.nbytes))
+        else:
+            tmp = np.empty(out.shape, dt)
+            _pad.pad_into(arrays, tmp, bits, left, copy_threads(out.nbytes))
+            out[...] = tmp
+        return
+    out[...] = check_fill(fill, dt)
+    for b, a in enumerate(arrays):
+        if left:
+            index = (b,) + tuple(slice(S - s, S) for S, s in zip(out.shape[1:], a.shape))
+        else:
+            index = (b,) + tuple(slice(0, s) for s in a.shape)
+        out[index] = a
+
+
+def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, plan=None, fill=0,
+              side: str = "right", dtype=None, out=None, device: str | None = None):
+    """Pad a ragged list of arrays into one dense batch.
+
+    Parameters
+    ----------
+    arrays : sequence of B arrays of one rank ``d >= 1``
+        NumPy arrays, CPU torch tensors, lists of numbers, or CUDA device arrays.
+    multiple : int
+        Each padded axis goes to the batch maximum rounded up to this multiple.
+    axes : int or sequence of int, optional
+        The axes to pad. Default: axis 0 for 1-D samples; for N-D samples, the axes
+        whose sizes differ in this batch (or the first ``plan.ndim`` axes with a plan).
+        Every other axis must have one size across the batch.
+    shape : tuple, optional
+        Explicit per-sample target shape (``multiple``/``axes`` ignored). Never cuts.
+    plan : BucketPlan, optional
+        Pad each ragged axis to its bucket boundary (``plan.round_up``).
+    fill : scalar
+        Value written in the padding; must be storable in the dtype (no NaN in ints).
+    side : {"right", "left"}
+        Where padding goes along each padded axis ("left": data at the end).
+    dtype : dtype, optional
+        Output dtype (samples cast with ``same_kind``). Default: the samples' common
+        dtype; mixed dtypes must promote without rounding.
+    out : array, optional
+        Destination of shape ``(B, *padded)`` and the batch dtype.
+    device : "cuda", optional
+        Pad host arrays straight into a CUDA buffer (one host-to-device transfer).
+
+    Returns
+    -------
+    batch : ``(B, *padded)`` array of the input kind (torch in, torch out).
+    lengths : int64 ``(B,)`` for 1-D samples, else ``(B, d)``: each sample's size along every axis.
+
+    >>> batch, lengths = pad_batch([np.arange(3), np.arange(5)], multiple=4)
+    >>> batch
+    array([[0, 1, 2, 0, 0, 0, 0, 0],
+           [0, 1, 2, 3, 4, 0, 0, 0]])
+    >>> lengths
+    array([3, 5])
+    """
+    left = _check_side(side)
+    samples = _as_list(arrays)
+    if not samples:
+        raise ValueError("pad_batch needs at least one array, but got an empty sequence")
+    shapes, dt, bad = _pad.describe(samples)
+    torch_like, token = False, None
+    if bad == -1 and dt is not None and (dtype is None or np.dtype(dtype) == dt) and device is None \
+            and shapes.shape[1] > 0:
+        host = samples  # fast path: native-order ndarrays of one rank and dtype
+    elif bad == 0 and dtype is None and device is None and is_torch_tensor(samples[0]):
+        result = _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out)
+        if result is not None:
+            return result
+        host, shapes, dt, torch_like, token = _normalize(samples, dtype)
+    else:
+        if device is not None and device != "cuda":
+            raise ValueError(f"device should be None or 'cuda', but got {device!r}")
+        if device == "cuda" or backend_of(samples, what="arrays") == "cuda":
+            return _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out)
+        host, shapes, dt, torch_like, token = _normalize(samples, dtype)
+    target = (len(host),) + _target_shape(shapes, multiple, axes, shape, plan)
+    dest = _check_out(out, target, dt, torch_like)
+    if dest is None:
+        dest = np.empty(target, dt)
+    _copy_batch(host, dest, fill, left, token)
+    lengths = shapes[:, 0].copy() if shapes.shape[1] == 1 else shapes
+    if out is not None:
+        result = out
+    else:
+        result = wrap_like(dest, torch_like, token)
+    if torch_like:
+        lengths = wrap_like(lengths, True)
+    return result, lengths
+
+
+def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
+    """Fast path for CPU torch tensors of one dtype and rank: read their pointers and
+    strides directly (no per-sample NumPy views). ``None`` if the batch needs the slow path."""
+    torch = sys.modules["torch"]
+    shapes, strides, ptrs, tdtype, bad = _pad.describe_tensors(samples, torch.Tensor, torch.strided)
+    if bad != -1 or shapes.shape[1] == 0:
+        return None
+    dt, token = torch_numpy_dtype(tdtype)
+    target = (len(samples),) + _target_shape(shapes, multiple, axes, shape, plan)
+    dest = _check_out(out, target, dt, True)
+    bits = _kernel_fill_bits(fill, dt, token)
+    if bits is None:
+        return None
+    buf = dest if dest is not None and dest.flags.c_contiguous else np.empty(target, dt)
+    _pad.pad_pointers(ptrs, shapes, strides, buf, bits, left, copy_threads(buf.nbytes))
+    if dest is not None and buf is not dest:
+        dest[...] = buf
+    lengths = shapes[:, 0].copy() if shapes.shape[1] == 1 else shapes
+    batch = out if out is not None else wrap_like(buf, True, token)
+    return batch, torch.from_numpy(lengths)
+
+
+def _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out):
+    """CUDA route: validate shapes and dtypes on the host, then one device kernel."""
+    from dyntile import cuda as _cuda  # imports numba only now
+
+    shapes_list, dts = [], []
+    for i, x in enumerate(samples):
+        if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+            raise TypeError(f"sample {i} ({type(x).__name__}) is not an array; with device='cuda' pass "
+                            f"NumPy or device arrays")
+        shapes_list.append(tuple(int(s) for s in x.shape))
+        dts.append(_cuda.numpy_dtype(x.dtype))
+    ndims = {len(s) for s in shapes_list}
+    if len(ndims) != 1:
+        i = next(i for i, s in enumerate(shapes_list) if len(s) != len(shapes_list[0]))
+        raise ValueError(f"all samples should have the same number of dimensions, but sample 0 has shape "
+                         f"{shapes_list[0]} and sample {i} has {shapes_list[i]}")
+    if len(shapes_list[0]) == 0:
+        raise ValueError("sample 0 is a scalar (0-d); pad_batch pads arrays of at least 1 dimension")
+    dt = np.dtype(dtype) if dtype is not None else dts[0]
+    for i, d in enumerate(dts):
+        if d != dt:
+            raise TypeError(f"on the GPU every sample needs dtype {dt}, but sample {i} has {d}; "
+                            f"cast them first (device kernels do not promote)")
+    shapes = np.array(shapes_list, dtype=np.int64)
+    target = (len(samples),) + _target_shape(shapes, multiple, axes, shape, plan)
+    bits = check_fill(fill, dt).item()
+    batch = _cuda.pad_into(samples, target, dt, bits, left, out=out)
+    lengths = shapes[:, 0].copy() if shapes.shape[1] == 1 else shapes
+    return batch, lengths
+
+
+def pad_to(x, shape, *, fill=0, side: str = "right", out=None):
+    """Pad one array ``x`` up to ``shape`` (same rank); never cuts.
+
+    >>> pad_to(np.ones((2, 3), int), (4, 4))
+    array([[1, 1, 1, 0],
+           [1, 1, 1, 0],
+           [0, 0, 0, 0],
+           [0, 0, 0, 0]])
+    """
+    target = tuple(int(s) for s in (shape if np.ndim(shape) else (shape,)))
+    xshape = tuple(int(s) for s in getattr(x, "shape", np.shape(x)))
+    if len(target) != len(xshape):
+        raise ValueError(f"cannot pad x of shape {xshape} to shape {target}: the ranks differ")
+    for a, (s, t) in enumerate(zip(xshape, target)):
+        if t < s:
+            raise ValueError(f"cannot pad x of shape {xshape} to shape {target}: axis {a} would be cut "
+                             f"({s} > {t}); pad_to never truncates")
+    batch_out = None
+    if out is not None:
+        oshape = tuple(getattr(out, "shape", ()))
+        if oshape != target:
+            raise ValueError(f"out has shape {oshape}, but pad_to needs {target}")
+        batch_out = out.reshape((1,) + target)  # a view: adding a unit axis never copies
+    batch, _ = pad_batch([x], shape=target, fill=fill, side=side, out=batch_out)
+    return out if out is not None else batch[0]
