@@ -1,0 +1,194 @@
+"""``BucketBatchSampler``: batches of one bucket each, sized from a token budget.
+
+The epoch's batch list is a pure function of ``(lengths, plan, seed, epoch,
+num_replicas)``, so every rank builds the same list, a resumed run regenerates
+it and skips by slicing, and no state other than three integers is saved.
+
+How one epoch is built (with ``R = num_replicas``):
+
+1. each bucket's sample indices are shuffled (``shuffle=True``) with a generator
+   seeded by ``(seed, epoch)``;
+2. each bucket is cut into *steps* of ``R`` batches of its batch size ``bs``;
+3. the remainder ``m < R * bs`` of a bucket forms one last, smaller step of ``R``
+   batches of ``ceil(m / R)`` samples each, filled up by repeating at most
+   ``R - 1`` samples of the same bucket (like ``DistributedSampler``). With
+   ``drop_last=True`` the remainder is dropped instead. For ``R = 1`` this is the
+   usual partial last batch and nothing is repeated;
+4. the steps of all buckets are shuffled together, and rank ``r`` takes batch
+   ``r`` of every step.
+
+So every rank gets the same number of batches, and at every step all ranks pad
+to the same shape (same bucket, same batch size); each sample appears once per
+epoch on exactly one rank, apart from the repeats of step 3.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Iterator
+
+import numpy as np
+import torch.utils.data
+
+from dyntile.planning.buckets import BucketPlan, plan_buckets
+
+from .distributed import resolve_replicas
+
+__all__ = ["BucketBatchSampler"]
+
+_STATE_KEYS = ("epoch", "seed", "batches_yielded", "num_replicas", "num_samples")
+
+
+class BucketBatchSampler(torch.utils.data.Sampler):
+    """A ``batch_sampler`` whose every batch holds samples of one bucket.
+
+    ``lengths``: int array ``(n,)`` (or ``(n, d)`` for a multi-axis plan), the
+    size of every sample of the dataset. ``plan``: a :class:`~dyntile.planning.BucketPlan`;
+    by default one is planned from ``lengths`` (``max_buckets``, ``multiple``,
+    ``cost``). Give either ``max_tokens`` (each bucket's batch size from the token
+    budget, see :meth:`BucketPlan.batch_sizes`, rounded to ``batch_multiple``) or a
+    fixed ``batch_size``. Shuffling is deterministic in ``seed`` and the epoch
+    (:meth:`set_epoch`); :meth:`state_dict` saves the position mid-epoch.
+    ``num_replicas``/``rank`` default to ``torch.distributed`` (see the module
+    docstring for how ranks stay in step).
+
+    >>> sampler = BucketBatchSampler([5, 9, 30, 31, 7, 8], max_tokens=64, max_buckets=2)
+    >>> sampler.plan.boundaries, sampler.batch_sizes
+    ((8, 32), (8, 2))
+    >>> sorted(len(b) for b in sampler), len(sampler)
+    ([1, 2, 3], 3)
+    """
+
+    def __init__(self, lengths, plan: BucketPlan | None = None, *, max_tokens: int | None = None,
+                 batch_size: int | None = None, cost: str | None = None, batch_multiple: int = 8,
+                 max_buckets: int = 8, multiple: int = 8, shuffle: bool = True, seed: int = 0,
+                 drop_last: bool = False, num_replicas: int | None = None, rank: int | None = None):
+        lengths = np.asarray(lengths)
+        if plan is None:
+            plan = plan_buckets(lengths, max_buckets=max_buckets, multiple=multiple, cost=cost or "linear")
+        if not isinstance(plan, BucketPlan):
+            raise TypeError(f"plan should be a dyntile BucketPlan, but got {type(plan).__name__}")
+        if (max_tokens is None) == (batch_size is None):
+            raise ValueError("give exactly one of max_tokens (a token budget) and batch_size, "
+                             f"but got max_tokens={max_tokens!r}, batch_size={batch_size!r}")
+        self.plan = plan
+        self.bucket_ids = plan.bucket_of(lengths)          # validates lengths, names an overflow
+        if max_tokens is not None:
+            self.batch_sizes = plan.batch_sizes(max_tokens, cost=cost, multiple=batch_multiple)
+        else:
+            bs = operator.index(batch_size)
+            if bs < 1:
+                raise ValueError(f"batch_size should be a positive integer, but got {bs}")
+            self.batch_sizes = (bs,) * plan.num_buckets
+        self.num_replicas, self.rank = resolve_replicas(num_replicas, rank)
+        self.shuffle = bool(shuffle)
+        self.drop_last = bool(drop_last)
+        self.seed = _check_seed(seed)
+        self.epoch = 0
+        self._yielded = 0
+        self._loaded = False
+        order = np.argsort(self.bucket_ids, kind="stable")
+        splits = np.cumsum(np.bincount(self.bucket_ids, minlength=plan.num_buckets))[:-1]
+        self._members = np.split(order, splits)             # sample indices of each bucket, ascending
+        self._len = sum(self._steps_in_bucket(len(m), bs) for m, bs in zip(self._members, self.batch_sizes))
+
+    # ---- epoch construction
+
+    def _steps_in_bucket(self, n: int, bs: int) -> int:
+        full, rem = divmod(n, bs * self.num_replicas)
+        return full + (1 if rem and not self.drop_last else 0)
+
+    def _bucket_steps(self, idx: np.ndarray, bs: int) -> list[np.ndarray]:
+        """Steps ``(R, batch)`` of one bucket's (shuffled) indices; see the module docstring."""
+        R = self.num_replicas
+        full = len(idx) // (bs * R)
+        steps = list(idx[:full * bs * R].reshape(full, R, bs))
+        rem = idx[full * bs * R:]
+        if rem.size and not self.drop_last:
+            per_rank = -(-rem.size // R)
+            filler = np.resize(idx, per_rank * R - rem.size)   # repeats < R samples of this bucket
+            steps.append(np.concatenate((rem, filler)).reshape(R, per_rank))
+        return steps
+
+    def epoch_steps(self, epoch: int) -> list[np.ndarray]:
+        """All steps of ``epoch`` (every rank's batches), each an int64 array ``(num_replicas, batch)``."""
+        rng = np.random.default_rng((self.seed, operator.index(epoch)))
+        steps: list[np.ndarray] = []
+        for idx, bs in zip(self._members, self.batch_sizes):
+            if self.shuffle:
+                idx = rng.permutation(idx)
+            steps.extend(self._bucket_steps(idx, bs))
+        if self.shuffle:
+            steps = [steps[i] for i in rng.permutation(len(steps))]
+        return steps
+
+    def batches(self, epoch: int) -> list[list[int]]:
+        """This rank's batches of ``epoch``, in order."""
+        return [step[self.rank].tolist() for step in self.epoch_steps(epoch)]
+
+    # ---- Sampler protocol
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self.batches(self.epoch)
+        # continue a partial pass (or a loaded state, even one at the epoch's end);
+        # after a finished pass, iterating again replays the epoch from its start
+        start = self._yielded if self._yielded < len(batches) or self._loaded else 0
+        self._loaded = False
+        self._yielded = start
+        for batch in batches[start:]:
+            self._yielded += 1
+            yield batch
+
+    def __len__(self) -> int:
+        """Batches per epoch on this rank (the same on every rank)."""
+        return self._len
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch``'s shuffle next; a new epoch restarts from its first batch.
+
+        Without a new epoch, an iteration that stopped early (``break``) is
+        continued by the next one, and a finished epoch is replayed.
+        """
+        epoch = operator.index(epoch)
+        if epoch != self.epoch:
+            self._yielded = 0
+            self._loaded = False
+        self.epoch = epoch
+
+    # ---- checkpointing
+
+    def state_dict(self, batches_done: int | None = None) -> dict:
+        """Position in the epoch: ``epoch``, ``seed``, ``batches_yielded`` (and checks).
+
+        A ``DataLoader`` with workers draws batches ahead of the training loop;
+        pass ``batches_done`` (batches the loop consumed this epoch) to save that
+        position instead of the sampler's own count.
+        """
+        done = self._yielded if batches_done is None else operator.index(batches_done)
+        if not 0 <= done <= self._len:
+            raise ValueError(f"batches_done should be in [0, {self._len}], but got {done}")
+        return {"epoch": self.epoch, "seed": self.seed, "batches_yielded": done,
+                "num_replicas": self.num_replicas, "num_samples": len(self.bucket_ids)}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from :meth:`state_dict`: the next iteration continues where it stopped."""
+        missing = [k for k in _STATE_KEYS if k not in state]
+        if missing:
+            raise KeyError(f"sampler state is missing keys {missing}; expected the keys of state_dict(): {_STATE_KEYS}")
+        for key, mine in (("num_replicas", self.num_replicas), ("num_samples", len(self.bucket_ids))):
+            if state[key] != mine:
+                raise ValueError(f"sampler state was saved with {key}={state[key]}, but this sampler has {key}={mine}; "
+                                 f"the epoch's batches would differ")
+        done = operator.index(state["batches_yielded"])
+        if not 0 <= done <= self._len:
+            raise ValueError(f"batches_yielded should be in [0, {self._len}], but got {done}")
+        self.seed = _check_seed(state["seed"])
+        self.epoch = operator.index(state["epoch"])
+        self._yielded = done
+        self._loaded = True
+
+
+def _check_seed(seed) -> int:
+    s = operator.index(seed)
+    if s < 0:
+        raise ValueError(f"seed should be a non-negative integer, but got {s}")
+    return s
