@@ -1,0 +1,458 @@
+"""Packing: whole samples laid end to end in fixed ``[B, T]`` batches.
+
+Bucketing bounds the number of shapes but still pads every sample up to its bucket
+boundary; packing puts several samples in one row of ``T`` tokens instead, so a run
+sees one shape (two at most) and almost no padding.
+
+* :func:`pack_lengths` -- the packer, one source of truth: a whole epoch of
+  lengths -> a list of :class:`PackedBatch` (which sample goes to which row, at
+  which offset), deterministic per ``seed`` and ``epoch``, balanced over ranks;
+* :func:`pack_rows` -- the decoder: the lengths of one batch, *in the order the
+  packer lists them*, -> the same :class:`PackedBatch` (rows and offsets). A batch
+  sampler yields :attr:`PackedBatch.sample_order`; the collate calls
+  :func:`pack_rows` on the lengths it receives and recovers the packer's rows.
+
+Algorithm. Samples are shuffled (``seed``, ``epoch``), cut into pools of
+``pool_size``, sorted by decreasing length inside each pool, and placed by *best
+fit* (the open row with the least room that still holds the sample; a new row
+only when none does) over all rows of the epoch, by a small Cython loop over a
+segment tree of remaining capacities (:mod:`dyntile.cpu.packing`,
+O(n log T): a million lengths in about 0.1 s). Rows never close, so the sample
+that opens row ``k+1`` did not fit in row ``k``: listing each row's opener first,
+a next-fit scan (:func:`pack_rows`) splits the rows exactly where the packer did.
+Rows, in creation order, are then dealt into batches of at most ``B`` rows.
+
+Shapes. ``T = seq_len`` (a multiple of ``multiple``; by default the longest
+sample rounded up, or the plan's largest boundary, capped by the budget);
+``B = max_tokens // T`` (or ``batch_rows``). Samples longer than ``T``
+(``overflow=``):
+
+* ``"second_shape"`` (default): rows of ``T2 = round_up(max length, multiple)``,
+  batches ``[B2, T2]`` with ``B2 = max_tokens // T2`` (or ``B * T // T2``); each such
+  row starts with one long sample and is topped up with short ones. At most two
+  distinct shapes; a batch is ``[B2, T2]`` exactly when it holds a sample ``> T``;
+* ``"split"``: a sample of length ``L > T`` is cut into ``ceil(L / T)`` chunks in
+  consecutive rows of one batch: ``(L - 1) // T`` full rows, then its last chunk
+  opens a row that other samples may fill. One shape; needs ``ceil(L / T) <= B``;
+* ``"error"``: ``ValueError`` naming the sample.
+
+Nothing is ever cut silently. Zero-length samples are allowed and take no slot:
+each sits in some row as an empty segment (offset = where it would start,
+``size=0``), so ``cu_seqlens`` repeats a value there.
+
+Remainder and ranks. With ``num_replicas=R`` the number of batches of each shape is
+rounded up to a multiple of ``R`` and rows are spread evenly over them (so batches
+may hold fewer than ``B`` rows; the collate pads empty rows), every sample still
+exactly once. Batches are grouped in *steps* of ``R`` same-shape batches; batch
+``k`` of the list belongs to rank ``k % R`` at step ``k // R``. Only when there are
+fewer rows than batches needed are rows broken up further (one sample per batch);
+if even that is not enough (fewer samples of a shape than ranks) a ``ValueError``
+says so.
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Sequence
+
+import numpy as np
+
+from dyntile.shapes import check_multiple, round_up
+
+__all__ = ["pack_lengths", "pack_rows", "packing_shapes", "PackedBatch", "OVERFLOWS"]
+
+OVERFLOWS = ("second_shape", "split", "error")
+
+
+# --------------------------------------------------------------------------- result type
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class PackedBatch:
+    """One packed batch of shape ``[B, T]``: which piece of which sample sits where.
+
+    One entry per *piece* (a whole sample, or one chunk of a split sample), in
+    row-major order (each row's opener first):
+
+    * ``indices`` int64 ``(P,)``: sample index of each piece;
+    * ``rows`` int64 ``(P,)``: row of the piece, ``0 <= rows < B``;
+    * ``offsets`` int64 ``(P,)``: first token of the piece in its row;
+    * ``sizes`` int64 ``(P,)``: tokens of the piece (0 for an empty sample);
+    * ``starts`` int64 ``(P,)``: first token of the piece within its sample (0
+      unless the sample was split).
+
+    >>> b = pack_rows([5, 3, 6], [(2, 8)])
+    >>> b.shape, b.rows.tolist(), b.offsets.tolist()
+    ((2, 8), [0, 0, 1], [0, 5, 0])
+    """
+
+    shape: tuple
+    indices: np.ndarray
+    rows: np.ndarray
+    offsets: np.ndarray
+    sizes: np.ndarray
+    starts: np.ndarray
+
+    @property
+    def sample_order(self) -> np.ndarray:
+        """Sample indices, each once, in the order a batch sampler yields them."""
+        return self.indices[self.starts == 0]
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens of real data in the batch."""
+        return int(self.sizes.sum())
+
+    @property
+    def padded_fraction(self) -> float:
+        """Fraction of the ``B * T`` slots that are padding."""
+        return 1.0 - self.num_tokens / (self.shape[0] * self.shape[1])
+
+    @property
+    def row_splits(self) -> np.ndarray:
+        """int64 ``(B + 1,)``: pieces of row ``r`` are ``[row_splits[r], row_splits[r+1])``."""
+        return np.searchsorted(self.rows, np.arange(self.shape[0] + 1), side="left").astype(np.int64)
+
+    def same_as(self, other: "PackedBatch") -> bool:
+        """True when both batches have the same shape and the same pieces in the same places."""
+        return self.shape == other.shape and all(
+            np.array_equal(getattr(self, f), getattr(other, f))
+            for f in ("indices", "rows", "offsets", "sizes", "starts"))
+
+    def __repr__(self) -> str:
+        return (f"PackedBatch(shape={self.shape}, samples={int(np.count_nonzero(self.starts == 0))}, "
+                f"padded_fraction={self.padded_fraction:.4f})")
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _as_index(value, name: str) -> int:
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} should be an integer, but got {value!r} of type {type(value).__name__}") from None
+
+
+def _as_lengths(lengths) -> np.ndarray:
+    arr = np.asarray(lengths)
+    if arr.size == 0 and arr.dtype == np.float64:
+        arr = arr.astype(np.int64)
+    if arr.dtype == object or not np.issubdtype(arr.dtype, np.integer):
+        raise TypeError(f"lengths should be non-negative integers, but got an array of dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"lengths should have shape (n,), but got shape {arr.shape}")
+    arr = arr.astype(np.int64, copy=False)
+    neg = np.flatnonzero(arr < 0)
+    if neg.size:
+        raise ValueError(f"lengths should be non-negative integers, but got lengths[{neg[0]}]={arr[neg[0]]}")
+    return arr
+
+
+def _check_overflow(overflow) -> str:
+    if overflow not in OVERFLOWS:
+        raise ValueError(f"overflow should be one of {OVERFLOWS}, but got {overflow!r}")
+    return overflow
+
+
+def _check_shapes(shapes) -> tuple[tuple[int, int], ...]:
+    try:
+        out = tuple((_as_index(b, "batch_rows"), _as_index(t, "seq_len")) for b, t in shapes)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"shapes should be one or two pairs (B, T) of positive integers, but got {shapes!r}") from e
+    if not 1 <= len(out) <= 2 or any(b < 1 or t < 1 for b, t in out):
+        raise ValueError(f"shapes should be one or two pairs (B, T) of positive integers, but got {shapes!r}")
+    if len(out) == 2 and out[1][1] <= out[0][1]:
+        raise ValueError(f"the second shape should have longer rows than the first, but got shapes={out}")
+    return out
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def packing_shapes(lengths, seq_len: int | None = None, *, max_tokens: int | None = None,
+                   batch_rows: int | None = None, multiple: int = 8, overflow: str = "second_shape",
+                   plan=None) -> tuple[tuple[int, int], ...]:
+    """The batch shapes ``((B, T),)`` or ``((B, T), (B2, T2))`` that packing ``lengths`` uses.
+
+    ``T``: ``seq_len`` (must be a multiple of ``multiple``), else the largest
+    boundary of ``plan``, else the longest sample rounded up to ``multiple``; capped
+    by ``max_tokens``. ``B``: ``batch_rows``, else ``max_tokens // T``. A second
+    shape appears only with ``overflow="second_shape"`` and samples longer than
+    ``T``. Errors name the sample that does not fit.
+
+    >>> packing_shapes([3, 17, 40], max_tokens=128)
+    ((3, 40),)
+    >>> packing_shapes([3, 17, 40], 16, max_tokens=128)
+    ((8, 16), (3, 40))
+    """
+    L = _as_lengths(lengths)
+    m = check_multiple(multiple)
+    _check_overflow(overflow)
+    if max_tokens is None and batch_rows is None:
+        raise ValueError("packing needs a token budget: pass max_tokens (tokens per batch) or batch_rows")
+    budget = None if max_tokens is None else _as_index(max_tokens, "max_tokens")
+    if budget is not None and budget < 1:
+        raise ValueError(f"max_tokens should be a positive integer, but got {budget}")
+    longest = int(L.max()) if L.size else 0
+    if seq_len is not None:
+        T = _as_index(seq_len, "seq_len")
+        if T < 1 or T % m:
+            raise ValueError(f"seq_len should be a positive multiple of multiple={m}, but got seq_len={T}")
+    else:
+        if plan is not None:
+            if plan.ndim != 1:
+                raise ValueError(f"packing needs a one-axis plan (token lengths), but got a plan of {plan.ndim} axes")
+            T = round_up(plan.max_sizes[0], m)
+        else:
+            T = max(round_up(longest, m), m)
+        if budget is not None and T > budget:
+            T = budget // m * m
+            if T == 0:
+                raise ValueError(f"max_tokens={budget} is smaller than one row of multiple={m} tokens")
+    if batch_rows is not None:
+        B = _as_index(batch_rows, "batch_rows")
+        if B < 1:
+            raise ValueError(f"batch_rows should be a positive integer, but got {B}")
+        if budget is not None and B * T > budget:
+            raise ValueError(f"batch_rows={B} rows of seq_len={T} tokens exceed max_tokens={budget}")
+    else:
+        B = budget // T
+        if B < 1:
+            raise ValueError(f"max_tokens={budget} is smaller than one row of seq_len={T} tokens")
+    if longest <= T:
+        return ((B, T),)
+    i = int(np.argmax(L))
+    if overflow == "error":
+        raise ValueError(f"sample {i} has length {longest}, longer than seq_len={T}; pass a larger seq_len, "
+                         f"or overflow='second_shape' or 'split'")
+    if overflow == "split":
+        if -(-longest // T) > B:
+            raise ValueError(f"sample {i} of length {longest} needs {-(-longest // T)} rows of seq_len={T} "
+                             f"after splitting, more than the {B} rows of one batch; raise max_tokens")
+        return ((B, T),)
+    T2 = round_up(longest, m)
+    B2 = (budget if budget is not None else B * T) // T2
+    if B2 < 1:
+        raise ValueError(f"sample {i} of length {longest} needs a row of {T2} tokens, more than the token "
+                         f"budget of one batch ({budget if budget is not None else B * T}); raise max_tokens, "
+                         f"or pass overflow='split'")
+    return ((B, T), (B2, T2))
+
+
+# --------------------------------------------------------------------------- packer
+
+
+def _pool_order(L: np.ndarray, pool_size: int | None, shuffle: bool, rng) -> np.ndarray:
+    """Shuffle, cut into pools, sort each pool by decreasing length (random tie order)."""
+    n = L.size
+    perm = rng.permutation(n) if shuffle else np.arange(n)
+    pool = np.arange(n) // (n if pool_size is None else pool_size) if n else np.zeros(0, np.int64)
+    return perm[np.lexsort((-L[perm], pool))]
+
+
+def _deal_rows(n_rows: int, group_start: np.ndarray, B: int, R: int) -> np.ndarray | None:
+    """Batch id of each row: consecutive groups of rows, at most ``B`` rows per batch,
+    a number of batches that is a multiple of ``R``; ``None`` if there are too few groups."""
+    if n_rows == 0:
+        return np.zeros(0, np.int64)
+    g_rows = np.diff(np.append(group_start, n_rows))
+    if np.all(g_rows == 1):  # no split samples: spread rows evenly
+        nb = -(-n_rows // B)
+        nb = -(-nb // R) * R
+        if nb > n_rows:
+            return None
+        return np.arange(n_rows, dtype=np.int64) * nb // n_rows
+    # split samples: next-fit over groups, then split the fullest batches until a multiple of R
+    batches, cur, used = [], [], 0
+    for g, r in enumerate(g_rows.tolist()):
+        if cur and used + r > B:
+            batches.append(cur)
+            cur, used = [], 0
+        cur.append(g)
+        used += r
+    batches.append(cur)
+    while len(batches) % R:
+        k = max(range(len(batches)), key=lambda j: len(batches[j]))
+        if len(batches[k]) < 2:
+            return None
+        half = len(batches[k]) // 2
+        batches[k:k + 1] = [batches[k][:half], batches[k][half:]]
+    group_batch = np.empty(len(g_rows), np.int64)
+    for j, gs in enumerate(batches):
+        group_batch[gs] = j
+    return np.repeat(group_batch, g_rows)
+
+
+def _break_row(p_bin, p_size, p_start, bins, new_bin, *, long_only, T, R, shape) -> np.ndarray:
+    """Move the last sample of the fullest shared row in ``bins`` to row ``new_bin``."""
+    counts = np.bincount(p_bin, minlength=int(bins.max(initial=0)) + 1)[bins] if bins.size else bins
+    for k in np.argsort(-counts, kind="stable").tolist():
+        if counts[k] < 2:
+            break
+        last = np.flatnonzero(p_bin == bins[k])[-1]
+        if p_start[last] == 0 and (not long_only or p_size[last] > T):
+            p_bin = p_bin.copy()
+            p_bin[last] = new_bin
+            return p_bin
+    raise ValueError(f"cannot give each of num_replicas={R} ranks the same number of {list(shape)} batches: "
+                     f"there are too few samples of that shape; use fewer ranks, a larger seq_len, "
+                     f"or fewer samples per batch")
+
+
+def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None = None,
+                 batch_rows: int | None = None, multiple: int = 8, overflow: str = "second_shape",
+                 pool_size: int | None = 65536, shuffle: bool = True, seed: int = 0, epoch: int = 0,
+                 num_replicas: int = 1, plan=None) -> list[PackedBatch]:
+    """Pack every sample of an epoch into ``[B, T]`` batches (``[B2, T2]`` for long ones).
+
+    ``lengths`` int ``(n,)``: tokens per sample. Shapes come from
+    :func:`packing_shapes` (same arguments). Returns the epoch's batches in step
+    order: with ``num_replicas=R``, batch ``k`` is rank ``k % R``'s batch at step
+    ``k // R``, and the ``R`` batches of a step share one shape. Every sample
+    appears in exactly one batch (in several rows of it when split); deterministic
+    per ``(seed, epoch)``. ``pool_size``: samples sorted together (``None``: the
+    whole epoch; smaller pools mix batches more across epochs).
+
+    >>> batches = pack_lengths([5, 3, 6, 2, 7, 1], max_tokens=16, seed=0)
+    >>> [b.shape for b in batches], sum(b.num_tokens for b in batches)
+    ([(2, 8), (2, 8)], 24)
+    """
+    from dyntile.cpu.packing import best_fit
+
+    L = _as_lengths(lengths)
+    shapes = packing_shapes(L, seq_len, max_tokens=max_tokens, batch_rows=batch_rows,
+                            multiple=multiple, overflow=overflow, plan=plan)
+    R = _as_index(num_replicas, "num_replicas")
+    if R < 1:
+        raise ValueError(f"num_replicas should be a positive integer, but got {R}")
+    if pool_size is not None and _as_index(pool_size, "pool_size") < 1:
+        raise ValueError(f"pool_size should be a positive integer or None, but got {pool_size}")
+    seed, epoch = _as_index(seed, "seed"), _as_index(epoch, "epoch")
+    if seed < 0 or epoch < 0:
+        raise ValueError(f"seed and epoch should be non-negative integers, but got seed={seed}, epoch={epoch}")
+    rng = np.random.default_rng([seed, epoch])
+    T = shapes[0][1]
+    T_max = shapes[-1][1]
+    order = _pool_order(L, pool_size, shuffle, rng)
+    size = L[order]
+    long = size > T
+    open_cap = np.where(long, T_max, T).astype(np.int64)
+    n_full = np.zeros(L.size, np.int64)
+    if overflow == "split":
+        n_full[long] = (size[long] - 1) // T
+        size = np.where(long, size - n_full * T, size)
+        open_cap[:] = T
+    item_bin, bin_cap = best_fit(size, open_cap, n_full, T_max)
+
+    # pieces: a split sample -> n_full full rows, then its last chunk in item_bin
+    n_pieces = n_full + 1
+    p_item = np.repeat(np.arange(L.size), n_pieces)
+    p_k = np.arange(p_item.size) - np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
+    p_bin = item_bin[p_item] - n_full[p_item] + p_k
+    p_size = np.where(p_k < n_full[p_item], T, size[p_item])
+    p_start = p_k * T
+    srt = np.argsort(p_bin, kind="stable")  # rows in creation order, opener first
+    p_item, p_bin, p_size, p_start = p_item[srt], p_bin[srt], p_size[srt], p_start[srt]
+
+    # deal the rows of each shape into batches; a group = the rows of one split sample
+    cont = np.zeros(bin_cap.size, bool)
+    cont[p_bin[p_start > 0]] = True  # rows 2.. of a split sample stay with the row before
+    dealt_by_shape = []
+    for s, (B, Ts) in enumerate(shapes):
+        bins = np.flatnonzero(bin_cap == Ts)
+        group_start = np.flatnonzero(~cont[bins])
+        while (dealt := _deal_rows(bins.size, group_start, B, R)) is None:
+            # fewer rows than batches needed: move one sample out of a shared row into its own
+            new_bin = bin_cap.size
+            p_bin = _break_row(p_bin, p_size, p_start, bins, new_bin, long_only=s == 1, T=T, R=R, shape=(B, Ts))
+            bin_cap = np.append(bin_cap, Ts)
+            cont = np.append(cont, False)
+            group_start = np.append(group_start, bins.size)
+            bins = np.append(bins, new_bin)
+        dealt_by_shape.append((bins, dealt))
+    batch_of_bin = np.empty(bin_cap.size, np.int64)
+    local_row = np.empty(bin_cap.size, np.int64)
+    batch_shape, n_batches = [], 0
+    for (bins, dealt), shape in zip(dealt_by_shape, shapes):
+        batch_of_bin[bins] = dealt + n_batches
+        local_row[bins] = np.arange(bins.size) - np.searchsorted(dealt, dealt, side="left")
+        nb = int(dealt[-1]) + 1 if dealt.size else 0
+        batch_shape += [shape] * nb
+        n_batches += nb
+    # offsets within rows (again: rows may have been broken up)
+    srt = np.argsort(p_bin, kind="stable")
+    p_item, p_bin, p_size, p_start = p_item[srt], p_bin[srt], p_size[srt], p_start[srt]
+    cs = np.cumsum(p_size) - p_size
+    p_off = cs - cs[np.searchsorted(p_bin, np.arange(bin_cap.size))[p_bin]]
+
+    # steps of R same-shape batches, shuffled
+    steps = np.arange(n_batches // R)
+    if shuffle:
+        steps = rng.permutation(steps)
+    batch_order = (steps[:, None] * R + np.arange(R)).reshape(-1)
+    p_batch = batch_of_bin[p_bin]
+    srt = np.argsort(p_batch, kind="stable")
+    bounds = np.searchsorted(p_batch[srt], np.arange(n_batches + 1))
+    idx, rows = order[p_item[srt]], local_row[p_bin[srt]]
+    offs, sizes, starts = p_off[srt], p_size[srt], p_start[srt]
+    out = []
+    for j in batch_order.tolist():
+        a, b = bounds[j], bounds[j + 1]
+        out.append(PackedBatch(batch_shape[j], idx[a:b], rows[a:b], offs[a:b], sizes[a:b], starts[a:b]))
+    return out
+
+
+# --------------------------------------------------------------------------- decoder
+
+
+def pack_rows(lengths, shapes, *, overflow: str = "second_shape") -> PackedBatch:
+    """Rows of one batch from its lengths, in the order :func:`pack_lengths` lists them.
+
+    A next-fit scan: a sample joins the current row when it fits (``used + L <= T``)
+    and opens the next row otherwise; with ``overflow="split"`` a sample longer than
+    ``T`` takes ``(L - 1) // T`` full rows and opens one more for its last chunk.
+    The batch is ``shapes[1] = (B2, T2)`` when it holds a sample longer than ``T``
+    (``overflow="second_shape"``), else ``shapes[0] = (B, T)``. ``indices`` of the
+    result are positions in ``lengths``. For every batch ``b`` of
+    :func:`pack_lengths`, ``pack_rows(lengths[b.sample_order], shapes)`` gives the
+    same rows, offsets and shape (indices relative to ``b.sample_order``).
+    ``ValueError`` if the samples need more than ``B`` rows.
+
+    >>> b = pack_rows([6, 1, 5, 3], [(4, 8)])
+    >>> b.rows.tolist(), b.offsets.tolist()
+    ([0, 0, 1, 1], [0, 6, 0, 5])
+    """
+    L = _as_lengths(lengths)
+    shapes = _check_shapes(shapes)
+    _check_overflow(overflow)
+    B, T = shapes[0]
+    longest = int(L.max()) if L.size else 0
+    if longest > T:
+        if overflow == "second_shape" and len(shapes) == 2:
+            B, T = shapes[1]
+        elif overflow != "split":
+            i = int(np.argmax(L))
+            raise ValueError(f"sample {i} has length {longest}, longer than the rows of {T} tokens "
+                             f"(shapes={shapes}, overflow={overflow!r})")
+    idx, rows, offs, sizes, starts = [], [], [], [], []
+    row, used = -1, T + 1  # no row open yet
+    for i, n in enumerate(L.tolist()):
+        if n > T:  # split: full rows, then the last chunk opens a row
+            full = (n - 1) // T
+            for k in range(full):
+                row += 1
+                idx.append(i), rows.append(row), offs.append(0), sizes.append(T), starts.append(k * T)
+            row, used, start, n = row + 1, 0, full * T, n - full * T
+        else:
+            start = 0
+            if used + n > T or row < 0:
+                row, used = row + 1, 0
+        idx.append(i), rows.append(row), offs.append(used), sizes.append(n), starts.append(start)
+        used += n
+    if row >= B:
+        raise ValueError(f"these {L.size} samples ({int(L.sum())} tokens) need {row + 1} rows of {T} tokens, "
+                         f"more than the {B} rows of a batch; were they yielded by a packing sampler with "
+                         f"the same shapes={shapes}?")
+    a = [np.asarray(v, dtype=np.int64) for v in (idx, rows, offs, sizes, starts)]
+    return PackedBatch((B, T), *a)
