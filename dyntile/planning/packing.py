@@ -247,8 +247,9 @@ def _pool_order(L: np.ndarray, pool_size: int | None, shuffle: bool, rng) -> np.
     """Shuffle, cut into pools, sort each pool by decreasing length (random tie order)."""
     n = L.size
     perm = rng.permutation(n) if shuffle else np.arange(n)
-    pool = np.arange(n) // (n if pool_size is None else pool_size) if n else np.zeros(0, np.int64)
-    return perm[np.lexsort((-L[perm], pool))]
+    pool = np.arange(n, dtype=np.int64) // max(n if pool_size is None else pool_size, 1)
+    top = int(L.max(initial=0)) + 1
+    return perm[np.argsort(pool * top + (top - 1 - L[perm]), kind="stable")]
 
 
 def _deal_rows(n_rows: int, group_start: np.ndarray, B: int, R: int) -> np.ndarray | None:
