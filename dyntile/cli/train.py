@@ -1,0 +1,118 @@
+"""A short training run under ``torch.compile`` that counts what the compiler does.
+
+:class:`CompileCounter` is a ``torch.compile`` backend that forwards to a real one
+(``inductor`` by default) and counts every graph it is asked to compile: the first
+compile and every recompilation (a new shape, a dim turned dynamic, a 0/1
+specialisation). A step during which the count grew is a *compile step*; tokens/s
+is given both over all steps and over the others ("steady"), and only real
+(non-padding) tokens are counted.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Iterable
+
+import torch
+
+__all__ = ["CompileCounter", "TrainResult", "train"]
+
+BACKENDS = ("inductor", "aot_eager", "eager")
+
+
+class CompileCounter:
+    """``torch.compile`` backend that counts compiled graphs and forwards to ``backend``.
+
+    >>> counter = CompileCounter("eager")
+    >>> f = torch.compile(lambda x: x * 2, backend=counter)
+    >>> _ = f(torch.ones(3)); _ = f(torch.ones(3)); counter.graphs
+    1
+    """
+
+    def __init__(self, backend: str = "inductor"):
+        if backend not in BACKENDS:
+            raise ValueError(f"backend should be one of {BACKENDS}, but got {backend!r}")
+        self.backend = backend
+        self.graphs = 0
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
+        self.graphs += 1
+        if self.backend == "eager":
+            return gm.forward
+        from torch._dynamo.backends.registry import lookup_backend
+        return lookup_backend(self.backend)(gm, example_inputs)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """Figures of one training run; ``graphs`` is ``None`` when not compiled."""
+
+    steps: int
+    real_tokens: int
+    slots: int
+    seconds: float
+    compile_steps: int
+    compile_seconds: float
+    graphs: int | None
+    first_loss: float
+    last_loss: float
+    steady_tokens: int = 0
+    steady_seconds: float = 0.0
+
+    @property
+    def steady_tokens_per_s(self) -> float:
+        """Real tokens per second over the steps that compiled nothing (all steps if none did)."""
+        return self.steady_tokens / self.steady_seconds if self.steady_seconds else self.tokens_per_s
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Real tokens per second over the whole run, compile steps included."""
+        return self.real_tokens / self.seconds if self.seconds else 0.0
+
+
+def train(model: torch.nn.Module, batches: Iterable[dict], *, steps: int, backend: str | None = "inductor",
+          dynamic_dims: bool = False, lr: float = 1e-3, on_step=None) -> TrainResult:
+    """Run at most ``steps`` optimizer steps over ``batches`` and time each one.
+
+    ``batches`` yields dicts of int64 ``[B, T]`` ``input_ids``, ``position_ids``,
+    ``segment_ids`` (0 = padding). ``backend=None`` trains eagerly. ``dynamic_dims``
+    marks ``B`` and ``T`` dynamic up front (one dynamic graph instead of a static
+    one followed by a dynamic recompile). ``on_step`` is called after every step.
+    """
+    counter = None
+    step_fn = model
+    if backend is not None:
+        torch._dynamo.reset()
+        counter = CompileCounter(backend)
+        step_fn = torch.compile(model, backend=counter)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    n = real = slots = compile_steps = 0
+    seconds = compile_seconds = 0.0
+    steady_tokens, steady_seconds = 0, 0.0
+    first = last = float("nan")
+    for batch in batches:
+        if n >= steps:
+            break
+        if dynamic_dims:
+            for t in batch.values():
+                torch._dynamo.maybe_mark_dynamic(t, 0)
+                torch._dynamo.maybe_mark_dynamic(t, 1)
+        before = counter.graphs if counter else 0
+        t0 = time.perf_counter()
+        loss = step_fn(batch["input_ids"], batch["position_ids"], batch["segment_ids"])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        dt = time.perf_counter() - t0
+        tokens = int((batch["segment_ids"] != 0).sum())
+        n, real, slots, seconds = n + 1, real + tokens, slots + batch["input_ids"].numel(), seconds + dt
+        last = float(loss.detach())
+        first = last if n == 1 else first
+        if counter is not None and counter.graphs > before:
+            compile_steps, compile_seconds = compile_steps + 1, compile_seconds + dt
+        else:
+            steady_tokens, steady_seconds = steady_tokens + tokens, steady_seconds + dt
+        if on_step is not None:
+            on_step()
+    return TrainResult(n, real, slots, seconds, compile_steps, compile_seconds,
+                       counter.graphs if counter else None, first, last, steady_tokens, steady_seconds)
