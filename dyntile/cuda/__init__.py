@@ -1,0 +1,46 @@
+"""CUDA kernels, written with Numba ``@cuda.jit`` (one module per concept).
+
+* :mod:`.pad`    : scatter a ragged batch (device arrays, or NumPy arrays sent in one
+  host-to-device transfer) into one padded buffer with fill, left or right, any rank;
+* :mod:`.tile`   : ``(B, M, N) <-> (B, gm, gn, tm, tn)`` tiled layout, fill at the edges;
+* :mod:`.gemm`   : shared-memory, register-blocked, double-buffered GEMM kernel;
+  :mod:`.matmul` wraps it with ``numpy.matmul`` semantics (batched, broadcast);
+* :mod:`.config` : the block-size table (real GPU and simulator profiles);
+  :mod:`.launch` : launch configurations from the shape; :mod:`.runtime` : numba glue;
+  :mod:`.ptx` : compile every kernel to PTX for a given compute capability.
+
+Entry points, called by the API modules after validation: :func:`pad_into`,
+:func:`tile_into`, :func:`untile_from`, :func:`matmul`, plus :func:`numpy_dtype`.
+Importing this package is free: numba is imported on first use of an entry point,
+with a clear ``ImportError`` when numba-cuda is missing.
+
+>>> from dyntile import cuda as dc
+>>> sorted(dc._EXPORTS)
+['matmul', 'numpy_dtype', 'pad_into', 'tile_into', 'untile_from']
+"""
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "pad_into": "dyntile.cuda.pad",
+    "numpy_dtype": "dyntile.cuda.pad",
+    "tile_into": "dyntile.cuda.tile",
+    "untile_from": "dyntile.cuda.tile",
+    "matmul": "dyntile.cuda.matmul",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dyntile.cuda' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS))

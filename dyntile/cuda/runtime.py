@@ -1,0 +1,104 @@
+"""Numba runtime glue: the lazy numba import, device-array kinds and allocation.
+
+Only imported on first CUDA use. Converts CUDA torch tensors (and any object with
+``__cuda_array_interface__``) to Numba device arrays without copying, allocates
+outputs of the caller's kind, and reshapes device arrays into the batched views
+the kernels take.
+"""
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+
+__all__ = ["cuda", "simulator_active", "is_device_array", "as_device", "allocate", "as_batched", "contiguous"]
+
+
+def _import_cuda():
+    try:
+        from numba import cuda as numba_cuda
+    except ImportError as exc:  # pragma: no cover - exercised only without numba
+        raise ImportError(
+            "dyntile got a CUDA array, but its CUDA kernels need numba and numba-cuda: "
+            "pip install 'dyntile[cuda]' (or: pip install numba numba-cuda)") from exc
+    return numba_cuda
+
+
+cuda = _import_cuda()
+
+
+def simulator_active() -> bool:
+    """True under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` before numba loaded)."""
+    return bool(cuda.config.ENABLE_CUDASIM)
+
+
+def _torch_tensor(x) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def is_device_array(x) -> bool:
+    """True for a Numba device array (real or simulated) or any CUDA array-interface object."""
+    if cuda.devicearray.is_cuda_ndarray(x):
+        return True
+    if _torch_tensor(x):
+        return bool(x.is_cuda)
+    return hasattr(x, "__cuda_array_interface__")
+
+
+def as_device(x, name: str = "array"):
+    """A Numba device-array view of ``x`` (no copy); ``TypeError`` for host arrays."""
+    if cuda.devicearray.is_cuda_ndarray(x):
+        return x
+    if is_device_array(x):
+        return cuda.as_cuda_array(x)
+    raise TypeError(
+        f"{name} should be a CUDA device array (Numba device array, CUDA torch tensor or an "
+        f"object with __cuda_array_interface__), but got {type(x).__name__}")
+
+
+def allocate(shape, dtype, like=None):
+    """Empty device array of ``shape`` and ``dtype``, of the same kind as ``like``.
+
+    Returns ``(user_array, numba_view)``: a torch tensor on ``like``'s device when
+    ``like`` is a CUDA torch tensor (written through ``cuda.as_cuda_array``),
+    otherwise a Numba device array twice.
+    """
+    dtype = np.dtype(dtype)
+    if like is not None and _torch_tensor(like):
+        torch = sys.modules["torch"]
+        tdtype = torch.from_numpy(np.empty(0, dtype)).dtype
+        t = torch.empty(tuple(shape), dtype=tdtype, device=like.device)
+        return t, cuda.as_cuda_array(t)
+    d = cuda.device_array(tuple(shape), dtype)
+    return d, d
+
+
+def contiguous(x):
+    """``x`` itself if C-contiguous, else a C-contiguous device copy."""
+    if x.is_c_contiguous():
+        return x
+    y = cuda.device_array(x.shape, x.dtype)
+    if x.size:
+        y[...] = x
+    return y
+
+
+def as_batched(x, tail: int):
+    """View device array ``x`` of shape ``(..., *core)`` (``core``: its last ``tail``
+    axes) as ``(prod(...), *core)``, copying only when the leading axes of a
+    non-contiguous array cannot be merged: ``(2, 3, 4, 5)`` with ``tail=2`` gives
+    ``(6, 4, 5)`` and ``(4, 5)`` gives ``(1, 4, 5)``.
+    """
+    lead = x.shape[:x.ndim - tail]
+    core = x.shape[x.ndim - tail:]
+    if len(lead) == 1:
+        return x
+    new_shape = (math.prod(lead), *core)
+    if x.size == 0:
+        return cuda.device_array(new_shape, x.dtype)
+    try:
+        return x.reshape(new_shape)
+    except (NotImplementedError, ValueError, AttributeError):
+        return contiguous(x).reshape(new_shape)
