@@ -1,0 +1,195 @@
+"""pad_batch / pad_to against the NumPy reference, and every documented error."""
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dyntile as dt
+from dyntile import padding
+from reference import pad_reference
+
+KERNEL_DTYPES = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool"]
+
+
+def random_array(rng, shape, dtype):
+    dtype = np.dtype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -1000), min(info.max, 1000), shape).astype(dtype)
+    return (rng.standard_normal(shape) * 100).astype(dtype)
+
+
+def ragged_views(rng, n, ndim, dtype, max_len=9):
+    """Random samples, some non-contiguous (strided, reversed) views."""
+    out = []
+    for _ in range(n):
+        shape = tuple(int(s) for s in rng.integers(0, max_len, ndim))
+        kind = rng.integers(0, 3)
+        if kind == 0:
+            a = random_array(rng, shape, dtype)
+        elif kind == 1:  # every other element along each axis
+            a = random_array(rng, tuple(2 * s for s in shape), dtype)[tuple(slice(None, None, 2) for _ in shape)]
+        else:  # negative strides
+            a = random_array(rng, shape, dtype)[tuple(slice(None, None, -1) for _ in shape)]
+        out.append(a)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 7), ndim=st.integers(1, 3),
+       dtype=st.sampled_from(KERNEL_DTYPES), side=st.sampled_from(["right", "left"]),
+       multiple=st.sampled_from([1, 3, 8]))
+def test_pad_batch_matches_reference(seed, n, ndim, dtype, side, multiple):
+    rng = np.random.default_rng(seed)
+    arrays = ragged_views(rng, n, ndim, dtype)
+    fill = True if dtype == "bool" else 7
+    batch, lengths = dt.pad_batch(arrays, multiple=multiple, axes=list(range(ndim)), fill=fill, side=side)
+    target = tuple(-(-max(a.shape[k] for a in arrays) // multiple) * multiple for k in range(ndim))
+    expected = pad_reference(arrays, target, fill, side == "left", dtype)
+    assert batch.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(batch, expected)
+    shapes = np.array([a.shape for a in arrays])
+    np.testing.assert_array_equal(lengths, shapes[:, 0] if ndim == 1 else shapes)
+    assert lengths.dtype == np.int64
+
+
+def test_images_hwc_pad_only_ragged_axes():
+    rng = np.random.default_rng(1)
+    imgs = [random_array(rng, (h, w, 3), "uint8") for h, w in [(5, 7), (9, 2), (1, 1)]]
+    batch, lengths = dt.pad_batch(imgs, multiple=4, fill=255)
+    assert batch.shape == (3, 12, 8, 3)  # channels untouched
+    np.testing.assert_array_equal(batch, pad_reference(imgs, (12, 8, 3), 255, False, np.uint8))
+    np.testing.assert_array_equal(lengths, [[5, 7, 3], [9, 2, 3], [1, 1, 3]])
+
+
+def test_large_batch_uses_threads_and_stays_correct():
+    rng = np.random.default_rng(2)
+    arrays = [random_array(rng, (int(L),), "float32") for L in rng.integers(1000, 30000, 64)]
+    batch, _ = dt.pad_batch(arrays, fill=-1.0)  # > 4 MiB out: the OpenMP path
+    assert batch.nbytes >= 4 << 20
+    np.testing.assert_array_equal(batch, pad_reference(arrays, batch.shape[1:], -1.0, False, np.float32))
+
+
+def test_zero_length_and_all_empty():
+    batch, lengths = dt.pad_batch([np.zeros(0, np.int32), np.arange(3, dtype=np.int32)], fill=-5)
+    np.testing.assert_array_equal(batch, [[-5] * 8, [0, 1, 2] + [-5] * 5])
+    batch, lengths = dt.pad_batch([np.zeros(0), np.zeros(0)])
+    assert batch.shape == (2, 0) and list(lengths) == [0, 0]
+
+
+def test_lists_and_scalars_types():
+    batch, lengths = dt.pad_batch([[1, 2, 3], [4]], multiple=1)
+    assert batch.dtype == np.int64
+    np.testing.assert_array_equal(batch, [[1, 2, 3], [4, 0, 0]])
+    # lists are weakly typed: they take the arrays' dtype
+    batch, _ = dt.pad_batch([np.array([1, 2], np.int16), [3, 4, 5]], multiple=1)
+    assert batch.dtype == np.int16
+
+
+def test_promotion_and_unsafe_mixes():
+    batch, _ = dt.pad_batch([np.ones(2, np.int16), np.ones(3, np.float32)])
+    assert batch.dtype == np.float32
+    with pytest.raises(TypeError, match=r"sample 0 \(int64\).*rounded"):
+        dt.pad_batch([np.ones(2, np.int64), np.ones(3, np.float64)])
+    with pytest.raises(TypeError, match="sample 1.*cannot store exactly"):
+        dt.pad_batch([np.ones(2, np.int16), [1.5, 2]])
+    batch, _ = dt.pad_batch([np.ones(2, np.int64), np.ones(3, np.float64)], dtype=np.float64)
+    assert batch.dtype == np.float64
+
+
+def test_other_dtypes_take_numpy_fallback():
+    arrays = [np.arange(3) + 1j, np.arange(5) * 1j]
+    batch, _ = dt.pad_batch(arrays, fill=2 + 1j, side="left", multiple=1)
+    np.testing.assert_array_equal(batch, pad_reference(arrays, (5,), 2 + 1j, True, np.complex128))
+    stamps = [np.array([1, 2], "datetime64[s]"), np.array([3], "datetime64[s]")]
+    batch, _ = dt.pad_batch(stamps, multiple=1, fill=np.datetime64(0, "s"))
+    assert batch.dtype == np.dtype("datetime64[s]") and batch[1, 1] == np.datetime64(0, "s")
+
+
+def test_byteswapped_input():
+    a = np.arange(5, dtype=">i4")
+    batch, _ = dt.pad_batch([a, np.arange(2, dtype="<i4")], multiple=1)
+    np.testing.assert_array_equal(batch, [[0, 1, 2, 3, 4], [0, 1, 0, 0, 0]])
+
+
+def test_plan_and_shape_targets():
+    class Plan:  # the BucketPlan protocol pad_batch relies on
+        ndim = 1
+
+        def round_up(self, sizes):
+            (s,) = sizes
+            for b in (16, 64):
+                if s <= b:
+                    return (b,)
+            raise ValueError(f"size {s} is over the largest boundary 64")
+
+    batch, _ = dt.pad_batch([np.ones(3), np.ones(17)], plan=Plan())
+    assert batch.shape == (2, 64)
+    with pytest.raises(ValueError, match="over the largest boundary"):
+        dt.pad_batch([np.ones(65)], plan=Plan())
+    batch, _ = dt.pad_batch([np.ones(3), np.ones(5)], shape=(10,))
+    assert batch.shape == (2, 10)
+
+
+def test_out_argument():
+    arrays = [np.arange(3.0), np.arange(5.0)]
+    out = np.full((2, 8), np.nan)
+    res, _ = dt.pad_batch(arrays, out=out)
+    assert res is out
+    np.testing.assert_array_equal(out, pad_reference(arrays, (8,), 0.0, False, np.float64))
+    big = np.zeros((2, 16))
+    view = big[:, ::2]  # non-contiguous out is filled correctly too
+    dt.pad_batch(arrays, out=view, fill=1)
+    np.testing.assert_array_equal(view, pad_reference(arrays, (8,), 1.0, False, np.float64))
+    with pytest.raises(ValueError, match=r"out has shape \(2, 7\), but this batch needs \(2, 8\)"):
+        dt.pad_batch(arrays, out=np.empty((2, 7)))
+    with pytest.raises(TypeError, match="out has dtype float32"):
+        dt.pad_batch(arrays, out=np.empty((2, 8), np.float32))
+    with pytest.raises(TypeError, match="out should be a NumPy array"):
+        dt.pad_batch(arrays, out=[[0] * 8] * 2)
+
+
+@pytest.mark.parametrize(
+    "arrays, kwargs, exc, pattern",
+    [
+        ([], {}, ValueError, "empty sequence"),
+        ([np.ones(3), np.ones((2, 2))], {}, ValueError, "sample 0 has 1 and sample 1 has 2"),
+        ([np.ones(3), np.float64(2.0)], {}, ValueError, "sample 1 is a scalar"),
+        ([np.ones(3, np.int32)], {"fill": float("nan")}, ValueError, "integral fill"),
+        ([np.ones(3, np.uint8)], {"fill": 300}, ValueError, r"out of range for uint8 \(accepted: 0 to 255\)"),
+        ([np.ones(3, np.float16)], {"fill": 1e6}, ValueError, "overflows float16"),
+        ([np.ones(3)], {"fill": "x"}, TypeError, "fill should be a number"),
+        ([np.ones(6)], {"shape": (4,)}, ValueError, "sample 0 has shape \\(6,\\), larger than shape=\\(4,\\)"),
+        ([np.ones((2, 3)), np.ones((2, 4))], {"axes": [0]}, ValueError, "not padded.*sample 1 has \\(2, 4\\)"),
+        ([np.ones(3)], {"side": "top"}, ValueError, "side should be 'right' or 'left'"),
+        ([np.ones(3)], {"multiple": 0}, ValueError, "multiple should be a positive integer"),
+        ([np.ones(3)], {"axes": [1]}, ValueError, "axis 1 is out of bounds"),
+        ([[1, [2]], [3]], {}, TypeError, "sample 0 could not be read|sample 0 is not a numeric"),
+        ("abc", {}, TypeError, "sequence of arrays"),
+    ],
+)
+def test_bad_input_errors(arrays, kwargs, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        dt.pad_batch(arrays, **kwargs)
+
+
+def test_pad_to():
+    x = np.arange(6).reshape(2, 3)[:, ::-1]
+    y = dt.pad_to(x, (3, 5), fill=-1, side="left")
+    np.testing.assert_array_equal(y, pad_reference([x], (3, 5), -1, True, x.dtype)[0])
+    out = np.empty((3, 5), x.dtype)
+    assert dt.pad_to(x, (3, 5), out=out) is out
+    with pytest.raises(ValueError, match=r"axis 1 would be cut \(3 > 2\)"):
+        dt.pad_to(x, (3, 2))
+    with pytest.raises(ValueError, match="ranks differ"):
+        dt.pad_to(x, (3,))
+
+
+def test_compiled_kernel_is_used():
+    from dyntile.cpu import pad, tile
+
+    for mod in (pad, tile):
+        assert mod.__file__.endswith((".so", ".pyd")), f"{mod.__name__} is not compiled: {mod.__file__}"
+    assert padding._pad is pad

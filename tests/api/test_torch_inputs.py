@@ -1,0 +1,59 @@
+"""CPU torch tensors in -> torch tensors out, compared with torch's own pad_sequence."""
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.nn.utils.rnn import pad_sequence  # noqa: E402
+
+import dyntile as dt  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16, torch.float16, torch.bool, torch.uint8])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_pad_batch_matches_pad_sequence(dtype, side):
+    g = torch.Generator().manual_seed(0)
+    seqs = [(torch.randn(int(n), generator=g) * 10).to(dtype) for n in torch.randint(0, 40, (9,), generator=g)]
+    seqs[3] = seqs[3].flip(0)  # negative-stride-like view
+    seqs[4] = torch.randn(80, generator=g).to(dtype)[::2]  # strided view
+    fill = 1
+    batch, lengths = dt.pad_batch(seqs, multiple=1, fill=fill, side=side)
+    ref = pad_sequence(seqs, batch_first=True, padding_value=fill, padding_side=side)
+    assert isinstance(batch, torch.Tensor) and batch.dtype == dtype
+    assert torch.equal(batch, ref)
+    assert torch.equal(lengths, torch.tensor([len(s) for s in seqs]))
+
+
+def test_bfloat16_fill_is_encoded_in_bfloat16():
+    batch, _ = dt.pad_batch([torch.ones(2, dtype=torch.bfloat16)], multiple=4, fill=-1.5)
+    assert batch.tolist() == [[1.0, 1.0, -1.5, -1.5]]
+
+
+def test_tensor_2d_and_tile_round_trip():
+    x = torch.randn(3, 17, 9)
+    t = dt.tile(x, (8, 4))
+    assert isinstance(t, torch.Tensor) and t.shape == (3, 3, 3, 8, 4)
+    assert torch.equal(dt.untile(t, (17, 9)), x)
+    specs = [torch.randn(n, 5) for n in (3, 11)]
+    batch, lengths = dt.pad_batch(specs)
+    assert batch.shape == (2, 16, 5)
+    assert torch.equal(batch[1, :11], specs[1]) and torch.all(batch[0, 3:] == 0)
+
+
+def test_mixed_tensor_and_numpy_and_requires_grad():
+    a = torch.arange(3, dtype=torch.int32)
+    b = np.arange(5, dtype=np.int32)
+    batch, _ = dt.pad_batch([a, b], multiple=1)
+    assert isinstance(batch, torch.Tensor) and batch.tolist() == [[0, 1, 2, 0, 0], [0, 1, 2, 3, 4]]
+    w = torch.ones(3, requires_grad=True)
+    batch, _ = dt.pad_batch([w], multiple=4)
+    assert batch.tolist() == [[1, 1, 1, 0]]
+
+
+def test_torch_out_and_errors():
+    out = torch.empty(2, 8, dtype=torch.int64)
+    res, _ = dt.pad_batch([torch.arange(3), torch.arange(5)], out=out)
+    assert res is out and out[1].tolist() == [0, 1, 2, 3, 4, 0, 0, 0]
+    with pytest.raises(ValueError, match="same number of dimensions"):
+        dt.pad_batch([torch.ones(3), torch.ones(2, 2)])
+    with pytest.raises(TypeError, match="sparse|strided"):
+        dt.pad_batch([torch.ones(3).to_sparse()])
