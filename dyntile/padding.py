@@ -75,6 +75,10 @@ def _normalize(samples: list, dtype):
     return arrays, shapes, dt, torch_like, token
 
 
+def _shape(shapes: np.ndarray, i: int) -> tuple[int, ...]:
+    return tuple(int(v) for v in shapes[i])
+
+
 def _ragged_axes(shapes: np.ndarray, axes, plan) -> list[int]:
     ndim = shapes.shape[1]
     if axes is not None:
@@ -106,7 +110,7 @@ def _target_shape(shapes: np.ndarray, multiple, axes, shape, plan) -> tuple[int,
         if over.size:
             a = int(over[0])
             i = int(np.argmax(shapes[:, a]))
-            raise ValueError(f"sample {i} has shape {tuple(shapes[i])}, larger than shape={target} along "
+            raise ValueError(f"sample {i} has shape {_shape(shapes, i)}, larger than shape={target} along "
                              f"axis {a}; pad_batch never cuts data (slice the sample first)")
         return target
     m = _shapes.check_multiple(multiple)
@@ -117,7 +121,7 @@ def _target_shape(shapes: np.ndarray, multiple, axes, shape, plan) -> tuple[int,
         if differ.size:
             i = int(differ[0])
             raise ValueError(f"samples differ along axis {a}, which is not padded (axes={ragged}): sample 0 has "
-                             f"shape {tuple(shapes[0])} and sample {i} has {tuple(shapes[i])}; pass axes= to pad it")
+                             f"shape {_shape(shapes, 0)} and sample {i} has {_shape(shapes, i)}; pass axes= to pad it")
     if plan is not None:
         if len(ragged) != plan.ndim:
             raise ValueError(f"the plan covers {plan.ndim} axes but axes={ragged} names {len(ragged)}")

@@ -6,6 +6,8 @@ GEMM panels and of TPU ``(8, 128)`` tiles); edge tiles are padded with ``fill``.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from dyntile import shapes as _shapes
@@ -73,8 +75,9 @@ def tile(x, tile, *, fill=0, out=None):
     dest, user_out = _dest(out, tshape, arr.dtype)
     if token is not None or _kernel_ok(arr.dtype):
         bits = torch_fill_bits(fill, token) if token is not None else fill_bits(fill, arr.dtype)
-        x3 = arr.reshape((-1, M, N))  # a view whenever the leading axes allow it
-        _tile.tile_into(x3, dest.reshape((-1, gm, gn, tm, tn)), bits, copy_threads(dest.nbytes))
+        B = math.prod(arr.shape[:-2])
+        x3 = arr.reshape((B, M, N))  # a view whenever the leading axes allow it
+        _tile.tile_into(x3, dest.reshape((B, gm, gn, tm, tn)), bits, copy_threads(dest.nbytes))
     else:
         lead = arr.shape[:-2]
         padded = np.full(lead + (gm * tm, gn * tn), check_fill(fill, arr.dtype), arr.dtype)
@@ -120,8 +123,9 @@ def untile(t, shape, *, out=None):
     arr, torch_like, token = _host(t, "t")
     dest, user_out = _dest(out, lead + (M, N), arr.dtype)
     if token is not None or _kernel_ok(arr.dtype):
-        t5 = np.ascontiguousarray(arr).reshape((-1, gm, gn, tm, tn))
-        _tile.untile_into(t5, dest.reshape((-1, M, N)), copy_threads(dest.nbytes))
+        B = math.prod(lead)
+        t5 = np.ascontiguousarray(arr).reshape((B, gm, gn, tm, tn))
+        _tile.untile_into(t5, dest.reshape((B, M, N)), copy_threads(dest.nbytes))
     else:
         k = len(lead)
         perm = tuple(range(k)) + (k, k + 2, k + 1, k + 3)
