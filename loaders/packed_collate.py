@@ -1,0 +1,195 @@
+"""``collate_packed``: a list of samples -> one packed ``[B, T]`` batch and its segment metadata.
+
+The samples arrive in the order a :class:`~loaders.packing_sampler.PackingBatchSampler`
+yields them; :func:`dyntile.planning.packing.pack_rows` (the decoder of the packer
+the sampler used) recovers the rows from their lengths, so the layout here is the
+sampler's layout. Each ragged leaf is copied with one ``cat`` and one indexed write.
+
+Output (``n`` samples, ``B`` rows of ``T`` tokens; ``P`` pieces = samples, or chunks
+of split samples):
+
+* every token key: ``[B, T, *rest]`` (its pad value in empty slots);
+* ``position_ids`` int64 ``[B, T]``: 0, 1, ... restarting at each sample (a split
+  sample's later chunks continue its count); 0 on padding;
+* ``segment_ids`` int32 ``[B, T]``: 1, 2, ... for the pieces of a row, in order;
+  **0 on padding**. A zero-length sample takes a segment number no token carries;
+* ``cu_seqlens`` int32 ``(S + 1,)``: boundaries of the segments of the flattened
+  ``[B * T]`` token stream, as flash-attention's varlen kernels take them, from 0 to
+  ``B * T``: every piece is a segment, and so is the padding at the end of each row
+  (an empty row is one padding segment of ``T``), so the stream needs no unpadding;
+  a zero-length sample shows up as a repeated value. ``max_seqlen`` (int): the
+  longest of these segments;
+* ``attention_mask`` (only with ``attention_mask=True``) bool ``[B, T, T]``:
+  block diagonal, ``True`` where query and key are in the same segment (padding
+  attends to the padding of its row, so no softmax row is empty); combine it with
+  a causal mask for decoders;
+* ``lengths`` int64 ``(n,)``: each sample's length, in sample order; ``packing``:
+  the :class:`~dyntile.planning.packing.PackedBatch` (row and offset of each piece).
+
+Label keys (``label_keys``, default ``("labels",)``; pad value -100): with
+``mask_boundary_labels=True`` the label of the *first token of every piece* is set
+to -100 too, so that a model shifting labels by one (logit ``t`` predicts label
+``t + 1``) never learns to predict a sample's first token from its neighbour's last.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from dyntile.fill import check_fill
+from dyntile.planning.packing import PackedBatch, pack_rows
+
+__all__ = ["collate_packed"]
+
+_DEFAULT_KEY = "input_ids"
+IGNORE_INDEX = -100
+
+
+def _is_token_leaf(v) -> bool:
+    if isinstance(v, torch.Tensor):
+        return v.dim() >= 1
+    if isinstance(v, np.ndarray):
+        return v.ndim >= 1
+    return isinstance(v, (list, tuple))
+
+
+def _as_tensor(v, i: int, key: str) -> torch.Tensor:
+    if isinstance(v, torch.Tensor):
+        return v.detach()
+    try:
+        t = torch.as_tensor(np.asarray(v) if not isinstance(v, np.ndarray) else v)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"sample {i} key {key!r}: expected a 1-D sequence of numbers, but got "
+                        f"{type(v).__name__} ({e})") from None
+    return t
+
+
+def _split_sample(s, i: int, token_keys: list | None):
+    """``(token leaves, other leaves)`` of sample ``i`` (a dict, or one bare sequence)."""
+    if not isinstance(s, Mapping):
+        if not _is_token_leaf(s):
+            raise TypeError(f"sample {i} should be a dict or a 1-D sequence of tokens, but got {type(s).__name__}")
+        return {_DEFAULT_KEY: _as_tensor(s, i, _DEFAULT_KEY)}, {}
+    tokens, other = {}, {}
+    for k, v in s.items():
+        (tokens if _is_token_leaf(v) else other)[k] = v
+    tokens = {k: _as_tensor(v, i, k) for k, v in tokens.items()}
+    if token_keys is not None and sorted(tokens) != token_keys:
+        raise KeyError(f"sample {i} has token keys {sorted(tokens)}, but sample 0 has {token_keys}")
+    if not tokens:
+        raise ValueError(f"sample {i} has no token sequence (a 1-D array, tensor or list); got keys {list(s)}")
+    return tokens, other
+
+
+def _sample_length(tokens: dict, i: int) -> int:
+    lens = {k: int(t.shape[0]) for k, t in tokens.items()}
+    if len(set(lens.values())) > 1:
+        raise ValueError(f"sample {i}: token keys should have one length, but got {lens}")
+    return next(iter(lens.values()))
+
+
+def _fill_value(key: str, dtype: torch.dtype, pad_values: Mapping, label_keys) -> Any:
+    fill = pad_values.get(key, IGNORE_INDEX if key in label_keys else 0)
+    try:
+        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+    except TypeError:  # bfloat16 and friends: check as float32
+        np_dtype = np.dtype(np.float32)
+    check_fill(fill, np_dtype, f"pad value {fill!r} for key {key!r}")
+    return fill
+
+
+def _layout(packed: PackedBatch):
+    """Per-token flat destinations and per-token piece ids, vectorised."""
+    B, T = packed.shape
+    sizes = packed.sizes
+    piece = np.repeat(np.arange(sizes.size), sizes)
+    within = np.arange(piece.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    dst = (packed.rows * T + packed.offsets)[piece] + within
+    return piece, within, dst
+
+
+def _cu_seqlens(packed: PackedBatch) -> np.ndarray:
+    B, T = packed.shape
+    starts = packed.rows * T + packed.offsets
+    used = np.bincount(packed.rows, weights=packed.sizes, minlength=B).astype(np.int64)
+    pad_rows = np.flatnonzero(used < T)
+    bounds = np.concatenate((starts, pad_rows * T + used[pad_rows]))
+    bounds = bounds[np.argsort(bounds, kind="stable")]  # pieces before a padding tail at the same place
+    return np.append(bounds, B * T).astype(np.int32)
+
+
+def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
+                   pad_values: Mapping[str, Any] | None = None, label_keys: Sequence[str] = ("labels",),
+                   mask_boundary_labels: bool = True, attention_mask: bool = False) -> dict:
+    """Pack ``samples`` (the order a packing sampler yielded them) into ``[B, T]`` tensors.
+
+    ``samples``: dicts whose 1-D (or ``(L, *rest)``) arrays / tensors / lists are the
+    token keys (one length per sample), other leaves are stacked per sample; or bare
+    1-D sequences (key ``"input_ids"``). ``shapes``: the sampler's ``shapes`` (one or
+    two ``(B, T)``); ``overflow``: the sampler's. ``pad_values``: fill per key
+    (default 0, -100 for label keys). Use as ``collate_fn=functools.partial(collate_packed,
+    shapes=sampler.shapes, overflow=sampler.overflow)``. See the module docstring for the
+    outputs.
+
+    >>> out = collate_packed([[5, 6, 7], [8, 9]], [(2, 8)])
+    >>> out["input_ids"].tolist()[0], out["position_ids"].tolist()[0]
+    ([5, 6, 7, 8, 9, 0, 0, 0], [0, 1, 2, 0, 1, 0, 0, 0])
+    >>> out["segment_ids"].tolist()[0], out["cu_seqlens"].tolist()
+    ([1, 1, 1, 2, 2, 0, 0, 0], [0, 3, 5, 8, 16])
+    """
+    if len(samples) == 0:
+        raise ValueError("collate_packed needs at least one sample, but got an empty batch")
+    pad_values = dict(pad_values or {})
+    label_keys = tuple(label_keys)
+    split = [_split_sample(samples[0], 0, None)]
+    keys = sorted(split[0][0])
+    split += [_split_sample(s, i, keys) for i, s in enumerate(samples[1:], 1)]
+    lengths = np.array([_sample_length(tok, i) for i, (tok, _) in enumerate(split)], dtype=np.int64)
+    packed = pack_rows(lengths, shapes, overflow=overflow)
+    B, T = packed.shape
+    piece, within, dst = _layout(packed)
+    dst_t = torch.from_numpy(dst)
+
+    out: dict[str, Any] = {}
+    for key in keys:
+        parts = [tok[key] for tok, _ in split]
+        rest = tuple(parts[0].shape[1:])
+        for i, p in enumerate(parts):
+            if tuple(p.shape[1:]) != rest:
+                raise ValueError(f"sample {i} key {key!r} has shape {tuple(p.shape)}, but sample 0 has "
+                                 f"(L, {', '.join(map(str, rest))}); only the first axis may differ")
+        # empty lists read as float64: leave empty parts out of the dtype decision
+        flat = torch.cat([p for p in parts if p.shape[0]] or parts)
+        fill = _fill_value(key, flat.dtype, pad_values, label_keys)
+        dense = torch.full((B * T, *rest), fill, dtype=flat.dtype)
+        dense[dst_t] = flat
+        if key in label_keys and mask_boundary_labels:
+            first = packed.rows * T + packed.offsets
+            dense[torch.from_numpy(first[packed.sizes > 0])] = IGNORE_INDEX
+        out[key] = dense.view(B, T, *rest)
+
+    position = np.zeros(B * T, np.int64)
+    position[dst] = within + packed.starts[piece]
+    seg_in_row = np.arange(packed.rows.size) - packed.row_splits[packed.rows] + 1
+    segment = np.zeros(B * T, np.int32)
+    segment[dst] = seg_in_row[piece]
+    cu = _cu_seqlens(packed)
+    out["position_ids"] = torch.from_numpy(position.reshape(B, T))
+    out["segment_ids"] = torch.from_numpy(segment.reshape(B, T))
+    out["cu_seqlens"] = torch.from_numpy(cu)
+    out["max_seqlen"] = int(np.diff(cu).max())
+    if attention_mask:
+        seg = out["segment_ids"]
+        out["attention_mask"] = seg[:, :, None] == seg[:, None, :]
+    out["lengths"] = torch.from_numpy(lengths)
+    for key in sorted({k for _, o in split for k in o}):
+        values = [o.get(key) for _, o in split]
+        try:
+            out[key] = torch.as_tensor(np.asarray(values)) if all(
+                isinstance(v, (int, float, bool, np.generic)) for v in values) else values
+        except (TypeError, ValueError):
+            out[key] = values
+    out["packing"] = packed
+    return out
