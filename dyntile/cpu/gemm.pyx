@@ -345,6 +345,10 @@ def _set_isa(str name):
     return previous
 
 
+#: largest MR and NR of the table: the edge-tile scratch of the macro-kernel
+REGISTER_BLOCK_MAX = (DT_GEMM_MR_MAX, DT_GEMM_NR_MAX)
+
+
 def blocking_table() -> dict:
     """The block-size table: ``{(isa, dtype): {"mr", "nr", "mc", "kc", "nc"}}``."""
     cdef dt_gemm_blocksizes bs

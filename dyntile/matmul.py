@@ -1,0 +1,268 @@
+"""``dyntile.matmul``: :func:`numpy.matmul` on dyntile's own cache-blocked GEMM.
+
+float32 and float64 products run on the Cython kernel (:mod:`dyntile.cpu.gemm`);
+other dtypes follow NumPy's promotion and go to :func:`numpy.matmul`. CUDA device
+arrays go to :func:`dyntile.cuda.matmul`. This module validates and chooses; the
+kernel only loops.
+"""
+from __future__ import annotations
+
+import sys
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from dyntile.dispatch import backend_of, is_torch_tensor
+from dyntile.threads import max_threads
+
+__all__ = ["matmul", "matmul_shapes", "MatmulShapes"]
+
+#: below this many flops (2*m*n*k over the batch) one thread beats starting a team
+PARALLEL_FLOPS = 1 << 21
+#: never start more threads than this
+MAX_THREADS = 64
+
+_SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
+
+
+class MatmulShapes(NamedTuple):
+    """What a matmul of two operand shapes computes.
+
+    ``batch``: broadcast leading shape; ``m, k, n``: one product ``(m, k) @ (k, n)``
+    (a 1-D ``a`` is a ``(1, k)`` row, a 1-D ``b`` a ``(k, 1)`` column);
+    ``out_shape``: shape of the result (promoted 1-D axes removed);
+    ``a_vector`` / ``b_vector``: whether that operand was 1-D.
+    """
+
+    batch: tuple
+    m: int
+    k: int
+    n: int
+    out_shape: tuple
+    a_vector: bool
+    b_vector: bool
+
+
+def matmul_shapes(a_shape: Sequence[int], b_shape: Sequence[int]) -> MatmulShapes:
+    """Shapes of ``matmul(a, b)`` from the operand shapes, with NumPy's rules and errors.
+
+    >>> matmul_shapes((5, 1, 4, 3), (2, 3, 7))
+    MatmulShapes(batch=(5, 2), m=4, k=3, n=7, out_shape=(5, 2, 4, 7), a_vector=False, b_vector=False)
+    >>> matmul_shapes((3,), (3,)).out_shape
+    ()
+    """
+    a_shape, b_shape = tuple(int(s) for s in a_shape), tuple(int(s) for s in b_shape)
+    for i, shape in enumerate((a_shape, b_shape)):
+        if len(shape) == 0:
+            raise ValueError(
+                f"matmul: Input operand {i} does not have enough dimensions (has 0, gufunc "
+                f"core with signature {_SIGNATURE} requires 1); use * to multiply by a scalar")
+    a_vector, b_vector = len(a_shape) == 1, len(b_shape) == 1
+    m, k = (1, a_shape[0]) if a_vector else a_shape[-2:]
+    kb, n = (b_shape[0], 1) if b_vector else b_shape[-2:]
+    if k != kb:
+        raise ValueError(
+            f"matmul: shapes {a_shape} and {b_shape} are not aligned: the last axis of a "
+            f"(size {k}) must match the {'only' if b_vector else 'second-to-last'} axis of b "
+            f"(size {kb})")
+    a_batch, b_batch = a_shape[:-2], b_shape[:-2]
+    try:
+        batch = np.broadcast_shapes(a_batch, b_batch)
+    except ValueError:
+        raise ValueError(
+            f"matmul: batch dimensions of shapes {a_shape} and {b_shape} do not broadcast: "
+            f"{a_batch} vs {b_batch}") from None
+    out_shape = batch + (() if a_vector else (m,)) + (() if b_vector else (n,))
+    return MatmulShapes(batch, m, k, n, out_shape, a_vector, b_vector)
+
+
+def matmul(a, b, out=None, *, threads: int | None = None):
+    """Matrix product with :func:`numpy.matmul` semantics, on dyntile's GEMM kernel.
+
+    ``a``: ``(..., m, k)`` or ``(k,)``; ``b``: ``(..., k, n)`` or ``(k,)``; leading
+    axes broadcast. Returns ``(..., m, n)`` of ``np.result_type(a, b)`` (1-D axes
+    dropped as NumPy does); float32/float64 run on the kernel, other dtypes on
+    :func:`numpy.matmul`. NumPy arrays, lists and CPU torch tensors are accepted
+    (torch in -> torch out); CUDA arrays go to :func:`dyntile.cuda.matmul`.
+
+    ``out``: optional result array of the right shape and a dtype the result casts
+    to (``same_kind``); it must not overlap ``a`` or ``b``. ``threads``: OpenMP
+    threads (default: the cores available, 1 for small products).
+
+    >>> import numpy as np
+    >>> matmul(np.ones((2, 4, 3), np.float32), np.ones((3, 5), np.float32)).shape
+    (2, 4, 5)
+    """
+    operands = [a, b] if out is None else [a, b, out]
+    if backend_of(operands, what="matmul operands") == "cuda":
+        from dyntile.cuda import matmul as cuda_matmul  # numba loads only here
+
+        return cuda_matmul(a, b, out=out)
+    torch_result = is_torch_tensor(a) or is_torch_tensor(b)
+    if torch_result and (_torch_only_dtype(a) or _torch_only_dtype(b)):
+        return _torch_matmul(a, b, out)
+    a_np, b_np = _host_array(a, "a"), _host_array(b, "b")
+    shapes = matmul_shapes(a_np.shape, b_np.shape)
+    res_dtype = np.result_type(a_np, b_np)
+    out_np = None if out is None else _check_out(out, shapes, res_dtype, a_np, b_np)
+    nthreads = _check_threads(threads, shapes)
+
+    if res_dtype in _KERNELS:
+        result = _kernel_matmul(a_np.astype(res_dtype, copy=False),
+                                b_np.astype(res_dtype, copy=False), shapes, out_np, nthreads)
+    else:
+        result = np.matmul(a_np, b_np, out=out_np)
+    if out is not None:
+        return out
+    if torch_result:
+        return sys.modules["torch"].from_numpy(np.asarray(result))
+    return result[()] if result.ndim == 0 else result
+
+
+# ------------------------------------------------------------------------ input checks
+
+def _host_array(x, name: str) -> np.ndarray:
+    """A NumPy view of a host operand (torch tensors share memory; lists convert)."""
+    if is_torch_tensor(x):
+        if x.requires_grad:
+            raise TypeError(
+                f"matmul: operand {name} requires grad; dyntile.matmul does not record "
+                f"autograd, so pass {name}.detach() or use torch.matmul")
+        return x.resolve_conj().resolve_neg().numpy()
+    if isinstance(x, np.ndarray):
+        arr = x
+    else:
+        try:
+            arr = np.asarray(x)
+        except ValueError as e:
+            raise ValueError(f"matmul: operand {name} is not a rectangular array: {e}") from None
+    if arr.dtype.kind not in "biufcO":
+        raise TypeError(
+            f"matmul: operand {name} has dtype {arr.dtype}; expected numbers "
+            f"(bool, integer, float or complex)")
+    return arr
+
+
+def _check_out(out, shapes: MatmulShapes, res_dtype: np.dtype, a: np.ndarray, b: np.ndarray):
+    """The NumPy view of ``out`` after checking its kind, shape, dtype and overlap."""
+    if is_torch_tensor(out):
+        out_np = out.detach().numpy()
+    elif isinstance(out, np.ndarray):
+        out_np = out
+    else:
+        raise TypeError(f"matmul: out should be a NumPy array or a torch tensor, but got "
+                        f"{type(out).__name__}")
+    if out_np.shape != shapes.out_shape:
+        raise ValueError(f"matmul: out has shape {out_np.shape}, but the product of shapes "
+                         f"{a.shape} and {b.shape} has shape {shapes.out_shape}")
+    if not np.can_cast(res_dtype, out_np.dtype, "same_kind"):
+        raise TypeError(f"matmul: cannot write the {res_dtype} result into out of dtype "
+                        f"{out_np.dtype} (casting rule 'same_kind')")
+    if not out_np.flags.writeable:
+        raise ValueError("matmul: out is read-only")
+    for name, x in (("a", a), ("b", b)):
+        if _overlaps(out_np, x):
+            raise ValueError(f"matmul: out overlaps operand {name} in memory; the result "
+                             f"cannot be written over an input (pass a separate out)")
+    return out_np
+
+
+def _overlaps(x: np.ndarray, y: np.ndarray) -> bool:
+    if not np.may_share_memory(x, y):
+        return False
+    try:
+        return bool(np.shares_memory(x, y, max_work=1 << 16))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def _check_threads(threads, shapes: MatmulShapes) -> int:
+    if threads is None:
+        flops = 2 * shapes.m * shapes.n * shapes.k * int(np.prod(shapes.batch, dtype=np.int64))
+        return 1 if flops < PARALLEL_FLOPS else min(max_threads(), MAX_THREADS)
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"matmul: threads should be a positive integer or None, but got {threads!r}")
+    return min(int(threads), MAX_THREADS)
+
+
+# ---------------------------------------------------------------------- kernel call
+
+def _gemm_kernels():
+    from dyntile.cpu import gemm
+
+    return {np.dtype(np.float32): gemm.sgemm, np.dtype(np.float64): gemm.dgemm}
+
+
+#: dtype -> batched GEMM kernel (dtypes not listed fall back to numpy.matmul)
+_KERNELS = _gemm_kernels()
+
+
+def _kernel_matmul(a: np.ndarray, b: np.ndarray, shapes: MatmulShapes, out, threads: int):
+    """Run the GEMM kernel; returns the result array (``out`` itself when it fits)."""
+    dtype = a.dtype
+    a, b = _kernel_readable(a), _kernel_readable(b)
+    if out is not None and out.dtype == dtype and _kernel_strides_ok(out):
+        c = out
+    else:
+        c = np.empty(shapes.out_shape, dtype)
+    # core views: 1-D operands become a (1, k) row / (k, 1) column, C loses those axes
+    a_mat = a[None, :] if shapes.a_vector else a
+    b_mat = b[:, None] if shapes.b_vector else b
+    c_mat = c
+    if shapes.a_vector:
+        c_mat = c_mat[..., None, :] if not shapes.b_vector else c_mat[..., None]
+    if shapes.b_vector:
+        c_mat = c_mat[..., None]
+    _KERNELS[dtype](
+        a, b, c,
+        _batch_offsets(a_mat, shapes.batch), _batch_offsets(b_mat, shapes.batch),
+        _batch_offsets(c_mat, shapes.batch),
+        shapes.m, shapes.n, shapes.k,
+        _core_strides(a_mat), _core_strides(b_mat), _core_strides(c_mat), threads)
+    if c is not out and out is not None:
+        np.copyto(out, c, casting="same_kind")
+        return out
+    return c
+
+
+def _kernel_strides_ok(x: np.ndarray) -> bool:
+    """The kernel addresses elements: strides must be whole elements, data aligned."""
+    return x.flags.aligned and all(s % x.itemsize == 0 for s in x.strides)
+
+
+def _kernel_readable(x: np.ndarray) -> np.ndarray:
+    return x if _kernel_strides_ok(x) else np.ascontiguousarray(x)
+
+
+def _core_strides(x: np.ndarray) -> tuple:
+    """(row, column) element strides of the last two axes."""
+    return x.strides[-2] // x.itemsize, x.strides[-1] // x.itemsize
+
+
+def _batch_offsets(x: np.ndarray, batch: tuple) -> np.ndarray:
+    """Element offset of each matrix of ``x`` broadcast to ``batch``, in C order."""
+    lead = x.ndim - 2
+    off = np.zeros((), np.int64)
+    for axis, size in enumerate(batch):
+        xa = axis - (len(batch) - lead)      # the axis of x aligned with batch[axis]
+        stride = 0 if xa < 0 or x.shape[xa] == 1 else x.strides[xa] // x.itemsize
+        off = off[..., None] + np.arange(size, dtype=np.int64) * stride
+    return np.ascontiguousarray(off.reshape(-1))
+
+
+# ------------------------------------------------------------------------ torch dtypes
+
+def _torch_only_dtype(x) -> bool:
+    """True for a tensor whose dtype NumPy lacks (bfloat16, float8, ...)."""
+    if not is_torch_tensor(x):
+        return False
+    torch = sys.modules["torch"]
+    return x.dtype == torch.bfloat16 or "float8" in str(x.dtype)
+
+
+def _torch_matmul(a, b, out):
+    """Dtypes NumPy lacks: the correct path is torch's own matmul."""
+    torch = sys.modules["torch"]
+    a_t = a if is_torch_tensor(a) else torch.as_tensor(np.asarray(a))
+    b_t = b if is_torch_tensor(b) else torch.as_tensor(np.asarray(b))
+    return torch.matmul(a_t, b_t) if out is None else torch.matmul(a_t, b_t, out=out)

@@ -1,0 +1,376 @@
+"""dyntile.matmul against numpy.matmul computed in float64.
+
+Error bound: the standard forward bound for a length-K dot product,
+|got - exact| <= c * (K + 2) * eps * (|A| @ |B|), elementwise.
+"""
+import itertools
+import sys
+import types
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dyntile
+from dyntile.cpu import gemm
+from dyntile.matmul import matmul, matmul_shapes
+
+DTYPES = [np.float32, np.float64]
+
+
+def reference(a, b):
+    return np.matmul(np.asarray(a, np.float64), np.asarray(b, np.float64))
+
+
+def assert_matmul_close(got, a, b, dtype=None):
+    a, b = np.asarray(a), np.asarray(b)
+    dtype = np.dtype(dtype or np.result_type(a, b))
+    exact = reference(a, b)
+    k = a.shape[-1]
+    scale = np.matmul(np.abs(a.astype(np.float64)), np.abs(b.astype(np.float64)))
+    bound = 2 * (k + 2) * np.finfo(dtype).eps * scale + np.finfo(dtype).tiny
+    got = np.asarray(got)
+    assert got.shape == exact.shape
+    assert got.dtype == dtype
+    err = np.abs(got.astype(np.float64) - exact)
+    assert np.all(err <= bound), f"max error {err.max()} over bound at {np.unravel_index(np.argmax(err - bound), err.shape)}"
+
+
+def rand(rng, shape, dtype):
+    """Random values away from zero (a zero result would hide a missing term)."""
+    x = rng.uniform(0.5, 1.5, size=shape) * rng.choice([-1.0, 1.0], size=shape)
+    return x.astype(dtype)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)
+
+
+@pytest.fixture(params=gemm.available_isas())
+def isa(request):
+    previous = gemm._set_isa(request.param)
+    yield request.param
+    gemm._set_isa(previous)
+
+
+# ------------------------------------------------------------------- values and shapes
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_odd_sizes_match_numpy(rng, dtype):
+    sizes = (1, 7, 33, 127, 257)
+    for m, k, n in itertools.product(sizes, sizes, sizes):
+        if m * k * n > 257 * 257 * 33:
+            continue
+        a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+        assert_matmul_close(matmul(a, b), a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mkn", [(1, 1, 1), (16, 32, 32), (350, 300, 70), (3, 5, 4100), (29, 513, 65)])
+def test_every_isa_across_block_edges(rng, isa, dtype, mkn):
+    """Sizes below, at and past MR/NR and the MC/KC/NC cache blocks, each micro-kernel."""
+    m, k, n = mkn
+    a, b = rand(rng, (m, k), dtype), rand(rng, (k, n), dtype)
+    assert gemm.isa() == isa
+    assert_matmul_close(matmul(a, b, threads=1), a, b)
+    assert_matmul_close(matmul(a, b, threads=2), a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_register_block_sizes_exactly(rng, isa, dtype):
+    bs = gemm.blocking_table()[isa, np.dtype(dtype).name]
+    for m, n in [(bs["mr"], bs["nr"]), (bs["mr"] - 1, bs["nr"] + 1), (2 * bs["mr"], 2 * bs["nr"] - 1)]:
+        a, b = rand(rng, (max(m, 1), 9), dtype), rand(rng, (9, n), dtype)
+        assert_matmul_close(matmul(a, b), a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_strided_operands(rng, dtype):
+    base_a = rand(rng, (90, 70), dtype)
+    base_b = rand(rng, (80, 60), dtype)
+    views = [
+        (base_a[:33, :41], base_b[:41, :29]),                    # sliced, row-major
+        (base_a[:41, :33].T, base_b[:29, :41].T),                 # transposed
+        (base_a[::2, 1::2][:33, :30], base_b[::2, ::-2][:30]),    # stepped, negative
+        (base_a[::-1, ::-1][:20, :50], np.asfortranarray(base_b[:50, :17])),
+        (base_a[5, :40], base_b[:40, 3]),                         # 1-D @ 1-D, strided
+        (base_a[:, 3][:60], base_b[::-1][:60, :7]),               # strided vector @ matrix
+    ]
+    for a, b in views:
+        assert_matmul_close(matmul(a, b), a, b)
+
+
+def test_views_are_read_without_copies(rng, monkeypatch):
+    """Transposed and negative-stride operands reach the kernel as the same memory."""
+    a = rand(rng, (40, 30), np.float32)[::-1].T
+    b = rand(rng, (50, 80), np.float32)[:, ::2].T[::-1]
+    seen = []
+    real = dyntile.matmul._KERNELS[np.dtype(np.float32)]
+
+    def spy(a_arg, b_arg, *args):
+        seen.append((a_arg, b_arg))
+        return real(a_arg, b_arg, *args)
+
+    monkeypatch.setitem(dyntile.matmul._KERNELS, np.dtype(np.float32), spy)
+    assert_matmul_close(matmul(a, b), a, b)
+    assert seen[0][0] is a and seen[0][1] is b
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ((2, 1, 5, 7), (3, 7, 4)),
+    ((5, 7), (4, 7, 3)),
+    ((7,), (2, 7, 3)),
+    ((2, 3, 7), (7,)),
+    ((1, 4, 6), (3, 1, 6, 2)),
+])
+def test_broadcast_batches(rng, dtype, a_shape, b_shape):
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    assert_matmul_close(matmul(a, b), a, b)
+    assert_matmul_close(matmul(a, b, threads=2), a, b)
+
+
+def test_batch_of_many_small_matrices_in_parallel(rng):
+    a, b = rand(rng, (37, 9, 11), np.float64), rand(rng, (37, 11, 5), np.float64)
+    assert_matmul_close(matmul(a, b, threads=2), a, b)
+    a, b = rand(rng, (3, 130, 140), np.float32), rand(rng, (140, 150), np.float32)
+    assert_matmul_close(matmul(a, b, threads=2), a, b)
+
+
+def test_vector_products_return_numpy_kinds(rng):
+    a, b = rand(rng, 13, np.float64), rand(rng, 13, np.float64)
+    got = matmul(a, b)
+    assert isinstance(got, np.float64)
+    assert got == pytest.approx(float(a @ b), rel=1e-12)
+    assert matmul(rand(rng, (4, 13), np.float32), a.astype(np.float32)).shape == (4,)
+
+
+def test_lists(rng):
+    got = matmul([[1, 2], [3, 4]], [[1.5, 0], [0, 2]])
+    np.testing.assert_array_equal(got, [[1.5, 4.0], [4.5, 8.0]])
+    assert got.dtype == np.float64
+
+
+# ------------------------------------------------------------------------ dtypes
+
+@pytest.mark.parametrize("da,db", [(np.float32, np.float64), (np.int64, np.float32),
+                                    (np.int16, np.float32), (np.float32, np.float32)])
+def test_float_promotion_runs_on_kernel(rng, da, db):
+    a, b = rand(rng, (6, 5), np.float64) * 10, rand(rng, (5, 4), np.float64) * 10
+    a, b = a.astype(da), b.astype(db)
+    got = matmul(a, b)
+    assert got.dtype == np.result_type(a, b)
+    assert_matmul_close(got, a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint8, np.bool_, np.float16, np.complex128])
+def test_other_dtypes_follow_numpy(rng, dtype):
+    a = rng.integers(0, 3, size=(2, 5, 6)).astype(dtype)
+    b = rng.integers(0, 3, size=(6, 3)).astype(dtype)
+    expected = np.matmul(a, b)
+    got = matmul(a, b)
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
+
+
+# -------------------------------------------------------------------------- out=
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_out_receives_result(rng, dtype):
+    a, b = rand(rng, (2, 19, 23), dtype), rand(rng, (23, 17), dtype)
+    out = np.full((2, 19, 17), np.nan, dtype)
+    assert matmul(a, b, out=out) is out
+    assert_matmul_close(out, a, b)
+    big = np.full((2, 38, 40), np.nan, dtype)
+    view = big[:, ::2, 1:35:2]
+    matmul(a, b, out=view)
+    assert_matmul_close(view, a, b)
+    assert np.isnan(big[:, 1::2]).all()         # nothing written outside the view
+
+
+def test_out_casts_same_kind(rng):
+    a, b = rand(rng, (5, 6), np.float64), rand(rng, (6, 7), np.float64)
+    out = np.empty((5, 7), np.float32)
+    matmul(a, b, out=out)
+    np.testing.assert_allclose(out, reference(a, b), rtol=1e-6)
+
+
+def test_out_rejected(rng):
+    a, b = rand(rng, (5, 6), np.float64), rand(rng, (6, 7), np.float64)
+    with pytest.raises(ValueError, match=r"out has shape \(7, 5\).*\(5, 7\)"):
+        matmul(a, b, out=np.empty((7, 5)))
+    with pytest.raises(TypeError, match="float64.*int64"):
+        matmul(a, b, out=np.empty((5, 7), np.int64))
+    with pytest.raises(TypeError, match="out should be"):
+        matmul(a, b, out=[[0.0] * 7] * 5)
+    ro = np.empty((5, 7))
+    ro.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        matmul(a, b, out=ro)
+
+
+def test_out_aliasing_an_input_rejected(rng):
+    sq = rand(rng, (6, 6), np.float64)
+    with pytest.raises(ValueError, match="overlaps operand a"):
+        matmul(sq, rand(rng, (6, 6), np.float64), out=sq)
+    buf = rand(rng, (6, 14), np.float64)
+    with pytest.raises(ValueError, match="overlaps operand b"):
+        matmul(rand(rng, (6, 6), np.float64), buf[:, :7], out=buf[:, 6:13])
+    # interleaved columns of one buffer do not overlap: allowed
+    matmul(sq, buf[:, 0::2], out=buf[:, 1::2])
+
+
+# --------------------------------------------------------------------- zero sizes
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("a_shape,b_shape", [((0, 3), (3, 4)), ((3, 4), (4, 0)), ((3, 0), (0, 4)),
+                                             ((2, 0, 3, 4), (4, 5)), ((0,), (0,)), ((5, 0), (0,))])
+def test_zero_size(dtype, a_shape, b_shape):
+    a, b = np.ones(a_shape, dtype), np.ones(b_shape, dtype)
+    expected = np.matmul(a, b)
+    out = np.full(np.shape(expected), np.nan, dtype)
+    got = matmul(a, b, out=out)
+    np.testing.assert_array_equal(got, expected)     # k == 0: zeros, even over NaN
+    np.testing.assert_array_equal(matmul(a, b), expected)
+
+
+# ---------------------------------------------------------------------- NaN, inf
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_and_inf_propagate_like_numpy(rng, dtype):
+    a, b = rand(rng, (20, 40), dtype), rand(rng, (40, 36), dtype)
+    a[3, 7] = np.nan
+    a[5, 2] = np.inf
+    b[2, 30] = 0.0            # inf * 0 -> NaN in C[5, 30]
+    b[11, 8] = -np.inf        # column 8 goes -inf or NaN
+    a[9, 11] = 0.0
+    with np.errstate(invalid="ignore"):
+        expected = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    for threads in (1, 2):
+        got = matmul(a, b, threads=threads)
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(expected))
+        np.testing.assert_array_equal(np.isposinf(got), np.isposinf(expected))
+        np.testing.assert_array_equal(np.isneginf(got), np.isneginf(expected))
+
+
+# ------------------------------------------------------------------------- errors
+
+def test_shape_errors_match_numpy():
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(4, 5\)"):
+        matmul(np.ones((2, 3)), np.ones((4, 5)))
+    with pytest.raises(ValueError, match=r"\(3,\).*\(4,\)"):
+        matmul(np.ones(3), np.ones(4))
+    with pytest.raises(ValueError, match="does not have enough dimensions"):
+        matmul(np.float64(2.0), np.ones((2, 2)))
+    with pytest.raises(ValueError, match="Input operand 1"):
+        matmul(np.ones((2, 2)), 3.0)
+    with pytest.raises(ValueError, match=r"do not broadcast.*\(2,\) vs \(3,\)"):
+        matmul(np.ones((2, 4, 3)), np.ones((3, 3, 5)))
+    for bad in (np.ones((2, 3)), np.ones(3)):          # numpy agrees these are errors
+        with pytest.raises(ValueError):
+            np.matmul(bad, np.ones((4, 5)))
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="threads"):
+        matmul(np.ones((2, 2)), np.ones((2, 2)), threads=0)
+    with pytest.raises(TypeError, match="dtype <U1"):
+        matmul(np.array([["a"]]), np.ones((1, 1)))
+    with pytest.raises(ValueError, match="operand b is not a rectangular"):
+        matmul(np.ones((2, 2)), [[1.0, 2.0], [3.0]])
+
+
+def test_matmul_shapes_helper():
+    s = matmul_shapes((5, 1, 4, 3), (2, 3, 7))
+    assert (s.batch, s.m, s.k, s.n, s.out_shape) == ((5, 2), 4, 3, 7, (5, 2, 4, 7))
+    assert matmul_shapes((3,), (3,)).out_shape == ()
+    assert matmul_shapes((2, 3), (3,)).out_shape == (2,)
+    assert matmul_shapes((3,), (4, 3, 2)).out_shape == (4, 2)
+    with pytest.raises(ValueError, match=r"\(2, 3\).*\(4, 2\)"):
+        matmul_shapes((2, 3), (4, 2))
+
+
+# ------------------------------------------------------------------- kernel in use
+
+def test_compiled_kernel_is_used(rng, monkeypatch):
+    import importlib.machinery
+
+    assert gemm.__file__.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    assert gemm.isa() in gemm.available_isas()
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("numpy.matmul called for a float32 product")
+
+    monkeypatch.setattr(np, "matmul", forbidden)
+    a, b = rand(rng, (9, 8), np.float32), rand(rng, (8, 7), np.float32)
+    got = matmul(a, b)
+    monkeypatch.undo()
+    assert_matmul_close(got, a, b)
+
+
+def test_set_isa_rejects_unknown():
+    with pytest.raises(ValueError, match="unknown GEMM ISA"):
+        gemm._set_isa("sse9")
+
+
+def test_cuda_operands_go_to_dyntile_cuda(monkeypatch):
+    class DeviceArray:
+        __cuda_array_interface__ = {}
+
+    calls = []
+    fake = types.ModuleType("dyntile.cuda")
+    fake.matmul = lambda a, b, out=None: calls.append((a, b, out)) or "device result"
+    monkeypatch.setitem(sys.modules, "dyntile.cuda", fake)
+    a, b = DeviceArray(), DeviceArray()
+    assert matmul(a, b) == "device result"
+    assert calls == [(a, b, None)]
+    with pytest.raises(TypeError, match="mix CUDA device and host"):
+        matmul(a, np.ones((2, 2)))
+
+
+# --------------------------------------------------------------------------- torch
+
+def test_torch_in_torch_out(rng):
+    torch = pytest.importorskip("torch")
+    a = torch.from_numpy(rand(rng, (3, 12, 10), np.float32))
+    b = torch.from_numpy(rand(rng, (14, 10), np.float32)).T          # non-contiguous
+    got = matmul(a, b)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
+    assert_matmul_close(got.numpy(), a.numpy(), b.numpy())
+    out = torch.empty(3, 12, 14)
+    assert matmul(a, b, out=out) is out
+    assert_matmul_close(out.numpy(), a.numpy(), b.numpy())
+    assert isinstance(matmul(a[0, 0], b[:, 0]), torch.Tensor)
+    with pytest.raises(TypeError, match="requires grad"):
+        matmul(a.requires_grad_(), b)
+    bf = matmul(torch.ones(2, 3, dtype=torch.bfloat16), torch.ones(3, 4, dtype=torch.bfloat16))
+    assert bf.dtype == torch.bfloat16 and torch.equal(bf, torch.full((2, 4), 3.0, dtype=torch.bfloat16))
+
+
+# ---------------------------------------------------------------------- properties
+
+@st.composite
+def strided_operands(draw):
+    dtype = draw(st.sampled_from(DTYPES))
+    m, k, n = (draw(st.integers(0, 40)) for _ in range(3))
+    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+
+    def view(shape):
+        steps = [draw(st.sampled_from([1, 2, -1, -2])) for _ in shape]
+        base = rand(rng, tuple(abs(s) * d + 1 for s, d in zip(steps, shape)), dtype)
+        x = base[tuple(slice(None, None, s) for s in steps)][tuple(slice(0, d) for d in shape)]
+        if len(shape) >= 2 and draw(st.booleans()):
+            x = np.swapaxes(np.ascontiguousarray(np.swapaxes(x, -1, -2)), -1, -2)  # column-major core
+        return x
+
+    return view(batch + (m, k)), view((k, n)), draw(st.sampled_from([1, 2]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(strided_operands())
+def test_property_matches_numpy_for_any_strides(ops):
+    a, b, threads = ops
+    assert_matmul_close(matmul(a, b, threads=threads), a, b)
