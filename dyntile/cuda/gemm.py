@@ -24,7 +24,7 @@ import numpy as np
 from .config import GemmBlocking, gemm_blocking
 from .runtime import cuda
 
-__all__ = ["make_gemm_pyfunc", "gemm_kernel", "gemm_signature"]
+__all__ = ["make_gemm_pyfunc", "gemm_kernel"]
 
 
 def make_gemm_pyfunc(blocking: GemmBlocking, dtype_name: str):
@@ -128,12 +128,6 @@ def make_gemm_pyfunc(blocking: GemmBlocking, dtype_name: str):
     gemm_kernel.__name__ = f"gemm_{dtype_name}_{BM}x{BN}x{BK}_{TM}x{TN}"
     gemm_kernel.__qualname__ = gemm_kernel.__name__
     return gemm_kernel
-
-
-def gemm_signature(dtype_name: str) -> str:
-    """Numba signature of the kernel on C-contiguous operands (used for PTX builds)."""
-    arr = f"{dtype_name}[:, :, ::1]"
-    return f"void({arr}, {arr}, {arr}, int32[::1], int32[::1], int64)"
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,57 @@
+"""CUDA tests run on Numba's CUDA simulator unless NUMBA_ENABLE_CUDASIM is set to 0.
+
+The variable is set here, at import, before numba is imported by these tests; if
+another module imported numba first without it, the kernel tests skip with that
+reason. Sizes are small: every simulated thread is a Python thread.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+
+def _cuda_status() -> str | None:
+    """``None`` when kernels can run here, else the reason they cannot."""
+    try:
+        from numba import cuda
+    except ImportError:
+        return "numba / numba-cuda is not installed"
+    wanted = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+    if wanted and not cuda.config.ENABLE_CUDASIM:
+        return "numba was imported before tests/cuda/conftest.py could turn the CUDA simulator on"
+    if not cuda.is_available():
+        return "no CUDA device and the simulator is off"
+    return None
+
+
+@pytest.fixture(scope="session")
+def cuda_device():
+    """numba.cuda, or skip with the reason kernels cannot run here."""
+    reason = _cuda_status()
+    if reason is not None:
+        pytest.skip(reason)
+    from numba import cuda
+
+    return cuda
+
+
+@pytest.fixture(scope="session")
+def simulated(cuda_device) -> bool:
+    return bool(cuda_device.config.ENABLE_CUDASIM)
+
+
+@pytest.fixture
+def rng():
+    import numpy as np
+
+    return np.random.default_rng(20261129)
+
+
+def pytest_report_header(config):
+    mode = "simulator" if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0") else "device"
+    loaded = "numba loaded" if "numba" in sys.modules else "numba not loaded yet"
+    return f"dyntile cuda tests: {mode} ({loaded})"

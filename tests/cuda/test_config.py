@@ -1,0 +1,130 @@
+"""Block-size table, launch configurations, lazy import and dispatch (no kernels run)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from dyntile.cuda.config import COPY_BLOCK, GEMM_BLOCKING, GemmBlocking, gemm_blocking
+from dyntile.cuda.launch import MAX_GRID_YZ, copy_launch, gemm_launch
+from dyntile.dispatch import backend_of
+
+
+@pytest.mark.parametrize("profile", sorted(GEMM_BLOCKING))
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_blocking_table_is_consistent(profile, dtype):
+    blk = gemm_blocking(dtype, profile).check()
+    assert blk.bm % blk.tm == 0 and blk.bn % blk.tn == 0
+    assert blk.nthreads <= 1024
+    assert (blk.bm * blk.bk) % blk.nthreads == 0 and (blk.bk * blk.bn) % blk.nthreads == 0
+
+
+def test_gpu_blocking_is_the_serious_one():
+    blk = gemm_blocking("float32", "gpu")
+    assert (blk.bm, blk.bn, blk.tm, blk.tn) == (128, 128, 8, 8)
+    assert blk.threads == (16, 16)
+    itemsize = 4
+    smem = 2 * blk.bk * (blk.bm + blk.pad + blk.bn + blk.pad) * itemsize
+    assert smem <= 48 * 1024                     # static shared memory limit
+
+
+@pytest.mark.parametrize("bad, match", [
+    (GemmBlocking(128, 128, 8, 7, 8, 4), "multiples"),
+    (GemmBlocking(256, 256, 8, 4, 4, 0), "1024"),
+    (GemmBlocking(16, 16, 3, 2, 2, 0), "split evenly"),
+    (GemmBlocking(16, 16, 4, 2, 2, -1), "pad"),
+])
+def test_blocking_check_rejects(bad, match):
+    with pytest.raises(ValueError, match=match):
+        bad.check()
+
+
+def test_gemm_blocking_unknown_dtype():
+    with pytest.raises(TypeError, match="float16"):
+        gemm_blocking("float16", "gpu")
+
+
+def test_copy_blocks_fit_a_block():
+    for bx, by in COPY_BLOCK.values():
+        assert 1 <= bx * by <= 1024
+
+
+@pytest.mark.parametrize("batch, m, n", [(1, 1, 1), (3, 33, 17), (2, 128, 129), (5, 300, 7)])
+def test_gemm_launch_covers_the_output(batch, m, n):
+    blk = GemmBlocking(8, 8, 4, 2, 2, 1)
+    (z0, grid, block), = gemm_launch(batch, m, n, blk)
+    assert z0 == 0 and block == (4, 4)
+    assert grid[0] * blk.bn >= n > (grid[0] - 1) * blk.bn
+    assert grid[1] * blk.bm >= m > (grid[1] - 1) * blk.bm
+    assert grid[2] == batch
+
+
+def test_gemm_launch_chunks_large_batches():
+    launches = gemm_launch(2 * MAX_GRID_YZ + 5, 4, 4, GemmBlocking(8, 8, 4, 2, 2, 1))
+    assert [z0 for z0, _, _ in launches] == [0, MAX_GRID_YZ, 2 * MAX_GRID_YZ]
+    assert sum(g[2] for _, g, _ in launches) == 2 * MAX_GRID_YZ + 5
+
+
+@pytest.mark.parametrize("shape", [(0, 3, 3), (2, 0, 3), (2, 3, 0)])
+def test_empty_launches(shape):
+    assert gemm_launch(*shape, GemmBlocking(8, 8, 4, 2, 2, 1)) == []
+    assert copy_launch(*shape, (4, 2)) is None
+
+
+def test_copy_launch_clips_grid():
+    grid, block = copy_launch(100000, 400000, 5, (128, 4))
+    assert block == (128, 4) and grid == (1, MAX_GRID_YZ, MAX_GRID_YZ)
+
+
+class _FakeDeviceArray:
+    """Exposes the CUDA array interface the way CuPy or a device buffer does."""
+
+    shape, dtype = (3,), "float32"
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": (3,), "typestr": "<f4", "data": (0, False), "version": 3}
+
+
+def test_dispatch_routes_the_cuda_interface():
+    import numpy as np
+
+    assert backend_of([_FakeDeviceArray(), _FakeDeviceArray()]) == "cuda"
+    with pytest.raises(TypeError, match="arrays\\[1\\]"):
+        backend_of([_FakeDeviceArray(), np.zeros(3)])
+
+
+def _run(code: str, **env):
+    import os
+
+    environ = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    environ.update(env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=environ, timeout=120)
+
+
+def test_import_is_free_of_numba_and_torch():
+    r = _run("""
+        import sys, dyntile, dyntile.cuda
+        dir(dyntile.cuda)
+        from dyntile.cuda import config, launch
+        print(sorted(m for m in ("numba", "torch") if m in sys.modules))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
+def test_clear_error_without_numba():
+    r = _run("""
+        import sys
+        sys.modules["numba"] = None          # as if numba were not installed
+        import dyntile.cuda
+        try:
+            dyntile.cuda.pad_into
+        except ImportError as e:
+            print("ERR", e)
+    """)
+    assert r.returncode == 0, r.stderr
+    assert "ERR" in r.stdout and "numba-cuda" in r.stdout
