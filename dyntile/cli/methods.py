@@ -1,0 +1,121 @@
+"""The four ways the demo batches a corpus, each a ``batch_sampler`` + ``collate_fn`` pair.
+
+Every collate returns int64 ``[B, T]`` ``input_ids``, ``position_ids`` and
+``segment_ids`` (0 = padding, ``k >= 1`` = k-th sequence of a row), the input of
+:class:`~dyntile.cli.model.TinyTransformer`:
+
+* ``random``  -- shuffled greedy token-budget batches, ``pad_sequence`` to the batch max;
+* ``sorted``  -- the same from length-sorted pools;
+* ``buckets`` -- dyntile's plan, ``loaders.BucketBatchSampler`` + ``loaders.DynTileCollate``;
+* ``packing`` -- ``loaders.PackingBatchSampler`` + ``loaders.packed_collate.collate_packed``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from dyntile.cli.baselines import BudgetBatchSampler, pad_sequence_collate
+from dyntile.cli.corpus import Corpus
+from dyntile.shapes import round_up
+
+__all__ = ["METHODS", "LABELS", "Batching", "TokenDataset", "build_batching"]
+
+METHODS = ("random", "sorted", "buckets", "packing")
+LABELS = {
+    "random": "random + pad_sequence",
+    "sorted": "sorted pools + pad_sequence",
+    "buckets": "dyntile buckets",
+    "packing": "dyntile packing",
+}
+
+
+class TokenDataset(torch.utils.data.Dataset):
+    """Map-style dataset over a :class:`Corpus`: item ``i`` is ``{"input_ids": int64 (L_i,)}``."""
+
+    def __init__(self, corpus: Corpus):
+        self.corpus = corpus
+
+    def __len__(self) -> int:
+        return len(self.corpus)
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        return {"input_ids": torch.from_numpy(self.corpus.sequence(i))}
+
+
+@dataclass(frozen=True)
+class Batching:
+    """A batching method: ``batch_sampler`` and ``collate_fn`` for a ``DataLoader``.
+
+    ``dynamic_dims``: the method's shapes are known to vary (dyntile buckets), so the
+    training loop marks ``B`` and ``T`` dynamic up front instead of letting
+    ``torch.compile`` find out by recompiling.
+    """
+
+    name: str
+    batch_sampler: torch.utils.data.Sampler
+    collate_fn: Callable[[list], dict]
+    dynamic_dims: bool = False
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.name]
+
+    def loader(self, dataset: TokenDataset) -> torch.utils.data.DataLoader:
+        """A single-process ``DataLoader`` (the demo runs on small machines)."""
+        return torch.utils.data.DataLoader(dataset, batch_sampler=self.batch_sampler, collate_fn=self.collate_fn)
+
+
+def pack_seq_len(lengths: np.ndarray, pack_len: int, max_tokens: int, multiple: int = 8) -> int:
+    """Row length ``T`` of packed batches: ``pack_len``, no longer than the longest sample needs.
+
+    >>> pack_seq_len(np.array([3, 40]), 512, 4096), pack_seq_len(np.array([3, 900]), 512, 4096)
+    (40, 512)
+    """
+    return min(round_up(pack_len, multiple), round_up(int(lengths.max()), multiple), max_tokens // multiple * multiple)
+
+
+def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len: int, seed: int) -> Batching:
+    """Fresh sampler + collate for method ``name`` (one of :data:`METHODS`)."""
+    lengths = corpus.lengths
+    if name in ("random", "sorted"):
+        return Batching(name, BudgetBatchSampler(lengths, max_tokens, order=name, seed=seed), pad_sequence_collate)
+    from loaders import BucketBatchSampler, DynTileCollate  # noqa: F401  (needs torch)
+    if name == "buckets":
+        sampler = BucketBatchSampler(lengths, plan=plan, max_tokens=max_tokens, shuffle=True, seed=seed)
+        return Batching(name, sampler, _BucketCollate(DynTileCollate(plan=plan, pad_values={"input_ids": 0})), True)
+    if name == "packing":
+        from loaders.packing_sampler import PackingBatchSampler
+        seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
+        sampler = PackingBatchSampler(lengths, max_tokens=max_tokens, seq_len=seq_len, seed=seed)
+        return Batching(name, sampler, _PackedCollate(sampler.shapes))
+    raise ValueError(f"method should be one of {METHODS}, but got {name!r}")
+
+
+class _BucketCollate:
+    """``DynTileCollate`` pads ``input_ids`` to the bucket; segments come from the sample lengths."""
+
+    def __init__(self, collate):
+        self.collate = collate
+
+    def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
+        lengths = torch.tensor([len(s["input_ids"]) for s in samples])
+        ids = self.collate(samples)["input_ids"]
+        positions = torch.arange(ids.shape[1]).expand_as(ids).contiguous()
+        return {"input_ids": ids, "position_ids": positions,
+                "segment_ids": (positions < lengths[:, None]).long()}
+
+
+class _PackedCollate:
+    """``collate_packed`` lays samples end to end in ``[B, T]`` rows with per-row segments."""
+
+    def __init__(self, shapes):
+        self.shapes = shapes
+
+    def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
+        from loaders.packed_collate import collate_packed
+        out = collate_packed(samples, shapes=self.shapes)
+        return {"input_ids": out["input_ids"], "position_ids": out["position_ids"],
+                "segment_ids": out["segment_ids"]}

@@ -1,0 +1,64 @@
+"""``dyntile plan``: bucket boundaries, batch sizes and expected padding for a set of lengths."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+from dyntile.cli.errors import CLIError
+from dyntile.cli.sources import describe_lengths, load_corpus
+from dyntile.cli.table import format_table
+
+__all__ = ["add_plan_arguments", "run_plan", "plan_rows"]
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    """Options of ``dyntile plan`` besides the shared data/plan options."""
+    p.add_argument("--batch-tokens", type=int, default=4096, help="token budget per batch (default 4096)")
+    p.add_argument("--out", metavar="PLAN.json", help="save the plan as JSON (load with BucketPlan.load)")
+
+
+def plan_rows(plan, lengths: np.ndarray, batch_tokens: int) -> list[list]:
+    """One row per bucket: boundary, samples, share, batch size, padded % inside the bucket."""
+    bucket = plan.bucket_of(lengths)
+    sizes = plan.batch_sizes(batch_tokens)
+    rows = []
+    for b, (bound, bs) in enumerate(zip(plan.boundaries, sizes)):
+        members = lengths[bucket == b]
+        pad = 1.0 - members.sum() / (bound * members.size) if members.size else 0.0
+        rows.append([b, bound, members.size, f"{100 * members.size / lengths.size:.1f}", bs,
+                     f"{bs * bound}", f"{100 * pad:.1f}"])
+    return rows
+
+
+def run_plan(args: argparse.Namespace, out=sys.stdout) -> int:
+    """Plan, print the plan and save it when ``--out`` is given; return the exit status."""
+    for name in ("buckets", "multiple", "batch_tokens"):
+        if getattr(args, name) < 1:
+            raise CLIError(f"--{name.replace('_', '-')} should be a positive integer, but got {getattr(args, name)}")
+    import dyntile
+
+    corpus = load_corpus(args.data, field=args.field, pad_id=args.pad_id, allow_pickle=args.allow_pickle,
+                         limit=args.limit, seed=args.seed, max_length=args.max_length)
+    lengths = corpus.lengths
+    plan = dyntile.plan_buckets(lengths, max_buckets=args.buckets, multiple=args.multiple, cost=args.cost)
+    print(f"data   : {corpus.name}", file=out)
+    print(f"lengths: {describe_lengths(lengths)}", file=out)
+    print(f"plan   : {len(plan.boundaries)} buckets, multiple {plan.multiple}, cost {plan.cost}, "
+          f"budget {args.batch_tokens} tokens/batch", file=out)
+    print(file=out)
+    headers = ["bucket", "boundary", "samples", "share %", "batch size", "tokens/batch", "padded %"]
+    print(format_table(headers, plan_rows(plan, lengths, args.batch_tokens)), file=out)
+    print(file=out)
+    plain = 1.0 - lengths.sum() / (lengths.size * int(lengths.max()))
+    print(f"expected padding: {100 * plan.padding_ratio(lengths, cost='linear'):.1f}% of tokens, "
+          f"{100 * plan.padding_ratio(lengths, cost='quadratic'):.1f}% of attention cost "
+          f"(padding everything to the longest sample: {100 * plain:.1f}% of tokens)", file=out)
+    if args.out:
+        try:
+            plan.save(args.out)
+        except OSError as exc:
+            raise CLIError(f"cannot write the plan to {args.out!r}: {exc}") from None
+        print(f"plan saved to {args.out} (dyntile.BucketPlan.load({args.out!r}))", file=out)
+    return 0

@@ -1,0 +1,49 @@
+"""Where a subcommand's corpus comes from: a user file, or the embedded stdlib docstrings."""
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+
+from dyntile.cli.corpus import Corpus
+from dyntile.cli.errors import CLIError
+from dyntile.cli.readers import read_corpus
+from dyntile.cli.stdlib_docs import stdlib_docstrings, stdlib_root
+
+__all__ = ["load_corpus", "describe_lengths"]
+
+
+def load_corpus(path=None, *, field: str | None = None, pad_id: int | None = None, allow_pickle: bool = False,
+                limit: int | None = None, vocab_size: int = 8192, seed: int = 0,
+                max_length: int | None = None) -> Corpus:
+    """The user's file at ``path``, else the stdlib docstrings tokenized word by word.
+
+    ``limit`` keeps the first ``limit`` samples; ``max_length`` truncates explicitly
+    (nothing is ever cut otherwise).
+    """
+    if limit is not None and limit < 1:
+        raise CLIError(f"--limit should be a positive number of samples, but got {limit}")
+    if max_length is not None and max_length < 1:
+        raise CLIError(f"--max-length should be a positive number of tokens, but got {max_length}")
+    if path is None:
+        texts = stdlib_docstrings(limit=limit)
+        if not texts:
+            raise CLIError(f"found no docstrings under {stdlib_root()}")
+        name = f"{len(texts)} docstrings of the Python {platform.python_version()} standard library"
+        corpus = Corpus.from_texts(texts, name, vocab_size=vocab_size)
+    else:
+        corpus = read_corpus(path, field=field, pad_id=pad_id, allow_pickle=allow_pickle, seed=seed)
+        if limit is not None and limit < len(corpus):
+            seqs = None if corpus.sequences is None else corpus.sequences[:limit]
+            corpus = Corpus(corpus.name, corpus.lengths[:limit], corpus.vocab_size, seqs, corpus.seed)
+    return corpus if max_length is None else corpus.truncated(max_length)
+
+
+def describe_lengths(lengths: np.ndarray) -> str:
+    """One line of length statistics.
+
+    >>> describe_lengths(np.array([1, 2, 3, 10]))
+    'n=4, mean 4.0, median 3, p90 10, p99 10, max 10'
+    """
+    p50, p90, p99 = (int(np.percentile(lengths, q, method="higher")) for q in (50, 90, 99))
+    return f"n={lengths.size}, mean {lengths.mean():.1f}, median {p50}, p90 {p90}, p99 {p99}, max {int(lengths.max())}"
