@@ -1,0 +1,194 @@
+"""collate_packed: dense copies, segment metadata, and packing that leaves attention intact."""
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dyntile.planning.packing import pack_rows
+from loaders.packed_collate import collate_packed
+from loaders.packing_sampler import PackingBatchSampler
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+
+
+def ragged(lengths, seed=0, vocab=50):
+    rng = np.random.default_rng(seed)
+    return [rng.integers(1, vocab, int(n)) for n in lengths]
+
+
+def reference_dense(seqs, packed, fill):
+    """Slow, obviously correct: copy piece by piece."""
+    B, T = packed.shape
+    out = np.full((B, T), fill, dtype=np.result_type(*[s.dtype for s in seqs]))
+    for i, r, o, n, st in zip(packed.indices, packed.rows, packed.offsets, packed.sizes, packed.starts):
+        out[r, o:o + n] = seqs[i][st:st + n]
+    return out
+
+
+def segments_from_ids(seg):
+    """cu_seqlens recomputed from segment ids alone (no zero-length samples)."""
+    B, T = seg.shape
+    bounds = [0]
+    for r in range(B):
+        for t in range(1, T):
+            if seg[r, t] != seg[r, t - 1]:
+                bounds.append(r * T + t)
+        bounds.append((r + 1) * T)
+    return bounds
+
+
+@pytest.mark.parametrize("lengths, shapes, overflow", [
+    ([5, 3, 7, 1, 8, 2, 6], [(4, 8)], "second_shape"),
+    ([13, 3, 1], [(4, 8)], "split"),
+    ([3, 20, 2, 5], [(4, 8), (2, 24)], "second_shape"),
+    ([1], [(1, 8)], "second_shape"),
+])
+def test_dense_and_metadata_match_reference(lengths, shapes, overflow):
+    seqs = ragged(lengths)
+    out = collate_packed([{"input_ids": s, "labels": s.copy()} for s in seqs], shapes, overflow=overflow,
+                         attention_mask=True)
+    packed = out["packing"]
+    assert packed.same_as(pack_rows(lengths, shapes, overflow=overflow))
+    np.testing.assert_array_equal(out["input_ids"].numpy(), reference_dense(seqs, packed, 0))
+    seg = out["segment_ids"].numpy()
+    pos = out["position_ids"].numpy()
+    assert out["cu_seqlens"].dtype == torch.int32
+    assert out["cu_seqlens"].tolist() == segments_from_ids(seg)
+    assert out["max_seqlen"] == int(np.diff(segments_from_ids(seg)).max())
+    B, T = packed.shape
+    # position ids count within each piece (continuing across chunks of a split sample)
+    for r, o, n, st in zip(packed.rows, packed.offsets, packed.sizes, packed.starts):
+        np.testing.assert_array_equal(pos[r, o:o + n], np.arange(st, st + n))
+        assert len(set(seg[r, o:o + n])) <= 1 and (n == 0 or seg[r, o] > 0)
+    assert np.all(pos[seg == 0] == 0)
+    mask = out["attention_mask"].numpy()
+    np.testing.assert_array_equal(mask, seg[:, :, None] == seg[:, None, :])
+    # labels: data, except -100 at the first token of every piece and on padding
+    labels = out["labels"].numpy()
+    expect = reference_dense(seqs, packed, -100)
+    expect[packed.rows[packed.sizes > 0], packed.offsets[packed.sizes > 0]] = -100
+    np.testing.assert_array_equal(labels, expect)
+    assert out["lengths"].tolist() == list(lengths)
+
+
+def test_inputs_of_every_kind():
+    base = np.arange(40, dtype=np.int32)
+    samples = [base[::3][:5],                      # non-contiguous numpy
+               torch.arange(100, 104, dtype=torch.int32),
+               [7, 8, 9],                           # list
+               np.zeros(0, np.int32)]               # zero-size
+    out = collate_packed(samples, [(2, 8)])
+    assert out["input_ids"].dtype == torch.int64  # int32 arrays + a list of Python ints promote
+    as_np = [np.asarray(s, dtype=np.int64) for s in samples]
+    np.testing.assert_array_equal(out["input_ids"].numpy(), reference_dense(as_np, out["packing"], 0))
+    assert out["lengths"].tolist() == [5, 4, 3, 0]
+    same = collate_packed(samples[:2], [(2, 8)])
+    assert same["input_ids"].dtype == torch.int32
+
+
+def test_multidim_token_keys_and_other_leaves():
+    feats = [np.random.default_rng(i).standard_normal((n, 3)).astype(np.float32) for i, n in enumerate([4, 6, 2])]
+    samples = [{"x": f, "id": i, "name": f"s{i}"} for i, f in enumerate(feats)]
+    out = collate_packed(samples, [(2, 8)], pad_values={"x": np.nan})
+    x = out["x"].numpy()
+    assert x.shape == (2, 8, 3)
+    p = out["packing"]
+    for i, r, o, n in zip(p.indices, p.rows, p.offsets, p.sizes):
+        np.testing.assert_array_equal(x[r, o:o + n], feats[i])
+    assert np.isnan(x[out["segment_ids"].numpy() == 0]).all()
+    assert out["id"].tolist() == [0, 1, 2] and out["name"] == ["s0", "s1", "s2"]
+
+
+def test_bfloat16_tokens():
+    samples = [torch.randn(3, dtype=torch.bfloat16), torch.randn(4, dtype=torch.bfloat16)]
+    out = collate_packed(samples, [(1, 8)])
+    assert out["input_ids"].dtype == torch.bfloat16
+    assert torch.equal(out["input_ids"][0, :7], torch.cat(samples))
+
+
+def test_zero_length_samples_repeat_cu_seqlens():
+    out = collate_packed([[1, 2], [], [3]], [(1, 8)])
+    assert out["cu_seqlens"].tolist() == [0, 2, 2, 3, 8]
+    assert out["segment_ids"][0].tolist() == [1, 1, 3, 0, 0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("samples, kw, exc, match", [
+    ([], {}, ValueError, "empty batch"),
+    ([{"input_ids": [1, 2], "labels": [1]}], {}, ValueError, "sample 0: token keys should have one length"),
+    ([{"input_ids": [1]}, {"ids": [2]}], {}, KeyError, "sample 1 has token keys"),
+    ([{"labels": np.array([1, 2], np.uint8)}], {}, ValueError, "out of range for uint8"),
+    ([{"input_ids": [1, 2]}], {"pad_values": {"input_ids": 0.5}}, ValueError, "integral fill"),
+    ([[1] * 6, [2] * 6, [3] * 6], {}, ValueError, "need 3 rows"),
+    ([[1] * 9], {}, ValueError, "longer than the rows"),
+    ([3], {}, TypeError, "sample 0 should be a dict"),
+    ([{"input_ids": np.zeros((2, 3)), "x": np.zeros((2, 3))}, {"input_ids": np.zeros((2, 4)), "x": np.zeros((2, 3))}],
+     {}, ValueError, "only the first axis may differ"),
+])
+def test_bad_input(samples, kw, exc, match):
+    with pytest.raises(exc, match=match):
+        collate_packed(samples, [(2, 8)], **kw)
+
+
+# --------------------------------------------------------------------------- the real proof
+
+
+class TinyAttention(torch.nn.Module):
+    """Token + position embeddings, one causal self-attention layer."""
+
+    def __init__(self, vocab=64, d=16, max_pos=64):
+        super().__init__()
+        g = torch.Generator().manual_seed(0)
+        self.tok = torch.nn.Parameter(torch.randn(vocab, d, generator=g, dtype=torch.float64))
+        self.pos = torch.nn.Parameter(torch.randn(max_pos, d, generator=g, dtype=torch.float64))
+        self.qkv = torch.nn.Parameter(torch.randn(d, 3 * d, generator=g, dtype=torch.float64) / d ** 0.5)
+
+    def forward(self, ids, position_ids, allowed):  # ids (B, T), allowed (B, T, T) bool
+        x = self.tok[ids] + self.pos[position_ids]
+        q, k, v = (x @ self.qkv).chunk(3, dim=-1)
+        T = ids.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed & causal)
+
+
+def test_attention_on_packed_batch_equals_each_sample_alone():
+    lengths = [5, 11, 3, 1, 7, 9, 2, 6]
+    seqs = [torch.as_tensor(s) for s in ragged(lengths, seed=3, vocab=64)]
+    model = TinyAttention()
+    out = collate_packed(seqs, [(4, 16)], attention_mask=True)
+    packed_y = model(out["input_ids"], out["position_ids"], out["attention_mask"])
+    p = out["packing"]
+    for i, r, o, n in zip(p.indices, p.rows, p.offsets, p.sizes):
+        alone = model(seqs[i][None], torch.arange(n)[None], torch.ones(1, n, n, dtype=torch.bool))[0]
+        torch.testing.assert_close(packed_y[r, o:o + n], alone, rtol=1e-12, atol=1e-12)
+    # without the block mask packing would leak between samples: the test can fail
+    leaky = model(out["input_ids"], out["position_ids"], torch.ones_like(out["attention_mask"]))
+    assert not torch.allclose(leaky, packed_y)
+
+
+# --------------------------------------------------------------------------- sampler <-> collate
+
+
+def test_collate_recovers_sampler_rows_on_real_tokens():
+    path = DATA / "tokens_cpython_docstrings_sample.npz"
+    if not path.exists():
+        pytest.skip(f"real data not found at {path}")
+    z = np.load(path)
+    ids, offsets = z["ids"], z["offsets"]
+    data = [{"input_ids": ids[offsets[j]:offsets[j + 1]], "labels": ids[offsets[j]:offsets[j + 1]]}
+            for j in range(len(offsets) - 1)]
+    lengths = np.diff(offsets)
+    sampler = PackingBatchSampler(lengths, max_tokens=4096, seq_len=512, seed=1, num_replicas=2, rank=1)
+    collate = functools.partial(collate_packed, shapes=sampler.shapes, overflow=sampler.overflow)
+    loader = torch.utils.data.DataLoader(data, batch_sampler=sampler, collate_fn=collate)
+    mine = sampler.packed_batches()[1::2]
+    n_tokens = 0
+    for out, b in zip(loader, mine):
+        p = out["packing"]
+        assert p.shape == b.shape == tuple(out["input_ids"].shape)
+        assert np.array_equal(b.sample_order[p.indices], b.indices)
+        for f in ("rows", "offsets", "sizes", "starts"):
+            assert np.array_equal(getattr(p, f), getattr(b, f))
+        n_tokens += int((out["segment_ids"] > 0).sum())
+    assert n_tokens == sum(x.num_tokens for x in mine)
