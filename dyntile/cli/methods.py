@@ -82,15 +82,15 @@ def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len
     lengths = corpus.lengths
     if name in ("random", "sorted"):
         return Batching(name, BudgetBatchSampler(lengths, max_tokens, order=name, seed=seed), pad_sequence_collate)
-    from loaders import BucketBatchSampler, DynTileCollate  # noqa: F401  (needs torch)
     if name == "buckets":
+        from loaders import BucketBatchSampler, DynTileCollate
         sampler = BucketBatchSampler(lengths, plan=plan, max_tokens=max_tokens, shuffle=True, seed=seed)
         return Batching(name, sampler, _BucketCollate(DynTileCollate(plan=plan, pad_values={"input_ids": 0})), True)
     if name == "packing":
         from loaders.packing_sampler import PackingBatchSampler
         seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
         sampler = PackingBatchSampler(lengths, max_tokens=max_tokens, seq_len=seq_len, seed=seed)
-        return Batching(name, sampler, _PackedCollate(sampler.shapes))
+        return Batching(name, sampler, _PackedCollate(sampler.shapes, sampler.overflow))
     raise ValueError(f"method should be one of {METHODS}, but got {name!r}")
 
 
@@ -111,11 +111,11 @@ class _BucketCollate:
 class _PackedCollate:
     """``collate_packed`` lays samples end to end in ``[B, T]`` rows with per-row segments."""
 
-    def __init__(self, shapes):
-        self.shapes = shapes
+    def __init__(self, shapes, overflow: str):
+        self.shapes, self.overflow = shapes, overflow
 
     def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
         from loaders.packed_collate import collate_packed
-        out = collate_packed(samples, shapes=self.shapes)
+        out = collate_packed(samples, shapes=self.shapes, overflow=self.overflow)
         return {"input_ids": out["input_ids"], "position_ids": out["position_ids"],
-                "segment_ids": out["segment_ids"]}
+                "segment_ids": out["segment_ids"].long()}

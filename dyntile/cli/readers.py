@@ -113,6 +113,9 @@ def _npz(path: Path, seed: int) -> Corpus:
 
 
 def _npy(path: Path, pad_id: int | None, allow_pickle: bool, seed: int) -> Corpus:
+    with path.open("rb") as fh:
+        if fh.read(6) != b"\x93NUMPY":
+            raise CLIError(f"{path.name}: not a NumPy .npy file (no .npy header)")
     try:
         arr = np.load(path, allow_pickle=allow_pickle)
     except ValueError as exc:

@@ -1,0 +1,91 @@
+"""User files: every accepted format, and a clear error for each kind of bad input."""
+import json
+
+import numpy as np
+import pytest
+
+from dyntile.cli.errors import CLIError
+from dyntile.cli.readers import read_corpus
+
+
+def test_txt_lengths(tmp_path):
+    p = tmp_path / "l.txt"
+    p.write_text("3\n\n 17 \n5\n")
+    c = read_corpus(p)
+    assert c.lengths.tolist() == [3, 17, 5] and c.synthetic
+
+
+def test_npy_lengths_2d_and_object(tmp_path):
+    np.save(tmp_path / "a.npy", np.array([4, 9, 1], np.int32))
+    assert read_corpus(tmp_path / "a.npy").lengths.tolist() == [4, 9, 1]
+    rows = np.array([[5, 6, 0, 0], [7, 0, 8, 0], [9, 9, 9, 9]])
+    np.save(tmp_path / "b.npy", rows)
+    assert read_corpus(tmp_path / "b.npy").lengths.tolist() == [4, 4, 4]
+    c = read_corpus(tmp_path / "b.npy", pad_id=0)
+    assert c.lengths.tolist() == [2, 3, 4] and c.sequence(1).tolist() == [7, 0, 8]
+    obj = np.empty(2, object)
+    obj[0], obj[1] = [1, 2, 3], [4]
+    np.save(tmp_path / "c.npy", obj, allow_pickle=True)
+    with pytest.raises(CLIError, match="--allow-pickle"):
+        read_corpus(tmp_path / "c.npy")
+    c = read_corpus(tmp_path / "c.npy", allow_pickle=True)
+    assert c.lengths.tolist() == [3, 1] and c.sequence(0).tolist() == [1, 2, 3] and c.vocab_size >= 5
+
+
+def test_npz_ids_offsets_and_lengths(tmp_path):
+    np.savez(tmp_path / "t.npz", ids=np.array([5, 6, 7, 8, 9], np.int32), offsets=np.array([0, 2, 5]))
+    c = read_corpus(tmp_path / "t.npz")
+    assert c.lengths.tolist() == [2, 3] and c.sequence(1).tolist() == [7, 8, 9]
+    np.savez(tmp_path / "l.npz", lengths=np.array([3, 4]))
+    assert read_corpus(tmp_path / "l.npz").lengths.tolist() == [3, 4]
+    np.savez(tmp_path / "bad.npz", ids=np.arange(4), offsets=np.array([0, 9]))
+    with pytest.raises(CLIError, match="offsets"):
+        read_corpus(tmp_path / "bad.npz")
+    np.savez(tmp_path / "none.npz", x=np.arange(3))
+    with pytest.raises(CLIError, match="'ids' and 'offsets'"):
+        read_corpus(tmp_path / "none.npz")
+
+
+def test_jsonl_ids_and_text(tmp_path):
+    p = tmp_path / "d.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in [{"ids": [4, 5, 6]}, {"ids": [7]}]) + "\n")
+    c = read_corpus(p, field="ids")
+    assert c.lengths.tolist() == [3, 1] and c.sequence(0).tolist() == [4, 5, 6]
+    q = tmp_path / "t.jsonl"
+    q.write_text(json.dumps({"text": "Return the sum."}) + "\n" + json.dumps({"text": "x"}) + "\n")
+    c = read_corpus(q, field="text")
+    assert c.lengths.tolist() == [2 + 4, 2 + 1]     # [CLS] return the sum . [SEP]
+
+
+@pytest.mark.parametrize("name, content, kwargs, message", [
+    ("l.txt", "3\n4\nfive\n", {}, "line 3 is not an integer length: 'five'"),
+    ("l.txt", "3\n-2\n", {}, r"lengths\[1\]=-2"),
+    ("l.txt", "\n\n", {}, "non-empty"),
+    ("d.jsonl", '{"ids": [1]}\n{"other": [2]}\n', {"field": "ids"}, "line 2 has no field 'ids'"),
+    ("d.jsonl", '{"ids": [1]}\nnot json\n', {"field": "ids"}, "line 2 is not valid JSON"),
+    ("d.jsonl", '{"ids": 3}\n', {"field": "ids"}, "line 1: field 'ids' should be a list"),
+    ("d.jsonl", '{"ids": [1]}\n{"ids": "a"}\n', {"field": "ids"}, "mixes strings and lists"),
+    ("d.jsonl", '{"ids": [1, -4]}\n', {"field": "ids"}, "non-negative"),
+    ("d.jsonl", '{"ids": [1, 2.5]}\n', {"field": "ids"}, "integer token ids"),
+    ("d.jsonl", '{"ids": [1]}\n', {}, "needs --field"),
+    ("x.csv", "1\n", {}, "unknown extension '.csv'"),
+])
+def test_bad_files_give_clear_errors(tmp_path, name, content, kwargs, message):
+    p = tmp_path / name
+    p.write_text(content)
+    with pytest.raises(CLIError, match=message):
+        read_corpus(p, **kwargs)
+
+
+def test_missing_file_and_bad_arrays(tmp_path):
+    with pytest.raises(CLIError, match="no such file"):
+        read_corpus(tmp_path / "missing.txt")
+    np.save(tmp_path / "f.npy", np.array([1.5, 2.0]))
+    with pytest.raises(CLIError, match="integers"):
+        read_corpus(tmp_path / "f.npy")
+    np.save(tmp_path / "3d.npy", np.zeros((2, 2, 2), np.int64))
+    with pytest.raises(CLIError, match=r"shape \(2, 2, 2\)"):
+        read_corpus(tmp_path / "3d.npy")
+    (tmp_path / "junk.npy").write_bytes(b"not an npy file")
+    with pytest.raises(CLIError, match="junk.npy: not a NumPy .npy file"):
+        read_corpus(tmp_path / "junk.npy")
