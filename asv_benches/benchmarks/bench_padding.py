@@ -1,0 +1,325 @@
+"""Padding and tiling copies: dyntile against NumPy and PyTorch references.
+
+One class per topic, the library as a parameter beside dyntile:
+
+* ``PadBatch``     -- a ragged list of 1-D sequences -> ``(B, L)``; references: NumPy
+  "allocate + copy each row" and ``torch.nn.utils.rnn.pad_sequence``;
+* ``PadAcceptance`` -- issue 2's acceptance case (64 int64 sequences, mean length
+  about 200): dyntile at least as fast as NumPy and faster than ``pad_sequence``;
+* ``PadBatchFrames`` -- ragged ``(T_i, 80)`` float32 spectrogram frames -> ``(B, T, 80)``;
+* ``PadBatchInto`` -- the copy alone, into a preallocated ``out=`` buffer;
+* ``PadTo``        -- one array up to a shape; reference ``np.pad``;
+* ``Tile`` / ``Untile`` -- ``(..., M, N) <-> (..., gm, gn, tm, tn)``; reference
+  ``np.pad`` + reshape + transpose (+ copy to contiguous); ``peakmem_`` shows the
+  padded intermediate the reference allocates.
+
+Sources are slices of one large buffer at offsets that are multiples of 64 bytes
+plus 256, and ``setup`` checks that no source row sits 16 bytes (mod 4 KiB) below
+its destination row, where glibc's ``memcpy`` is about 10x slower (4K aliasing):
+a benchmark should not measure that by accident.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import dyntile
+
+SEED = 20260
+ALIGN = 64          # every sample starts on a 64-byte boundary of the source buffer ...
+GAP = 256           # ... with this many spare bytes after the previous one
+PAGE = 4096
+BAD_DELTA = 16      # (dst - src) % PAGE == 16 triggers glibc's slow memcpy path
+
+LIBRARIES = ["dyntile", "numpy", "torch"]
+
+
+def _torch():
+    """torch, or ``NotImplementedError`` (asv: skip this parameter) when absent."""
+    try:
+        import torch
+    except ImportError as exc:
+        raise NotImplementedError("torch is not installed") from exc
+    return torch
+
+
+def _lengths(batch: int, mean: int, rng: np.random.Generator) -> np.ndarray:
+    """``batch`` lengths uniform in ``[1, 2 * mean - 1]`` (mean about ``mean``)."""
+    return rng.integers(1, 2 * mean, size=batch)
+
+
+def _ragged(lengths: np.ndarray, row_shape: tuple[int, ...], dtype, rng: np.random.Generator,
+            shift: int = 0) -> list[np.ndarray]:
+    """Samples of shape ``(L_i, *row_shape)`` sliced out of one buffer.
+
+    Sample ``i`` starts at a multiple of ``ALIGN`` bytes, ``GAP`` bytes after the end
+    of sample ``i - 1``; ``shift`` (a multiple of ``ALIGN``) moves them all.
+    """
+    dtype = np.dtype(dtype)
+    row = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+    starts, pos = [], ALIGN + shift
+    for n in lengths:
+        starts.append(pos)
+        pos += -(-(int(n) * row + GAP) // ALIGN) * ALIGN
+    raw = np.empty(pos + 2 * ALIGN, np.uint8)
+    base = (-raw.ctypes.data) % ALIGN
+    if dtype.kind == "f":
+        values = rng.standard_normal(raw.size // dtype.itemsize).astype(dtype)
+    else:
+        values = rng.integers(0, 100, raw.size // dtype.itemsize).astype(dtype)
+    raw[: values.nbytes] = values.view(np.uint8)
+    out = []
+    for start, n in zip(starts, lengths):
+        lo = base + start
+        hi = lo + int(n) * row
+        out.append(raw[lo:hi].view(dtype).reshape((int(n),) + tuple(row_shape)))
+    return out
+
+
+def _aliased_rows(batch, samples) -> list[int]:
+    """Indices ``i`` whose source sits 16 bytes (mod 4 KiB) below destination row ``i``."""
+    if hasattr(batch, "data_ptr"):
+        dst, stride = batch.data_ptr(), batch.stride(0) * batch.element_size()
+    else:
+        dst, stride = batch.ctypes.data, batch.strides[0]
+    bad = []
+    for i, s in enumerate(samples):
+        src = s.data_ptr() if hasattr(s, "data_ptr") else s.ctypes.data
+        if (dst + i * stride - src) % PAGE == BAD_DELTA:
+            bad.append(i)
+    return bad
+
+
+def _unaliased(make_samples, run, tries: int = 8):
+    """Samples for which ``run(samples)``'s output rows do not 4K-alias the sources.
+
+    ``make_samples(shift)`` builds the samples; each retry moves them by ``ALIGN`` bytes.
+    """
+    for k in range(tries):
+        samples = make_samples(k * ALIGN)
+        batch = run(samples)[0]
+        if not _aliased_rows(batch, samples):
+            return samples
+    raise RuntimeError(f"could not place the sources away from the 4K-aliasing offset in {tries} tries")
+
+
+def pad_reference_numpy(samples: list[np.ndarray], multiple: int = 8):
+    """NumPy reference: allocate the zeroed batch, then copy each row (plus lengths)."""
+    lengths = np.fromiter((len(s) for s in samples), np.int64, len(samples))
+    padded = -(-int(lengths.max()) // multiple) * multiple
+    out = np.zeros((len(samples), padded) + samples[0].shape[1:], samples[0].dtype)
+    for i, s in enumerate(samples):
+        out[i, : len(s)] = s
+    return out, lengths
+
+
+def pad_reference_torch(tensors: list):
+    """PyTorch reference: ``pad_sequence(batch_first=True)`` (plus lengths)."""
+    torch = _torch()
+    from torch.nn.utils.rnn import pad_sequence
+
+    return pad_sequence(tensors, batch_first=True), torch.tensor([len(t) for t in tensors])
+
+
+# library -> (input kind, padding function); "dyntile-torch" pads torch tensors.
+RUNNERS = {
+    "dyntile": ("numpy", dyntile.pad_batch),
+    "dyntile-torch": ("torch", dyntile.pad_batch),
+    "numpy": ("numpy", pad_reference_numpy),
+    "torch": ("torch", pad_reference_torch),
+}
+
+
+class _PadBench:
+    """Shared set-up: ragged samples for ``library``, placed away from 4K aliasing."""
+
+    def _setup_samples(self, lengths, row_shape, dtype, library):
+        if library not in RUNNERS:
+            raise ValueError(f"unknown library {library!r}; expected one of {sorted(RUNNERS)}")
+        kind, self.run = RUNNERS[library]
+        rng = np.random.default_rng(SEED)
+        torch = _torch() if kind == "torch" else None
+
+        def make(shift):
+            samples = _ragged(lengths, row_shape, dtype, rng, shift)
+            return [torch.from_numpy(s) for s in samples] if torch else samples
+
+        self.samples = _unaliased(make, self.run)
+
+
+class PadBatch(_PadBench):
+    """A ragged batch of 1-D sequences -> ``(B, L)``; ``BxL`` is batch x mean length."""
+
+    params = [["64x200", "256x50", "16x2000"], ["int64", "float32", "uint8"], LIBRARIES]
+    param_names = ["batch", "dtype", "library"]
+
+    def setup(self, batch, dtype, library):
+        b, mean = (int(v) for v in batch.split("x"))
+        self._setup_samples(_lengths(b, mean, np.random.default_rng(SEED)), (), dtype, library)
+
+    def time_pad_batch(self, batch, dtype, library):
+        self.run(self.samples)
+
+
+class PadAcceptance(_PadBench):
+    """Issue 2's acceptance case: 64 int64 sequences with mean length about 200.
+
+    dyntile should be at least as fast as NumPy "allocate + copy each row" and faster
+    than ``torch.nn.utils.rnn.pad_sequence``; ``dyntile-torch`` pads the same torch
+    tensors that ``pad_sequence`` gets (torch in, torch out).
+    """
+
+    params = [["dyntile", "dyntile-torch", "numpy", "torch"]]
+    param_names = ["library"]
+
+    def setup(self, library):
+        self._setup_samples(_lengths(64, 200, np.random.default_rng(SEED)), (), "int64", library)
+
+    def time_pad_batch(self, library):
+        self.run(self.samples)
+
+
+class PadBatchFrames(_PadBench):
+    """Ragged spectrograms ``(T_i, 80)`` float32 -> ``(B, T, 80)`` (frames padded)."""
+
+    params = [["16x300", "64x100"], LIBRARIES]
+    param_names = ["batch", "library"]
+
+    def setup(self, batch, library):
+        b, mean = (int(v) for v in batch.split("x"))
+        self._setup_samples(_lengths(b, mean, np.random.default_rng(SEED)), (80,), "float32", library)
+
+    def time_pad_batch(self, batch, library):
+        self.run(self.samples)
+
+
+class PadBatchInto:
+    """The copy alone: pad into a preallocated ``out=`` batch (no allocation timed)."""
+
+    params = [["64x200", "16x20000"], ["int64", "float32"], ["dyntile", "numpy"]]
+    param_names = ["batch", "dtype", "library"]
+
+    def setup(self, batch, dtype, library):
+        b, mean = (int(v) for v in batch.split("x"))
+        rng = np.random.default_rng(SEED)
+        lengths = _lengths(b, mean, rng)
+        self.out = np.empty((b, -(-int(lengths.max()) // 8) * 8), dtype)
+        for k in range(8):
+            self.samples = _ragged(lengths, (), dtype, rng, k * ALIGN)
+            if not _aliased_rows(self.out, self.samples):
+                break
+        else:
+            raise RuntimeError("could not place the sources away from the 4K-aliasing offset")
+        self.library = library
+
+    def time_pad_batch_into(self, batch, dtype, library):
+        if self.library == "dyntile":
+            dyntile.pad_batch(self.samples, out=self.out)
+        else:
+            out = self.out
+            out[...] = 0
+            for i, s in enumerate(self.samples):
+                out[i, : len(s)] = s
+
+
+class PadTo:
+    """One array up to a shape (right padding with zeros); reference ``np.pad``."""
+
+    params = [["1000x1000", "333x517", "3x5"], ["float32", "uint8"], ["dyntile", "numpy"]]
+    param_names = ["shape", "dtype", "library"]
+
+    def setup(self, shape, dtype, library):
+        m, n = (int(v) for v in shape.split("x"))
+        self.x = np.ones((m, n), dtype)
+        self.target = (-(-m // 64) * 64 + 8, -(-n // 64) * 64 + 8)
+        self.widths = [(0, t - s) for t, s in zip(self.target, self.x.shape)]
+        if library not in ("dyntile", "numpy"):
+            raise ValueError(f"unknown library {library!r}")
+        self.library = library
+
+    def time_pad_to(self, shape, dtype, library):
+        if self.library == "dyntile":
+            dyntile.pad_to(self.x, self.target)
+        else:
+            np.pad(self.x, self.widths)
+
+
+def tile_reference(x: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
+    """NumPy reference: ``np.pad`` to whole tiles, reshape, transpose, copy."""
+    tm, tn = tile
+    m, n = x.shape[-2:]
+    gm, gn = -(-m // tm), -(-n // tn)
+    lead = x.shape[:-2]
+    padded = np.pad(x, [(0, 0)] * len(lead) + [(0, gm * tm - m), (0, gn * tn - n)])
+    k = len(lead)
+    blocks = padded.reshape(lead + (gm, tm, gn, tn))
+    axes = tuple(range(k)) + (k, k + 2, k + 1, k + 3)
+    return np.ascontiguousarray(blocks.transpose(axes))
+
+
+def untile_reference(t: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """NumPy reference: transpose the tiles back, reshape, slice, copy."""
+    m, n = shape
+    lead = t.shape[:-4]
+    gm, gn, tm, tn = t.shape[-4:]
+    k = len(lead)
+    axes = tuple(range(k)) + (k, k + 2, k + 1, k + 3)
+    full = t.transpose(axes).reshape(lead + (gm * tm, gn * tn))
+    return np.ascontiguousarray(full[..., :m, :n])
+
+
+TILE_CASES = {
+    # name: (array shape, tile)
+    "1000x1000/8x128": ((1000, 1000), (8, 128)),
+    "4x333x517/16x16": ((4, 333, 517), (16, 16)),
+    "4096x768/8x128": ((4096, 768), (8, 128)),
+}
+
+
+class Tile:
+    """``(..., M, N) -> (..., ceil(M/tm), ceil(N/tn), tm, tn)``, zero-filled edges."""
+
+    params = [list(TILE_CASES), ["float32", "float64"], ["dyntile", "numpy"]]
+    param_names = ["case", "dtype", "library"]
+
+    def setup(self, case, dtype, library):
+        shape, self.tile = TILE_CASES[case]
+        self.x = np.random.default_rng(SEED).standard_normal(shape).astype(dtype)
+        self.run = {"dyntile": dyntile.tile, "numpy": tile_reference}[library]
+
+    def time_tile(self, case, dtype, library):
+        self.run(self.x, self.tile)
+
+
+class Untile:
+    """``(..., gm, gn, tm, tn) -> (..., M, N)``: the exact inverse of ``tile``."""
+
+    params = Tile.params
+    param_names = Tile.param_names
+
+    def setup(self, case, dtype, library):
+        shape, tile = TILE_CASES[case]
+        x = np.random.default_rng(SEED).standard_normal(shape).astype(dtype)
+        self.shape = shape[-2:]
+        self.t = tile_reference(x, tile)
+        self.run = {"dyntile": dyntile.untile, "numpy": untile_reference}[library]
+
+    def time_untile(self, case, dtype, library):
+        self.run(self.t, self.shape)
+
+
+class TileMemory:
+    """Peak memory of tiling a 64 MiB float32 matrix that needs edge padding.
+
+    The NumPy reference holds the padded copy and the tiled copy at once; dyntile
+    writes the tiles straight from the source.
+    """
+
+    params = [["dyntile", "numpy"]]
+    param_names = ["library"]
+
+    def setup(self, library):
+        self.x = np.ones((4100, 4100), np.float32)
+        self.run = {"dyntile": dyntile.tile, "numpy": tile_reference}[library]
+
+    def peakmem_tile(self, library):
+        self.run(self.x, (8, 128))
