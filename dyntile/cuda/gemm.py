@@ -131,6 +131,14 @@ def make_gemm_pyfunc(blocking: GemmBlocking, dtype_name: str):
 
 
 @functools.lru_cache(maxsize=None)
-def gemm_kernel(dtype_name: str):
-    """The jitted GEMM kernel for ``dtype_name`` in the active profile (built once)."""
-    return cuda.jit(make_gemm_pyfunc(gemm_blocking(dtype_name), dtype_name))
+def gemm_kernel(dtype_name: str, max_registers: int | None = None):
+    """The jitted GEMM kernel for ``dtype_name`` in the active profile (built once).
+
+    ``max_registers`` caps registers per thread (ptxas ``-maxrregcount``): the float32
+    kernel needs about 145 without a cap (1 block of 256 threads per SM); 128 allows
+    2 blocks per SM at the price of a small spill. ``gpu_check.py`` times both.
+    """
+    pyfunc = make_gemm_pyfunc(gemm_blocking(dtype_name), dtype_name)
+    if max_registers is None or cuda.config.ENABLE_CUDASIM:
+        return cuda.jit(pyfunc)
+    return cuda.jit(pyfunc, max_registers=max_registers)
