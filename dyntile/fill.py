@@ -1,6 +1,7 @@
 """Fill values: check that a dtype can hold them, and encode them for the kernels."""
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -55,5 +56,18 @@ def check_fill(fill, dtype: np.dtype, what: str = "fill") -> np.ndarray:
 
 def fill_bits(fill, dtype: np.dtype, what: str = "fill") -> int:
     """The bit pattern of ``fill`` stored in ``dtype``, as the kernels take it."""
-    arr = check_fill(fill, dtype, what)
+    try:
+        return _cached_bits(type(fill), fill, np.dtype(dtype))
+    except TypeError as e:  # unhashable fill: check it uncached (raises the precise error)
+        if "unhashable" not in str(e):
+            raise
+    return _bits(check_fill(fill, dtype, what))
+
+
+def _bits(arr: np.ndarray) -> int:
     return int(arr.reshape(1).view(_UINT[arr.dtype.itemsize])[0])
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_bits(kind: type, fill, dtype: np.dtype) -> int:
+    return _bits(check_fill(fill, dtype))

@@ -99,6 +99,8 @@ def _ragged_axes(shapes: np.ndarray, axes, plan) -> list[int]:
 def _target_shape(shapes: np.ndarray, multiple, axes, shape, plan) -> tuple[int, ...]:
     """Per-sample padded shape for a batch whose sample shapes are ``shapes`` (B, ndim)."""
     ndim = shapes.shape[1]
+    if ndim == 1 and shape is None and plan is None and axes is None:  # the common case, kept cheap
+        return (-(-int(shapes.max()) // _shapes.check_multiple(multiple)) * int(multiple),)
     maxes = shapes.max(axis=0)
     if shape is not None:
         if plan is not None:
@@ -264,7 +266,7 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
     """Fast path for CPU torch tensors of one dtype and rank: read their pointers and
     strides directly (no per-sample NumPy views). ``None`` if the batch needs the slow path."""
     torch = sys.modules["torch"]
-    shapes, strides, ptrs, tdtype, bad = _pad.describe_tensors(samples, torch.Tensor, torch.strided)
+    shapes, strides, ptrs, tdtype, bad = _pad.describe_tensors(samples, torch.Tensor)
     if bad != -1 or shapes.shape[1] == 0:
         return None
     dt, token = torch_numpy_dtype(tdtype)

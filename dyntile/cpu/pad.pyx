@@ -164,9 +164,9 @@ cdef void _pad_all(elem_t* out, Py_ssize_t slab, int nd, const int64_t[:, ::1] s
                      &shapes[b, 0], &strides[b, 0], left, fill)
 
 
-def describe_tensors(list samples, tensor_type, strided):
+def describe_tensors(list samples, tensor_type):
     """Inspect a list of CPU torch tensors (no torch import: the caller passes
-    ``torch.Tensor`` and ``torch.strided``).
+    ``torch.Tensor``).
 
     Returns ``(shapes, strides, ptrs, dtype, bad)``: int64 ``(B, ndim)`` sizes and byte
     strides, data pointers, the first tensor's torch dtype, and ``bad`` = -1 when
@@ -191,16 +191,19 @@ def describe_tensors(list samples, tensor_type, strided):
     cdef Py_ssize_t[::1] pt = ptrs
     for i in range(n):
         t = samples[i]
-        if not isinstance(t, tensor_type) or t.dtype is not dtype0 or t.is_cuda or t.layout is not strided:
+        if not isinstance(t, tensor_type) or t.dtype is not dtype0 or t.is_cuda:
             return shapes, strides, ptrs, dtype0, i
         size = t.shape
-        stride = t.stride()
+        try:  # sparse, nested and mkldnn layouts have no strides or data pointer
+            stride = t.stride()
+            pt[i] = t.data_ptr()
+        except RuntimeError:
+            return shapes, strides, ptrs, dtype0, i
         if len(size) != nd:
             return shapes, strides, ptrs, dtype0, i
         for k in range(nd):
             sh[i, k] = size[k]
             st[i, k] = stride[k] * width
-        pt[i] = t.data_ptr()
     return shapes, strides, ptrs, dtype0, -1
 
 
