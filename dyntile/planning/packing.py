@@ -176,13 +176,13 @@ def packing_shapes(lengths, seq_len: int | None = None, *, max_tokens: int | Non
     """The batch shapes ``((B, T),)`` or ``((B, T), (B2, T2))`` that packing ``lengths`` uses.
 
     ``T``: ``seq_len`` (must be a multiple of ``multiple``), else the largest
-    boundary of ``plan``, else the longest sample rounded up to ``multiple``; capped
-    by ``max_tokens``. ``B``: ``batch_rows``, else ``max_tokens // T``. A second
+    boundary of ``plan``, else the longest sample rounded up to ``multiple`` (or a
+    little more, when that wastes less of the last batch); capped by ``max_tokens``. ``B``: ``batch_rows``, else ``max_tokens // T``. A second
     shape appears only with ``overflow="second_shape"`` and samples longer than
     ``T``. Errors name the sample that does not fit.
 
-    >>> packing_shapes([3, 17, 40], max_tokens=128)
-    ((3, 40),)
+    >>> packing_shapes([3, 17, 40], max_tokens=128)   # one row of 72 holds all 60 tokens
+    ((1, 72),)
     >>> packing_shapes([3, 17, 40], 16, max_tokens=128)
     ((8, 16), (3, 40))
     """
@@ -205,7 +205,7 @@ def packing_shapes(lengths, seq_len: int | None = None, *, max_tokens: int | Non
                 raise ValueError(f"packing needs a one-axis plan (token lengths), but got a plan of {plan.ndim} axes")
             T = round_up(plan.max_sizes[0], m)
         else:
-            T = max(round_up(longest, m), m)
+            T = _default_seq_len(L, longest, m, budget, batch_rows)
         if budget is not None and T > budget:
             T = budget // m * m
             if T == 0:
@@ -238,6 +238,25 @@ def packing_shapes(lengths, seq_len: int | None = None, *, max_tokens: int | Non
                          f"budget of one batch ({budget if budget is not None else B * T}); raise max_tokens, "
                          f"or pass overflow='split'")
     return ((B, T), (B2, T2))
+
+
+def _default_seq_len(L: np.ndarray, longest: int, m: int, budget: int | None, batch_rows) -> int:
+    """Shortest ``T >= longest`` (multiple of ``m``) whose whole batches waste (nearly) the least.
+
+    Packing fills rows almost completely, so the padding that is left is mostly the
+    last batch's empty rows: ``ceil(rows / B) * B * T - tokens`` with
+    ``rows ~ tokens / (0.99 T)``. Candidates run from ``round_up(longest, m)`` up to
+    twice that (at most 256 of them), within the budget.
+    """
+    T0 = max(round_up(longest, m), m)
+    if budget is None or batch_rows is not None or T0 > budget:
+        return T0
+    tokens = int(L.sum())
+    T = np.arange(T0, min(2 * T0, budget) + 1, m, dtype=np.int64)[:256]
+    B = budget // T
+    rows = np.ceil(tokens / (0.99 * T)).astype(np.int64)
+    slots = -(-rows // B) * B * T
+    return int(T[np.flatnonzero(slots <= slots.min() * 1.002)[0]])  # the shortest near-best T
 
 
 # --------------------------------------------------------------------------- packer

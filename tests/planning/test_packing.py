@@ -200,7 +200,11 @@ def test_bad_lengths():
 
 def test_default_seq_len_from_data_and_plan():
     from dyntile.planning import BucketPlan
-    assert packing_shapes([3, 17, 40], max_tokens=128) == ((3, 40),)
+    assert packing_shapes([3, 17, 40], max_tokens=128) == ((1, 72),)  # 1 row of 72 < 3 rows of 40
+    assert packing_shapes([3, 17, 40], batch_rows=3) == ((3, 40),)
+    L = np.random.default_rng(0).integers(1, 200, 5000)
+    (B, T), = packing_shapes(L, max_tokens=4096)
+    assert T >= L.max() and T % 8 == 0 and B * T <= 4096
     with pytest.raises(ValueError, match="sample 2 of length 40 needs a row of 40"):
         packing_shapes([3, 17, 40], max_tokens=32)  # T capped at 32; a [1, 40] row is over budget
     assert packing_shapes([3, 17, 20], max_tokens=128, plan=BucketPlan((16, 64))) == ((2, 64),)
