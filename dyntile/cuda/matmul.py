@@ -1,7 +1,7 @@
 """``numpy.matmul`` for CUDA device arrays, on the GEMM kernel of :mod:`.gemm`.
 
-The wrapper applies matmul's rules (1-D operands promoted then squeezed, leading
-axes broadcast), merges each operand's leading axes into one batch axis and hands
+The wrapper applies matmul's rules through :func:`dyntile.matmul.matmul_shapes`
+(1-D operands promoted then squeezed, leading axes broadcast, NumPy's errors), merges each operand's leading axes into one batch axis and hands
 the kernel two small int32 tables, ``a_index[z]`` and ``b_index[z]``: which matrix
 of A and of B output batch ``z`` multiplies. Broadcasting thus never copies data.
 """
@@ -37,34 +37,6 @@ def _as_matrix(x, vector_shape):
     return contiguous(x).reshape(vector_shape) if x.ndim == 1 else x
 
 
-def matmul_shapes(a_shape: tuple[int, ...], b_shape: tuple[int, ...]):
-    """``(batch, M, K, N, out_shape)`` of ``numpy.matmul`` for these operand shapes.
-
-    >>> matmul_shapes((2, 1, 3, 4), (5, 4, 6))
-    ((2, 5), 3, 4, 6, (2, 5, 3, 6))
-    >>> matmul_shapes((4,), (4, 6))
-    ((), 1, 4, 6, (6,))
-    """
-    for i, s in enumerate((a_shape, b_shape)):
-        if len(s) == 0:
-            raise ValueError(f"matmul: input operand {i} does not have enough dimensions "
-                             f"(got a 0-d array; matmul needs at least 1-D)")
-    am = (1, *a_shape) if len(a_shape) == 1 else tuple(a_shape)
-    bm = (*b_shape, 1) if len(b_shape) == 1 else tuple(b_shape)
-    M, K = am[-2:]
-    K2, N = bm[-2:]
-    if K != K2:
-        raise ValueError(f"matmul: the core dimensions do not match: a has shape {tuple(a_shape)} "
-                         f"and b has shape {tuple(b_shape)} (a's last axis {K} != b's axis -2 {K2})")
-    try:
-        batch = np.broadcast_shapes(am[:-2], bm[:-2])
-    except ValueError:
-        raise ValueError(f"matmul: the batch axes of a {tuple(a_shape)} and b {tuple(b_shape)} "
-                         f"do not broadcast") from None
-    out_shape = batch + ((M,) if len(a_shape) > 1 else ()) + ((N,) if len(b_shape) > 1 else ())
-    return batch, M, K, N, out_shape
-
-
 def matmul(a, b, out=None):
     """``numpy.matmul(a, b)`` for float32 or float64 CUDA device arrays.
 
@@ -81,7 +53,10 @@ def matmul(a, b, out=None):
     if dta != dtb or dta.name not in _DTYPES:
         raise TypeError(f"the CUDA matmul needs a and b of one dtype among {_DTYPES}, but got a {dta} and b {dtb}; "
                         f"cast them first (device kernels do not promote)")
-    batch, M, K, N, out_shape = matmul_shapes(tuple(ad.shape), tuple(bd.shape))
+    from dyntile.matmul import matmul_shapes
+
+    shapes = matmul_shapes(tuple(ad.shape), tuple(bd.shape))
+    batch, M, K, N, out_shape = shapes.batch, shapes.m, shapes.k, shapes.n, shapes.out_shape
     if out is None:
         result, dest = allocate(out_shape, dta, a)
     else:
