@@ -1,12 +1,21 @@
 """PyTorch integration for dyntile: collate functions and batch samplers.
 
+* :mod:`loaders.collate` -- ``DynTileCollate``: a ``collate_fn`` that pads ragged
+  leaves to a bucket plan's shapes, with masks, lengths and per-process counters
+  (leaf handlers in :mod:`loaders.leaf_handlers`, counters in
+  :mod:`loaders.collate_stats`);
 * :mod:`loaders.sampler` -- ``BucketBatchSampler``: a ``batch_sampler`` whose
   batches each hold one bucket, sized from a token budget, deterministic per seed
   and epoch, resumable mid-epoch, and in step across ``torch.distributed`` ranks;
+* :mod:`loaders.packing_sampler` / :mod:`loaders.packed_collate` --
+  ``PackingBatchSampler`` and ``collate_packed``: whole samples packed into
+  fixed ``[B, T]`` rows;
 * :mod:`loaders.distributed` -- rank and world-size discovery shared by samplers.
 
 ``loaders`` builds on :mod:`dyntile` (never the other way round) and imports torch.
 """
+from .collate import DynTileCollate
+from .packing_sampler import PackingBatchSampler
 from .sampler import BucketBatchSampler
 
-__all__ = ["BucketBatchSampler"]
+__all__ = ["BucketBatchSampler", "DynTileCollate", "PackingBatchSampler"]

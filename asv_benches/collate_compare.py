@@ -1,0 +1,131 @@
+"""Print batches/s of DynTileCollate next to the usual ways of padding token batches.
+
+Batches of 64 variable-length token sequences (lengths drawn from the CPython
+docstring lengths in ``../shared/data`` when present, else a log-normal stand-in),
+given as dicts of ``input_ids`` and ``labels``:
+
+* ``pad_sequence``: ``torch.nn.utils.rnn.pad_sequence`` per key + a mask built
+  from the lengths (the hand-written collate most code uses);
+* ``default_collate``-style ``torch.stack`` is impossible on ragged data, so not shown;
+* ``hf_padding``: Hugging Face ``DataCollatorWithPadding(pad_to_multiple_of=8)``
+  (only when ``transformers`` is installed; it pads ``input_ids``, and ``labels``
+  through a tokenizer-free path, so we give it ``input_ids`` + ``attention_mask``);
+* ``dyntile``: ``DynTileCollate`` (no plan: batch max rounded up to 8; and with an
+  8-bucket plan).
+
+Run: ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python asv_benches/collate_compare.py``
+(medians of interleaved repeats; ratios are what to read on a busy machine).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.utils.rnn import pad_sequence
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from dyntile.planning import plan_buckets  # noqa: E402
+from loaders import DynTileCollate  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "lengths_cpython_docstrings.npy"
+
+
+def corpus_lengths(rng) -> np.ndarray:
+    if DATA.exists():
+        return np.load(DATA).astype(np.int64)
+    return np.minimum(rng.lognormal(3.3, 1.1, 8604).astype(np.int64) + 2, 1600)
+
+
+def make_batches(kind: str, n_batches: int, batch: int, seed: int = 0):
+    """``n_batches`` lists of ``batch`` dict samples; leaves are tensors or lists."""
+    rng = np.random.default_rng(seed)
+    L = corpus_lengths(rng)
+    out = []
+    for _ in range(n_batches):
+        samples = []
+        for n in rng.choice(L, batch):
+            ids = torch.from_numpy(rng.integers(1, 30522, int(n)))
+            if kind == "lists":
+                samples.append({"input_ids": ids.tolist(), "labels": ids.tolist()})
+            else:
+                samples.append({"input_ids": ids, "labels": ids.clone()})
+        out.append(samples)
+    return L, out
+
+
+def pad_sequence_collate(samples):
+    """The usual hand-written collate: pad_sequence per key, lengths, mask."""
+    ids = [s["input_ids"] for s in samples]
+    labels = [s["labels"] for s in samples]
+    lengths = torch.tensor([len(x) for x in ids])
+    input_ids = pad_sequence(ids, batch_first=True, padding_value=0)
+    return {"input_ids": input_ids,
+            "labels": pad_sequence(labels, batch_first=True, padding_value=-100),
+            "attention_mask": torch.arange(input_ids.shape[1])[None, :] < lengths[:, None],
+            "lengths": lengths}
+
+
+def hf_collate():
+    try:
+        from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
+        from tokenizers import Tokenizer, models
+    except ImportError:
+        return None
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, "[UNK]")),
+                                  pad_token="[PAD]", unk_token="[UNK]")
+    hf = DataCollatorWithPadding(tok, pad_to_multiple_of=8, return_tensors="pt")
+    return lambda samples: hf([{"input_ids": s["input_ids"]} for s in samples])
+
+
+def measure(fn, batches, repeat: int) -> float:
+    """Median seconds per batch over ``repeat`` passes through ``batches``."""
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for b in batches:
+            fn(b)
+        times.append((time.perf_counter() - t0) / len(batches))
+    return statistics.median(times)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batches", type=int, default=50)
+    p.add_argument("--repeat", type=int, default=7)
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+    for kind in ("tensors", "lists"):
+        L, batches = make_batches(kind, args.batches, args.batch)
+        plan = plan_buckets(L, max_buckets=8)
+        methods = {
+            "dyntile (multiple=8)": DynTileCollate(pad_values={"labels": -100}),
+            "dyntile (8-bucket plan)": DynTileCollate(plan, pad_values={"labels": -100}),
+        }
+        if kind == "tensors":
+            methods["pad_sequence + mask"] = pad_sequence_collate
+        hf = hf_collate()
+        if hf is not None:
+            methods["HF DataCollatorWithPadding(8)"] = hf
+        for fn in methods.values():                      # warm up
+            fn(batches[0])
+        results = {name: [] for name in methods}
+        for _ in range(args.repeat):                     # interleave the methods: fair on a busy machine
+            for name, fn in methods.items():
+                results[name].append(measure(fn, batches, 1))
+        base = statistics.median(results["dyntile (multiple=8)"])
+        print(f"\n{kind}: {args.batches} batches of {args.batch} dict samples (input_ids, labels)")
+        print(f"{'method':34s} {'us/batch':>10s} {'batches/s':>10s} {'dyntile speedup':>16s}")
+        for name, ts in results.items():
+            t = statistics.median(ts)
+            print(f"{name:34s} {t * 1e6:10.1f} {1 / t:10.0f} {t / base:15.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+"""``DynTileCollate``: a ``collate_fn`` that pads ragged leaves to planned shapes.
+
+Per batch, each ragged leaf (a key whose samples differ in size) costs one output
+allocation and one :func:`dyntile.pad_batch` kernel call; masks and lengths come
+from one vectorised comparison. Leaves are dispatched by type through the table
+in :mod:`loaders.leaf_handlers`; counters live in :mod:`loaders.collate_stats`.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any, Collection, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from dyntile.padding import pad_batch
+from dyntile.planning.buckets import BucketPlan
+from dyntile.shapes import check_multiple, check_tile, normalize_axis
+
+from .collate_stats import CollateStats
+from .leaf_handlers import handler_for
+
+__all__ = ["DynTileCollate"]
+
+OVERFLOWS = ("error", "truncate", "extend")
+STATS_KEY = "collate_stats"
+_PIN_WARNED = False
+
+
+class DynTileCollate:
+    """Collate samples into tensors, padding ragged leaves to a bucket plan's shapes.
+
+    Walks samples like ``torch.utils.data.default_collate`` (dicts, tuples,
+    namedtuples, lists, tensors, NumPy arrays, numbers, strings kept as lists); a
+    *list of numbers* is a 1-D sequence leaf. A leaf is **ragged** when its samples'
+    shapes differ in the batch, or when its key is in ``pad_keys`` (default: the keys
+    of ``pad_values``); ``pad_keys=()`` pads only leaves that differ. Ragged leaves
+    are padded with :func:`dyntile.pad_batch`:
+
+    * axes: axis 0 of 1-D leaves; for N-D leaves ``axes`` if given, else the first
+      ``plan.ndim`` axes with a plan, else the axes whose sizes differ;
+    * size: the plan's boundary (``plan.round_up``), or the batch maximum rounded
+      up to ``multiple`` without a plan;
+    * fill: ``pad_values[key]`` (``key`` is the dict key, or the dotted path of a
+      nested leaf), else ``fill``; ``side="left"`` puts data at the end.
+
+    ``batch_multiple`` pads the batch dimension too (extra rows: fill, length 0,
+    mask 0). For dict samples, ``mask_key`` (``(B, T)`` of ``mask_dtype``, true on
+    data) and ``lengths_key`` (int64 ``(B,)``, or ``(B, ndim)`` for N-D leaves) are
+    added from the leaf ``mask_from`` (default: the first ragged leaf); a sample
+    that already has such a key keeps its own; ``None`` turns them off. Other
+    sample structures get no extra keys.
+
+    ``tile=(tm, tn)`` stores every padded leaf in the tiled layout of
+    :func:`dyntile.tile` (the last two axes of the padded batch; masks untiled).
+    ``pin_memory=True`` allocates outputs in pinned memory when CUDA is available;
+    without CUDA it is a no-op with a one-time warning. ``overflow`` handles a sample
+    over the plan's largest boundary: ``"error"`` (default), ``"truncate"`` (cut to
+    the largest boundary, counted in ``stats.truncated_samples``) or ``"extend"``
+    (this collate's plan grows a boundary; per process). ``pack``: delegate to
+    :func:`loaders.packed_collate.collate_packed`: a ``PackingBatchSampler`` (its
+    ``shapes`` and ``overflow``), a sequence of ``(B, T)`` shapes, or a dict of its
+    keyword arguments.
+
+    ``stats`` counts batches, real and padded elements and distinct shapes **per
+    process**: each ``DataLoader`` worker has its own copy, so use
+    ``num_workers=0`` or ``return_stats=True`` (each dict batch carries its counts
+    under ``"collate_stats"``; fold them with ``stats.update``) for global figures.
+
+    >>> collate = DynTileCollate(plan=BucketPlan((8, 16)), pad_values={"labels": -100})
+    >>> batch = collate([{"input_ids": [5, 6, 7], "labels": [1, 2, 3]},
+    ...                  {"input_ids": [8, 9], "labels": [4, 5]}])
+    >>> batch["input_ids"].shape, batch["labels"][1].tolist()
+    (torch.Size([2, 8]), [4, 5, -100, -100, -100, -100, -100, -100])
+    >>> batch["attention_mask"][1].tolist()[:3], batch["lengths"].tolist()
+    ([True, True, False], [3, 2])
+    """
+
+    def __init__(self, plan: BucketPlan | None = None, *, multiple: int = 8,
+                 pad_values: Mapping[str, Any] | None = None, fill=0, side: str = "right",
+                 pad_keys: Collection[str] | None = None, axes: Sequence[int] | None = None,
+                 batch_multiple: int | None = None, mask_key: str | None = "attention_mask",
+                 lengths_key: str | None = "lengths", mask_from: str | None = None,
+                 mask_dtype: torch.dtype = torch.bool, tile: tuple[int, int] | None = None,
+                 pin_memory: bool = False, overflow: str = "error", return_stats: bool = False,
+                 pack=None):
+        if plan is not None and not isinstance(plan, BucketPlan):
+            raise TypeError(f"plan should be a dyntile BucketPlan, but got {type(plan).__name__}")
+        if side not in ("right", "left"):
+            raise ValueError(f"side should be 'right' or 'left', but got {side!r}")
+        if overflow not in OVERFLOWS:
+            raise ValueError(f"overflow should be one of {OVERFLOWS}, but got {overflow!r}")
+        self.plan = plan
+        self.multiple = check_multiple(multiple)
+        self.pad_values = dict(pad_values or {})
+        self.fill = fill
+        self.side = side
+        self.pad_keys = frozenset(self.pad_values if pad_keys is None else pad_keys)
+        self.axes = None if axes is None else tuple(int(a) for a in axes)
+        self.batch_multiple = None if batch_multiple is None else check_multiple(batch_multiple, "batch_multiple")
+        self.mask_key, self.lengths_key, self.mask_from = mask_key, lengths_key, mask_from
+        self.mask_dtype = mask_dtype
+        self.tile = None if tile is None else check_tile(tile)
+        self.pin_memory = bool(pin_memory)
+        self._pin = self.pin_memory and _pinning_available()
+        self.overflow = overflow
+        self.return_stats = bool(return_stats)
+        self.pack = _pack_options(pack)
+        self.stats = CollateStats()
+
+    # ---- collate_fn protocol
+
+    def __call__(self, samples: Sequence) -> Any:
+        if len(samples) == 0:
+            raise ValueError("DynTileCollate needs at least one sample, but got an empty batch")
+        if self.pack is not None:
+            from .packed_collate import collate_packed
+            return collate_packed(samples, **self.pack, pad_values=self.pad_values)
+        ctx = _Batch(self)
+        out = ctx.walk(list(samples), "")
+        if isinstance(out, dict):
+            self._add_mask_and_lengths(out, ctx)
+        counts = ctx.counts()
+        self.stats.update(counts)
+        if self.return_stats and isinstance(out, dict):
+            out[STATS_KEY] = counts
+        return out
+
+    def reset_stats(self) -> None:
+        """Zero the counters of this process."""
+        self.stats = CollateStats()
+
+    def __repr__(self) -> str:
+        plan = self.plan.boundaries if self.plan is not None else None
+        return (f"DynTileCollate(plan={plan}, multiple={self.multiple}, pad_values={self.pad_values}, "
+                f"side={self.side!r}, batch_multiple={self.batch_multiple}, tile={self.tile}, "
+                f"pin_memory={self.pin_memory}, overflow={self.overflow!r})")
+
+    # ---- masks and lengths
+
+    def _add_mask_and_lengths(self, out: dict, ctx: "_Batch") -> None:
+        if not ctx.padded:
+            return
+        leaf = ctx.padded.get(self.mask_from) if self.mask_from is not None else next(iter(ctx.padded.values()))
+        if leaf is None:
+            raise KeyError(f"mask_from={self.mask_from!r} is not a padded leaf of this batch; "
+                           f"padded leaves: {list(ctx.padded)}")
+        lengths, axes, shape = leaf
+        if self.mask_key is not None and self.mask_key not in out:
+            out[self.mask_key] = self._mask(lengths, axes, shape)
+        if self.lengths_key is not None and self.lengths_key not in out:
+            out[self.lengths_key] = torch.from_numpy(lengths[:, 0] if lengths.shape[1] == 1 else lengths)
+
+    def _mask(self, lengths: np.ndarray, axes: tuple, shape: tuple) -> torch.Tensor:
+        """``(B, *padded sizes)``: true where every padded axis is inside the data."""
+        mask = None
+        for j, a in enumerate(axes):
+            size = shape[1 + a]
+            pos = np.arange(size)
+            n = lengths[:, a].reshape((-1,) + (1,) * (j + 1))
+            pos = pos.reshape((1,) * (j + 1) + (size,))
+            inside = pos < n if self.side == "right" else pos >= size - n
+            inside = inside.reshape(inside.shape + (1,) * (len(axes) - j - 1))
+            mask = inside if mask is None else mask & inside
+        mask = torch.from_numpy(mask)
+        if self.mask_dtype != torch.bool:
+            mask = mask.to(self.mask_dtype)
+        if self._pin:
+            mask = mask.pin_memory()
+        return mask
+
+    # ---- padding one leaf (called by the leaf handlers through _Batch.pad)
+
+    def fill_for(self, key: str):
+        if key in self.pad_values:
+            return self.pad_values[key]
+        last = key.rsplit(".", 1)[-1]
+        return self.pad_values.get(last, self.fill)
+
+    def padded_axes(self, shapes: np.ndarray, key: str) -> tuple[int, ...]:
+        ndim = shapes.shape[1]
+        if ndim == 1:
+            return (0,)
+        if self.axes is not None:
+            try:
+                return tuple(sorted(normalize_axis(a, ndim) for a in self.axes))
+            except ValueError as e:
+                raise ValueError(f"key {key!r}: {e}") from None
+        if self.plan is not None and self.plan.ndim <= ndim:
+            return tuple(range(self.plan.ndim))
+        return tuple(int(a) for a in np.flatnonzero((shapes != shapes[0]).any(axis=0)))
+
+    def target_sizes(self, maxes: np.ndarray, key: str, axes: tuple) -> tuple[int, ...]:
+        """Padded sizes along ``axes`` for per-axis maxima ``maxes``."""
+        plan = self.plan
+        if plan is None or plan.ndim != len(axes):
+            m = self.multiple
+            return tuple(-(-int(x) // m) * m for x in maxes)
+        return plan.round_up(tuple(int(x) for x in maxes))
+
+
+class _Batch:
+    """State of one ``__call__``: the walk, the padded leaves and their counts."""
+
+    __slots__ = ("c", "padded", "real", "total", "shapes", "truncated", "extended")
+
+    def __init__(self, collate: DynTileCollate):
+        self.c = collate
+        self.padded: dict[str, tuple] = {}           # key -> (lengths (B', d), axes, out shape)
+        self.real = self.total = self.truncated = self.extended = 0
+        self.shapes: list = []
+
+    def walk(self, items: list, key: str):
+        return handler_for(type(items[0]), key)(self, items, key)
+
+    def is_ragged(self, key: str, shapes: np.ndarray) -> bool:
+        return key in self.c.pad_keys or key.rsplit(".", 1)[-1] in self.c.pad_keys \
+            or bool((shapes != shapes[0]).any())
+
+    def counts(self) -> dict:
+        return {"real_elements": self.real, "padded_elements": self.total, "shapes": self.shapes,
+                "truncated_samples": self.truncated, "plan_extensions": self.extended}
+
+    def can_pad_directly(self, key: str, x0) -> bool:
+        """True when one ``pad_batch`` call can plan, allocate and copy a leaf by itself:
+        a 1-D leaf named in ``pad_keys``, a 1-axis plan (or none), no batch padding,
+        pinning or tiling (those need the shape before the copy)."""
+        c = self.c
+        return (c.batch_multiple is None and not c._pin and c.tile is None and x0.ndim == 1
+                and (c.plan is None or c.plan.ndim == 1)
+                and (key in c.pad_keys or key.rsplit(".", 1)[-1] in c.pad_keys))
+
+    def pad_direct(self, items: list, key: str) -> torch.Tensor:
+        """Fast route of :meth:`pad`: ``pad_batch`` finds the lengths, the size and the buffer."""
+        c = self.c
+        try:
+            batch, lengths = pad_batch(items, multiple=c.multiple, plan=c.plan, fill=c.fill_for(key), side=c.side)
+        except ValueError:
+            # over the plan's largest boundary (or a bad fill): the full route names the
+            # sample and applies the overflow policy
+            shapes = np.fromiter((x.shape[0] for x in items), np.int64, count=len(items)).reshape(-1, 1)
+            return self.pad(items, shapes, key)
+        if not isinstance(batch, torch.Tensor):
+            batch = torch.from_numpy(batch)
+        lengths = np.asarray(lengths).reshape(-1, 1)
+        self._record(key, lengths, (0,), batch)
+        return batch
+
+    def _record(self, key: str, shapes: np.ndarray, axes: tuple, out: torch.Tensor) -> None:
+        shape = tuple(out.shape)
+        self.padded[key] = (shapes, axes, shape)
+        self.real += int(shapes.prod(axis=1).sum())
+        self.total += out.numel()
+        self.shapes.append((key, shape))
+
+    def pad(self, items: list, shapes: np.ndarray, key: str) -> torch.Tensor:
+        """Pad one ragged leaf: target shape, overflow policy, one allocation, one kernel call."""
+        c = self.c
+        axes = c.padded_axes(shapes, key)
+        items, shapes = self._check_fixed_axes(items, shapes, key, axes)
+        maxes = shapes[:, axes].max(axis=0)
+        if c.plan is not None and c.plan.ndim == len(axes):
+            items, shapes, maxes = self._overflow(items, shapes, maxes, key, axes)
+        target = list(shapes[0])
+        for a, size in zip(axes, c.target_sizes(maxes, key, axes)):
+            target[a] = size
+        B = len(items)
+        rows = B if c.batch_multiple is None else -(-B // c.batch_multiple) * c.batch_multiple
+        fill = c.fill_for(key)
+        out = torch.empty((rows, *target), dtype=_torch_dtype(items[0]), pin_memory=c._pin and c.tile is None)
+        try:
+            pad_batch(items, shape=tuple(target), fill=fill, side=c.side, out=out[:B] if rows > B else out)
+        except (ValueError, TypeError) as e:
+            raise type(e)(f"key {key!r}: {e}") from None
+        if rows > B:
+            out[B:] = fill
+            shapes = np.concatenate((shapes, np.zeros((rows - B, shapes.shape[1]), np.int64)))
+        self._record(key, shapes, axes, out)
+        if c.tile is not None:
+            out = self._tiled(out, fill)
+        return out
+
+    def _check_fixed_axes(self, items, shapes, key, axes):
+        fixed = [a for a in range(shapes.shape[1]) if a not in axes]
+        if fixed:
+            differ = (shapes[:, fixed] != shapes[0, fixed]).any(axis=1)
+            if differ.any():
+                i = int(np.flatnonzero(differ)[0])
+                raise ValueError(f"key {key!r}: sample {i} has shape {tuple(shapes[i])} and sample 0 has "
+                                 f"{tuple(shapes[0])}, but only axes {list(axes)} are padded; pass axes= "
+                                 f"to pad the others")
+        return items, shapes
+
+    def _overflow(self, items, shapes, maxes, key, axes):
+        c = self.c
+        limit = np.array(c.plan.max_sizes)
+        if not (maxes > limit).any():
+            return items, shapes, maxes
+        if c.overflow == "extend":
+            c.plan = c.plan.extend(tuple(int(x) for x in maxes))
+            self.extended += 1
+            return items, shapes, maxes
+        over = (shapes[:, axes] > limit).any(axis=1)
+        i = int(np.flatnonzero(over)[0])
+        if c.overflow == "error":
+            raise ValueError(
+                f"key {key!r}: sample {i} has shape {tuple(shapes[i])}, over the plan's largest boundary "
+                f"{tuple(int(x) for x in limit)} along axes {list(axes)}; pass overflow='truncate' to cut it "
+                f"or overflow='extend' to grow the plan")
+        items = list(items)
+        shapes = shapes.copy()
+        for i in np.flatnonzero(over):
+            index = [slice(None)] * shapes.shape[1]
+            for a, top in zip(axes, limit):
+                index[a] = slice(0, int(top))
+            items[i] = items[i][tuple(index)]
+            shapes[i, list(axes)] = np.minimum(shapes[i, list(axes)], limit)
+        self.truncated += int(over.sum())
+        return items, shapes, shapes[:, axes].max(axis=0)
+
+    def _tiled(self, out: torch.Tensor, fill) -> torch.Tensor:
+        from dyntile.tiling import tile as tile_fn
+        from dyntile.shapes import tiled_shape
+
+        if out.dim() < 2:
+            raise ValueError(f"tile= needs padded leaves of at least 2 dimensions, but got shape {tuple(out.shape)}")
+        dest = torch.empty(tiled_shape(tuple(out.shape), self.c.tile), dtype=out.dtype, pin_memory=self.c._pin)
+        return tile_fn(out, self.c.tile, fill=fill, out=dest)
+
+
+_NP_TO_TORCH: dict = {}
+
+
+def _torch_dtype(x) -> torch.dtype:
+    if isinstance(x, torch.Tensor):
+        return x.dtype
+    dt = x.dtype
+    t = _NP_TO_TORCH.get(dt)
+    if t is None:
+        t = _NP_TO_TORCH[dt] = torch.from_numpy(np.empty(0, dt)).dtype
+    return t
+
+
+def _pinning_available() -> bool:
+    global _PIN_WARNED
+    if torch.cuda.is_available():
+        return True
+    if not _PIN_WARNED:
+        warnings.warn("DynTileCollate(pin_memory=True): pinned memory needs CUDA, which this torch build or "
+                      "machine lacks; outputs are allocated in ordinary memory", RuntimeWarning, stacklevel=3)
+        _PIN_WARNED = True
+    return False
+
+
+def _pack_options(pack) -> dict | None:
+    if pack is None:
+        return None
+    if hasattr(pack, "shapes"):                      # a PackingBatchSampler
+        return {"shapes": list(pack.shapes), "overflow": getattr(pack, "overflow", "second_shape")}
+    if isinstance(pack, Mapping):
+        return dict(pack)
+    return {"shapes": list(pack)}

@@ -1,0 +1,207 @@
+"""Handlers of :class:`~loaders.collate.DynTileCollate`: one small function per kind of element.
+
+Like ``torch.utils.data._utils.collate.collate_fn_map``, a table maps a type to a
+handler ``handler(ctx, items, key)``: ``items`` are the B samples' values at one
+place in the sample structure, ``key`` names that place (``"input_ids"``,
+``"0"``, ``"inputs.pixels"``), and ``ctx`` is the batch being collated
+(``ctx.walk`` recurses into structures; ``ctx.pad`` pads a ragged leaf). The type
+of the first item picks the handler, once per type (cached).
+
+Structures: mappings -> dict, namedtuples -> the same namedtuple, tuples and lists
+of non-numbers -> list (as ``default_collate``). Leaves: tensors and arrays ->
+one padded (or stacked) tensor; lists of numbers -> a 1-D sequence leaf; numbers
+-> a ``(B,)`` tensor; strings, bytes and ``None`` -> kept as a list.
+"""
+from __future__ import annotations
+
+import collections.abc
+import itertools
+import numbers
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+__all__ = ["handler_for", "HANDLERS"]
+
+
+def _where(key: str) -> str:
+    return f"key {key!r}" if key else "the samples"
+
+
+# ----------------------------------------------------------------------------- structures
+
+
+def collate_mapping(ctx, items: list, key: str) -> dict:
+    """Dicts -> a dict of collated values; every sample must have the same keys."""
+    first = items[0].keys()
+    keys = list(first)
+    try:
+        same = all(item.keys() == first for item in items)
+    except AttributeError:
+        same = False
+    if not same:
+        _raise_key_mismatch(items, keys, key)
+    return {k: ctx.walk([item[k] for item in items], _join(key, k)) for k in keys}
+
+
+def _raise_key_mismatch(items: list, keys: list, key: str):
+    for i, item in enumerate(items):
+        if not isinstance(item, collections.abc.Mapping):
+            raise TypeError(f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a mapping")
+        missing = [k for k in keys if k not in item]
+        extra = [k for k in item if k not in keys]
+        if missing or extra:
+            what = f"is missing key {_join(key, missing[0])!r}" if missing else f"has extra key {_join(key, extra[0])!r}"
+            raise KeyError(f"sample {i} {what}; every sample needs the keys of sample 0: {keys}")
+
+
+def collate_sequence(ctx, items: list, key: str) -> list:
+    """Tuples (and lists of non-numbers) -> a list with one collated value per position."""
+    n = len(items[0])
+    for i, item in enumerate(items):
+        if len(item) != n:
+            raise ValueError(f"{_where(key)}: sample {i} has {len(item)} elements, but sample 0 has {n}; "
+                             f"sequences in a batch need equal sizes (use a list of numbers for a ragged leaf)")
+    return [ctx.walk(list(column), _join(key, str(j))) for j, column in enumerate(zip(*items))]
+
+
+def collate_namedtuple(ctx, items: list, key: str):
+    """Namedtuples -> the same namedtuple of collated fields."""
+    return type(items[0])(*collate_sequence(ctx, items, key))
+
+
+def collate_list(ctx, items: list, key: str):
+    """A list of numbers is a 1-D sequence leaf; any other list is a structure."""
+    first = items[0]
+    if not first or _is_number(first[0]):
+        return collate_number_lists(ctx, items, key)
+    return collate_sequence(ctx, items, key)
+
+
+# ----------------------------------------------------------------------------- leaves
+
+
+def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
+    """Tensors / arrays of one rank and dtype -> one tensor, padded when ragged.
+
+    Per sample this reads only ``type``, ``dtype`` and ``shape`` (one pass each,
+    in C-level comprehensions); the copy is one kernel call in ``ctx.pad``.
+    """
+    x0 = items[0]
+    kind, dtype = type(x0), x0.dtype
+    if len({(type(x), x.dtype) for x in items}) > 1:
+        _raise_mixed(items, kind, dtype, key)
+    if ctx.can_pad_directly(key, x0):
+        return ctx.pad_direct(items, key)
+    shape_list = [x.shape for x in items]
+    ndim = len(shape_list[0])
+    if len({len(s) for s in shape_list}) > 1:
+        i = next(i for i, s in enumerate(shape_list) if len(s) != ndim)
+        raise ValueError(f"{_where(key)}: sample {i} has shape {tuple(shape_list[i])} ({len(shape_list[i])} "
+                         f"dimensions), but sample 0 has shape {tuple(shape_list[0])} ({ndim} dimensions)")
+    B = len(items)
+    shapes = np.fromiter(itertools.chain.from_iterable(shape_list), np.int64, count=B * ndim).reshape(B, ndim)
+    if ndim == 0 or not ctx.is_ragged(key, shapes):
+        return _stack(items)
+    return ctx.pad(items, shapes, key)
+
+
+def _raise_mixed(items: list, kind: type, dtype, key: str):
+    i, got = next((i, x) for i, x in enumerate(items) if type(x) is not kind or x.dtype != dtype)
+    what = f"dtype {got.dtype}" if type(got) is kind else f"type {type(got).__name__}"
+    want = f"dtype {dtype}" if type(got) is kind else f"type {kind.__name__}"
+    raise TypeError(f"{_where(key)}: sample {i} has {what}, but sample 0 has {want}; "
+                    f"every sample's value of one key needs one type and dtype")
+
+
+def _stack(items: list) -> torch.Tensor:
+    if isinstance(items[0], torch.Tensor):
+        return torch.stack(items)
+    return torch.from_numpy(np.stack(items))
+
+
+def collate_number_lists(ctx, items: list, key: str) -> torch.Tensor:
+    """Lists of numbers (1-D sequences) -> one padded tensor (int64, float64 or bool)."""
+    lengths = [len(x) for x in items]
+    flat = np.array(list(itertools.chain.from_iterable(items)))
+    if flat.dtype.kind not in "biuf":
+        if flat.size == 0:
+            flat = flat.astype(np.int64)
+        else:
+            i = next(i for i, x in enumerate(items) if not all(_is_number(v) for v in x))
+            raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds "
+                            f"{next(type(v).__name__ for v in items[i] if not _is_number(v))}")
+    ends = np.cumsum(lengths).tolist()
+    arrays = [flat[e - n:e] for e, n in zip(ends, lengths)]
+    shapes = np.array(lengths, dtype=np.int64).reshape(-1, 1)
+    if not ctx.is_ragged(key, shapes):
+        return torch.from_numpy(np.stack(arrays))
+    return ctx.pad(arrays, shapes, key)
+
+
+def collate_numbers(ctx, items: list, key: str) -> torch.Tensor:
+    """Python numbers -> a ``(B,)`` tensor: float64 for floats, int64 for ints (as ``default_collate``)."""
+    if isinstance(items[0], float):
+        return torch.tensor(items, dtype=torch.float64)
+    return torch.tensor(items)
+
+
+def collate_numpy_scalars(ctx, items: list, key: str) -> torch.Tensor:
+    """NumPy scalars -> a ``(B,)`` tensor of their dtype."""
+    return torch.as_tensor(np.array(items))
+
+
+def keep_list(ctx, items: list, key: str) -> list:
+    """Strings, bytes, ``None``: kept as a list of the B values."""
+    return list(items)
+
+
+# ----------------------------------------------------------------------------- dispatch
+
+# checked in this order for types not seen before (subclasses included)
+HANDLERS: dict[type, Callable] = {
+    torch.Tensor: collate_arrays,
+    np.ndarray: collate_arrays,
+    str: keep_list,
+    bytes: keep_list,
+    type(None): keep_list,
+    collections.abc.Mapping: collate_mapping,
+    list: collate_list,
+    tuple: collate_sequence,              # namedtuples are caught first in handler_for
+    bool: collate_numbers,
+    numbers.Number: collate_numbers,
+    np.generic: collate_numpy_scalars,
+}
+_CACHE: dict[type, Callable] = {}
+
+
+def handler_for(cls: type, key: str = "") -> Callable:
+    """The handler for items of type ``cls`` (``TypeError`` naming the key for unknown types)."""
+    handler = _CACHE.get(cls)
+    if handler is not None:
+        return handler
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        handler = collate_namedtuple
+    elif issubclass(cls, np.generic) and not issubclass(cls, (np.number, np.bool_)):
+        handler = None                    # np.str_, np.bytes_, np.void: not numbers
+        if issubclass(cls, (np.str_, np.bytes_)):
+            handler = keep_list
+    else:
+        handler = next((h for base, h in HANDLERS.items() if issubclass(cls, base)), None)
+        if handler is None and issubclass(cls, collections.abc.Sequence):
+            handler = collate_sequence
+    if handler is None:
+        raise TypeError(f"{_where(key)}: cannot collate values of type {cls.__name__}; DynTileCollate takes "
+                        f"tensors, NumPy arrays, numbers, lists of numbers, strings and dicts, tuples and "
+                        f"lists of these")
+    _CACHE[cls] = handler
+    return handler
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (numbers.Number, np.number, np.bool_)) and not isinstance(v, (str, bytes))
+
+
+def _join(key: str, part: str) -> str:
+    return f"{key}.{part}" if key else str(part)
