@@ -111,3 +111,25 @@ def best_fit(const int64_t[::1] size, const int64_t[::1] open_cap, const int64_t
             tree_add(tree, leaves, rem, 1)
             item_bin[i] = b
     return item_bin_arr, cap_arr[:nb].copy()
+
+
+def group_by_bin(const int64_t[::1] item_bin, int64_t nbins):
+    """Stable counting sort: item ids ordered by bin, placement order kept within a bin.
+
+    Same result as ``np.argsort(item_bin, kind="stable")`` in O(n + nbins).
+    """
+    cdef Py_ssize_t n = item_bin.shape[0], i
+    start_arr = np.zeros(nbins + 1, dtype=np.int64)
+    out_arr = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] start = start_arr
+    cdef int64_t[::1] out = out_arr
+    with nogil:
+        for i in range(n):
+            start[item_bin[i] + 1] += 1
+        for i in range(nbins):
+            start[i + 1] += start[i]
+        # loop invariant: start[b] = next free slot of bin b
+        for i in range(n):
+            out[start[item_bin[i]]] = i
+            start[item_bin[i]] += 1
+    return out_arr

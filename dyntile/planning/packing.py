@@ -268,7 +268,17 @@ def _pool_order(L: np.ndarray, pool_size: int | None, shuffle: bool, rng) -> np.
     perm = rng.permutation(n) if shuffle else np.arange(n)
     pool = np.arange(n, dtype=np.int64) // max(n if pool_size is None else pool_size, 1)
     top = int(L.max(initial=0)) + 1
-    return perm[np.argsort(pool * top + (top - 1 - L[perm]), kind="stable")]
+    return perm[_stable_argsort(pool * top + (top - 1 - L[perm]))]
+
+
+def _stable_argsort(key: np.ndarray) -> np.ndarray:
+    """Stable argsort of non-negative int keys: a counting sort when the key range is small."""
+    from dyntile.cpu.packing import group_by_bin
+
+    top = int(key.max(initial=0)) + 1
+    if top <= 4 * key.size + 1024:
+        return group_by_bin(np.ascontiguousarray(key, dtype=np.int64), top)
+    return np.argsort(key, kind="stable")
 
 
 def _deal_rows(n_rows: int, group_start: np.ndarray, B: int, R: int) -> np.ndarray | None:
@@ -302,6 +312,16 @@ def _deal_rows(n_rows: int, group_start: np.ndarray, B: int, R: int) -> np.ndarr
     for j, gs in enumerate(batches):
         group_batch[gs] = j
     return np.repeat(group_batch, g_rows)
+
+
+def _sort_by(key: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
+    """``arrays`` reordered by a stable sort on ``key`` (non-negative ints; skipped when already sorted)."""
+    from dyntile.cpu.packing import group_by_bin
+
+    if key.size < 2 or bool(np.all(key[1:] >= key[:-1])):
+        return list(arrays)
+    srt = group_by_bin(np.ascontiguousarray(key, dtype=np.int64), int(key.max()) + 1)
+    return [a[srt] for a in arrays]
 
 
 def _break_row(p_bin, p_size, p_start, bins, new_bin, *, long_only, T, R, shape) -> np.ndarray:
@@ -366,14 +386,16 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
     item_bin, bin_cap = best_fit(size, open_cap, n_full, T_max)
 
     # pieces: a split sample -> n_full full rows, then its last chunk in item_bin
-    n_pieces = n_full + 1
-    p_item = np.repeat(np.arange(L.size), n_pieces)
-    p_k = np.arange(p_item.size) - np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
-    p_bin = item_bin[p_item] - n_full[p_item] + p_k
-    p_size = np.where(p_k < n_full[p_item], T, size[p_item])
-    p_start = p_k * T
-    srt = np.argsort(p_bin, kind="stable")  # rows in creation order, opener first
-    p_item, p_bin, p_size, p_start = p_item[srt], p_bin[srt], p_size[srt], p_start[srt]
+    if overflow == "split" and n_full.any():
+        n_pieces = n_full + 1
+        p_item = np.repeat(np.arange(L.size), n_pieces)
+        p_k = np.arange(p_item.size) - np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
+        p_bin = item_bin[p_item] - n_full[p_item] + p_k
+        p_size = np.where(p_k < n_full[p_item], T, size[p_item])
+        p_start = p_k * T
+    else:  # one piece per sample
+        p_item, p_bin, p_size, p_start = np.arange(L.size), item_bin, size, np.zeros(L.size, np.int64)
+    p_item, p_bin, p_size, p_start = _sort_by(p_bin, p_item, p_bin, p_size, p_start)  # opener first
 
     # deal the rows of each shape into batches; a group = the rows of one split sample
     cont = np.zeros(bin_cap.size, bool)
@@ -401,8 +423,7 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
         batch_shape += [shape] * nb
         n_batches += nb
     # offsets within rows (again: rows may have been broken up)
-    srt = np.argsort(p_bin, kind="stable")
-    p_item, p_bin, p_size, p_start = p_item[srt], p_bin[srt], p_size[srt], p_start[srt]
+    p_item, p_bin, p_size, p_start = _sort_by(p_bin, p_item, p_bin, p_size, p_start)
     cs = np.cumsum(p_size) - p_size
     p_off = cs - cs[np.searchsorted(p_bin, np.arange(bin_cap.size))[p_bin]]
 
@@ -412,10 +433,9 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
         steps = rng.permutation(steps)
     batch_order = (steps[:, None] * R + np.arange(R)).reshape(-1)
     p_batch = batch_of_bin[p_bin]
-    srt = np.argsort(p_batch, kind="stable")
-    bounds = np.searchsorted(p_batch[srt], np.arange(n_batches + 1))
-    idx, rows = order[p_item[srt]], local_row[p_bin[srt]]
-    offs, sizes, starts = p_off[srt], p_size[srt], p_start[srt]
+    p_batch, p_item, p_bin, offs, sizes, starts = _sort_by(p_batch, p_batch, p_item, p_bin, p_off, p_size, p_start)
+    bounds = np.searchsorted(p_batch, np.arange(n_batches + 1))
+    idx, rows = order[p_item], local_row[p_bin]
     out = []
     for j in batch_order.tolist():
         a, b = bounds[j], bounds[j + 1]

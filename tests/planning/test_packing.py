@@ -237,3 +237,10 @@ def test_real_lengths_padding_and_shapes():
     assert len({b.shape for b in two}) == 2
     seen = np.concatenate([b.sample_order for b in two])
     assert np.array_equal(np.sort(seen), np.arange(L.size))
+
+
+@pytest.mark.parametrize("n, nbins", [(0, 1), (1, 1), (257, 3), (1000, 997)])
+def test_group_by_bin_is_a_stable_argsort(n, nbins):
+    from dyntile.cpu.packing import group_by_bin
+    key = np.random.default_rng(n).integers(0, nbins, n).astype(np.int64)
+    assert np.array_equal(group_by_bin(key, nbins), np.argsort(key, kind="stable"))
