@@ -4,9 +4,11 @@
   boundaries (multiples of a layout multiple) that minimise expected padding, and
   per-bucket batch sizes from a token budget;
 * :mod:`dyntile.planning.packing` -- ``pack_lengths`` / ``PackedBatch``: whole
-  samples packed into fixed ``[B, T]`` tiles.
+  samples packed into fixed ``[B, T]`` tiles; ``pack_rows`` recovers a batch's rows
+  from its lengths (the one source of truth shared by sampler and collate).
 
-Pure NumPy; no torch, no kernels.
+NumPy only, no torch. Packing's best-fit loop is the small Cython kernel
+:mod:`dyntile.cpu.packing`, imported when a packing function first runs.
 """
 from __future__ import annotations
 
@@ -17,6 +19,8 @@ _EXPORTS = {
     "BucketPlan": "dyntile.planning.buckets",
     "pack_lengths": "dyntile.planning.packing",
     "PackedBatch": "dyntile.planning.packing",
+    "pack_rows": "dyntile.planning.packing",
+    "packing_shapes": "dyntile.planning.packing",
 }
 
 __all__ = sorted(_EXPORTS)
