@@ -261,7 +261,7 @@ class _Batch:
         maxes = shapes[:, axes].max(axis=0)
         if c.plan is not None and c.plan.ndim == len(axes):
             items, shapes, maxes = self._overflow(items, shapes, maxes, key, axes)
-        target = list(shapes[0])
+        target = shapes[0].tolist()
         for a, size in zip(axes, c.target_sizes(maxes, key, axes)):
             target[a] = size
         B = len(items)
@@ -286,8 +286,8 @@ class _Batch:
             differ = (shapes[:, fixed] != shapes[0, fixed]).any(axis=1)
             if differ.any():
                 i = int(np.flatnonzero(differ)[0])
-                raise ValueError(f"key {key!r}: sample {i} has shape {tuple(shapes[i])} and sample 0 has "
-                                 f"{tuple(shapes[0])}, but only axes {list(axes)} are padded; pass axes= "
+                raise ValueError(f"key {key!r}: sample {i} has shape {tuple(shapes[i].tolist())} and sample 0 has "
+                                 f"{tuple(shapes[0].tolist())}, but only axes {list(axes)} are padded; pass axes= "
                                  f"to pad the others")
         return items, shapes
 
@@ -304,7 +304,7 @@ class _Batch:
         i = int(np.flatnonzero(over)[0])
         if c.overflow == "error":
             raise ValueError(
-                f"key {key!r}: sample {i} has shape {tuple(shapes[i])}, over the plan's largest boundary "
+                f"key {key!r}: sample {i} has shape {tuple(shapes[i].tolist())}, over the plan's largest boundary "
                 f"{tuple(int(x) for x in limit)} along axes {list(axes)}; pass overflow='truncate' to cut it "
                 f"or overflow='extend' to grow the plan")
         items = list(items)

@@ -1,0 +1,309 @@
+"""DynTileCollate: default_collate equivalence, padding against a NumPy reference, errors, stats."""
+from __future__ import annotations
+
+import collections
+import pickle
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.utils.data import default_collate
+
+import loaders.collate as collate_module
+from dyntile.planning import BucketPlan, plan_buckets
+from loaders import DynTileCollate
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+Point = collections.namedtuple("Point", "x y")
+
+
+def assert_same(a, b, where="batch"):
+    """Recursive equality with dtypes (tensors), types and keys."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor), where
+        assert a.dtype == b.dtype and a.shape == b.shape, (where, a.dtype, b.dtype, a.shape, b.shape)
+        assert torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and list(a) == list(b), where
+        for k in a:
+            assert_same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        # strings inside tuples come back as default_collate's zip tuples; we give lists
+        if hasattr(a, "_fields") or hasattr(b, "_fields"):
+            assert type(a) is type(b), where
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+# ------------------------------------------------------------------ default_collate equivalence
+
+
+def equal_size_samples(rng, n):
+    return [{"x": torch.from_numpy(rng.standard_normal((3, 5)).astype(np.float32)),
+             "ids": torch.from_numpy(rng.integers(0, 9, 7)),
+             "arr": rng.integers(0, 5, (2, 2)).astype(np.int16),
+             "label": int(rng.integers(0, 3)), "score": float(rng.random()), "flag": bool(rng.random() < .5),
+             "np_scalar": np.float32(rng.random()), "name": f"s{i}",
+             "pair": (torch.tensor([i, i + 1]), f"p{i}"), "point": Point(i, float(i) / 2),
+             "nested": {"a": torch.ones(2, dtype=torch.bool)}} for i in range(n)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_equals_default_collate_on_equal_sizes(n):
+    samples = equal_size_samples(np.random.default_rng(n), n)
+    collate = DynTileCollate(multiple=1, mask_key=None, lengths_key=None)
+    assert_same(collate(samples), default_collate(samples))
+
+
+def test_equals_default_collate_on_tuples_and_bare_tensors():
+    rng = np.random.default_rng(0)
+    samples = [(torch.from_numpy(rng.random(4)), int(i)) for i in range(3)]
+    assert_same(DynTileCollate(multiple=1)(samples), default_collate(samples))
+    bare = [torch.arange(6).reshape(2, 3) + i for i in range(4)]
+    assert_same(DynTileCollate(multiple=1)(bare), default_collate(bare))
+
+
+# ------------------------------------------------------------------ padding against a reference
+
+
+def reference_pad(seqs, target, fill, left, rows=None, dtype=None):
+    rows = len(seqs) if rows is None else rows
+    out = np.full((rows, target), fill, dtype=dtype or np.asarray(seqs[0]).dtype)
+    for i, s in enumerate(seqs):
+        s = np.asarray(s)
+        if len(s):
+            if left:
+                out[i, target - len(s):] = s
+            else:
+                out[i, :len(s)] = s
+    return out
+
+
+def make_leaf(values: np.ndarray, kind: str):
+    if kind == "list":
+        return values.tolist()
+    if kind == "numpy":
+        return values
+    if kind == "strided":                         # non-contiguous tensor view of the same values
+        wide = torch.from_numpy(np.repeat(values, 2))
+        return wide[::2]
+    return torch.from_numpy(values)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=9),
+       kind=st.sampled_from(["tensor", "numpy", "list", "strided"]),
+       side=st.sampled_from(["right", "left"]), multiple=st.sampled_from([1, 8]),
+       use_plan=st.booleans(), batch_multiple=st.sampled_from([None, 4]))
+def test_padding_matches_reference(lengths, kind, side, multiple, use_plan, batch_multiple):
+    rng = np.random.default_rng(sum(lengths))
+    seqs = [rng.integers(1, 1000, n) for n in lengths]
+    samples = [{"input_ids": make_leaf(s, kind), "labels": make_leaf(s + 1, kind), "idx": i}
+               for i, s in enumerate(seqs)]
+    plan = BucketPlan((8, 24, 48)) if use_plan else None
+    collate = DynTileCollate(plan, multiple=multiple, side=side, batch_multiple=batch_multiple,
+                             pad_values={"input_ids": 0, "labels": -100})
+    out = collate(samples)
+    B, longest = len(seqs), max(lengths)
+    T = plan.round_up(longest)[0] if plan else -(-longest // multiple) * multiple
+    rows = B if batch_multiple is None else -(-B // batch_multiple) * batch_multiple
+    left = side == "left"
+    assert out["input_ids"].dtype == torch.int64
+    np.testing.assert_array_equal(out["input_ids"].numpy(), reference_pad(seqs, T, 0, left, rows))
+    np.testing.assert_array_equal(out["labels"].numpy(), reference_pad([s + 1 for s in seqs], T, -100, left, rows))
+    lens = np.array(lengths + [0] * (rows - B))
+    np.testing.assert_array_equal(out["lengths"].numpy(), lens)
+    pos = np.arange(T)
+    mask = pos < lens[:, None] if not left else pos >= T - lens[:, None]
+    np.testing.assert_array_equal(out["attention_mask"].numpy(), mask)
+    assert out["idx"].tolist() == list(range(B))
+    assert collate.stats.real_elements == 2 * sum(lengths)
+    assert collate.stats.padded_elements == 2 * rows * T
+
+
+def test_nd_leaves_padded_on_their_ragged_axis():
+    rng = np.random.default_rng(1)
+    specs = [rng.standard_normal((n, 5)).astype(np.float32) for n in (3, 9, 6)]
+    out = DynTileCollate(BucketPlan((8, 16)))([{"spec": s} for s in specs])
+    assert out["spec"].shape == (3, 16, 5)
+    for i, s in enumerate(specs):
+        np.testing.assert_array_equal(out["spec"][i, :len(s)].numpy(), s)
+        assert not out["spec"][i, len(s):].any()
+    assert out["lengths"].tolist() == [[3, 5], [9, 5], [6, 5]]
+    assert out["attention_mask"].shape == (3, 16)
+
+
+def test_images_with_a_two_axis_plan_and_channel_first_axes():
+    rng = np.random.default_rng(2)
+    imgs = [torch.from_numpy(rng.random((3, h, w)).astype(np.float32)) for h, w in ((5, 7), (9, 4))]
+    plan = BucketPlan(((8, 16), (8, 16)))
+    out = DynTileCollate(plan, axes=(1, 2), fill=-1.0)(imgs)   # bare tensors: no mask keys
+    assert out.shape == (2, 3, 16, 8)
+    assert torch.equal(out[0, :, :5, :7], imgs[0]) and (out[0, :, 5:] == -1).all()
+    with pytest.raises(ValueError, match=r"key 'img': sample 1 has shape \(4, 9, 4\).*only axes \[1, 2\]"):
+        DynTileCollate(plan, axes=(1, 2))([{"img": imgs[0]}, {"img": torch.zeros(4, 9, 4)}])
+
+
+def test_image_mask_covers_both_axes():
+    imgs = [np.ones((2, 3), np.uint8), np.ones((4, 1), np.uint8)]
+    out = DynTileCollate(multiple=4)([{"img": x} for x in imgs])
+    assert out["img"].shape == (2, 4, 4)
+    expected = np.zeros((2, 4, 4), bool)
+    expected[0, :2, :3] = expected[1, :4, :1] = True
+    np.testing.assert_array_equal(out["attention_mask"].numpy(), expected)
+
+
+def test_tiled_output_equals_dyntile_tile():
+    from dyntile import tile
+    seqs = [torch.arange(n) for n in (5, 20, 11)]
+    padded = DynTileCollate(multiple=8)([{"x": s} for s in seqs])["x"]
+    tiled = DynTileCollate(multiple=8, tile=(2, 8))([{"x": s} for s in seqs])["x"]
+    assert tiled.shape == (2, 3, 2, 8)
+    assert torch.equal(tiled, tile(padded, (2, 8)))
+
+
+def test_mask_options():
+    samples = [{"ids": [1, 2, 3], "attention_mask": [1, 1, 1]}, {"ids": [4], "attention_mask": [1]}]
+    out = DynTileCollate(multiple=4)(samples)
+    assert out["attention_mask"].tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]    # the samples' own mask kept
+    out = DynTileCollate(multiple=4, mask_key="m", lengths_key=None, mask_dtype=torch.long)(samples)
+    assert out["m"].dtype == torch.long and "lengths" not in out
+    out = DynTileCollate(multiple=4, mask_from="attention_mask", mask_key="m2")(samples)
+    assert out["m2"].sum().item() == 4
+    with pytest.raises(KeyError, match="mask_from='nope'"):
+        DynTileCollate(mask_from="nope")(samples)
+
+
+def test_equal_length_leaf_named_in_pad_values_still_goes_to_the_plan():
+    samples = [{"ids": torch.arange(5)}, {"ids": torch.arange(5)}]
+    plan = BucketPlan((8, 16))
+    assert DynTileCollate(plan, pad_values={"ids": 0})(samples)["ids"].shape == (2, 8)
+    assert DynTileCollate(plan)(samples)["ids"].shape == (2, 5)            # not ragged: stacked
+    assert DynTileCollate(plan, pad_keys=["ids"])(samples)["ids"].shape == (2, 8)
+
+
+# ------------------------------------------------------------------ overflow and bad input
+
+
+def test_overflow_policies():
+    plan = BucketPlan((8, 16))
+    samples = [{"ids": torch.arange(20)}, {"ids": torch.arange(3)}]
+    with pytest.raises(ValueError, match=r"key 'ids': sample 0 has shape \(20,\), over the plan's largest boundary"):
+        DynTileCollate(plan, pad_values={"ids": 0})(samples)
+    with pytest.raises(ValueError, match=r"key 'ids': sample 0 has shape \(20,\)"):
+        DynTileCollate(plan)(samples)
+    cut = DynTileCollate(plan, overflow="truncate", pad_values={"ids": 0})
+    out = cut(samples)
+    assert out["ids"].shape == (2, 16) and out["ids"][0].tolist() == list(range(16))
+    assert out["lengths"].tolist() == [16, 3] and cut.stats.truncated_samples == 1
+    grow = DynTileCollate(plan, overflow="extend")
+    assert grow(samples)["ids"].shape == (2, 24)
+    assert grow.plan.boundaries == (8, 16, 24) and grow.stats.plan_extensions == 1
+
+
+@pytest.mark.parametrize("samples, exc, msg", [
+    ([], ValueError, "empty batch"),
+    ([{"a": [1], "b": [2]}, {"a": [1]}], KeyError, "sample 1 is missing key 'b'"),
+    ([{"a": [1]}, {"a": [1], "c": 3}], KeyError, "sample 1 has extra key 'c'"),
+    ([{"a": [1]}, [1]], TypeError, "sample 1 is a list, but sample 0 is a mapping"),
+    ([{"a": torch.ones(2)}, {"a": torch.ones(3, dtype=torch.float64)}], TypeError,
+     "key 'a': sample 1 has dtype torch.float64, but sample 0 has dtype torch.float32"),
+    ([{"a": torch.ones(2)}, {"a": np.ones(3, np.float32)}], TypeError, "key 'a': sample 1 has type ndarray"),
+    ([{"a": torch.ones(2)}, {"a": torch.ones(2, 2)}], ValueError,
+     r"key 'a': sample 1 has shape \(2, 2\) \(2 dimensions\)"),
+    ([{"a": [1, 2]}, {"a": [1, "x"]}], TypeError, "key 'a': sample 1 should be a list of numbers, but holds str"),
+    ([{"a": object()}, {"a": object()}], TypeError, "key 'a': cannot collate values of type object"),
+    ([(1, 2), (1,)], ValueError, "sample 1 has 1 elements, but sample 0 has 2"),
+    ([{"a": [1.5]}, {"a": [2]}], None, None),
+])
+def test_bad_input_names_sample_and_key(samples, exc, msg):
+    collate = DynTileCollate()
+    if exc is None:
+        assert collate(samples)["a"].dtype == torch.float64
+        return
+    with pytest.raises(exc, match=msg):
+        collate(samples)
+
+
+def test_bad_fill_names_key():
+    with pytest.raises(ValueError, match="key 'ids'"):
+        DynTileCollate(pad_values={"ids": float("nan")})([{"ids": [1, 2]}, {"ids": [3]}])
+
+
+@pytest.mark.parametrize("kwargs, exc", [
+    ({"side": "up"}, ValueError), ({"overflow": "wrap"}, ValueError), ({"plan": (8, 16)}, TypeError),
+    ({"multiple": 0}, ValueError), ({"batch_multiple": -1}, ValueError), ({"tile": (8,)}, ValueError),
+])
+def test_bad_options(kwargs, exc):
+    with pytest.raises(exc):
+        DynTileCollate(**kwargs)
+
+
+# ------------------------------------------------------------------ stats, pickling, pinning, packing
+
+
+def test_stats_and_reset_and_return_stats():
+    c = DynTileCollate(multiple=4, return_stats=True)
+    b1 = c([{"ids": [1, 2, 3]}, {"ids": [4]}])
+    c([{"ids": [1, 2, 3, 4, 5]}, {"ids": [4]}])
+    s = c.stats
+    assert s.batches == 2 and s.real_elements == 4 + 6 and s.padded_elements == 8 + 16
+    assert s.padding_ratio == pytest.approx(1 - 10 / 24) and s.distinct_shapes == 2
+    assert b1["collate_stats"]["real_elements"] == 4
+    from loaders.collate_stats import CollateStats
+    merged = CollateStats()
+    merged.update(b1["collate_stats"])
+    assert merged.real_elements == 4 and merged.distinct_shapes == 1
+    c.reset_stats()
+    assert c.stats.batches == 0 and c.stats.padding_ratio == 0.0
+
+
+def test_pickle_round_trip():
+    c = DynTileCollate(BucketPlan((8, 32)), pad_values={"labels": -100}, side="left", batch_multiple=2)
+    samples = [{"input_ids": torch.arange(n), "labels": torch.arange(n)} for n in (3, 9, 1)]
+    c2 = pickle.loads(pickle.dumps(c))
+    assert_same(c(samples), c2(samples))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")
+def test_pin_memory_without_cuda_warns_once_and_still_collates(monkeypatch):
+    monkeypatch.setattr(collate_module, "_PIN_WARNED", False)
+    with pytest.warns(RuntimeWarning, match="pinned memory needs CUDA"):
+        c = DynTileCollate(pin_memory=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DynTileCollate(pin_memory=True)                           # once per process
+    out = c([{"ids": [1, 2]}, {"ids": [3]}])
+    assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
+
+
+def test_pack_hook_delegates_to_collate_packed():
+    from loaders.packed_collate import collate_packed
+    samples = [{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}]
+    got, expected = DynTileCollate(pack=[(2, 8)])(samples), collate_packed(samples, [(2, 8)])
+    assert got.pop("packing").shape == expected.pop("packing").shape
+    assert_same(got, expected)
+
+
+# ------------------------------------------------------------------ real tokens
+
+
+def test_real_docstring_tokens_with_plan():
+    path = DATA / "tokens_cpython_docstrings_sample.npz"
+    if not path.exists():
+        pytest.skip(f"real data not found at {path}")
+    z = np.load(path)
+    ids, offsets = z["ids"], z["offsets"]
+    seqs = [ids[offsets[j]:offsets[j + 1]] for j in range(64)]
+    plan = plan_buckets(np.diff(offsets), max_buckets=8)
+    out = DynTileCollate(plan, pad_values={"input_ids": 0})([{"input_ids": torch.from_numpy(s)} for s in seqs])
+    T = plan.round_up(max(len(s) for s in seqs))[0]
+    np.testing.assert_array_equal(out["input_ids"].numpy(), reference_pad(seqs, T, 0, False))
+    assert out["input_ids"].dtype == torch.int32
