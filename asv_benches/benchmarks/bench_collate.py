@@ -1,0 +1,142 @@
+"""Collating token batches: DynTileCollate against the usual references.
+
+Batches of 64 dict samples ``{"input_ids", "labels"}`` of variable length (lengths
+drawn from the CPython docstring lengths in ``../shared/data`` when present, else
+a log-normal stand-in), leaves given as torch tensors or as Python lists:
+
+* ``Collate.time_collate`` -- one batch, per library: ``dyntile`` (no plan: batch
+  max rounded to 8), ``dyntile_plan`` (8-bucket plan), ``pad_sequence``
+  (``torch.nn.utils.rnn.pad_sequence`` per key + lengths + mask: the hand-written
+  collate; tensors only) and ``hf`` (Hugging Face ``DataCollatorWithPadding``,
+  ``pad_to_multiple_of=8``; only when ``transformers`` is installed);
+* ``CollateSpeedup.track_speedup`` -- reference time over dyntile time, measured
+  side by side in one process (medians of interleaved repeats); targets: at least
+  3 against ``pad_sequence`` and 100 against ``hf``. (A ``track_`` is plotted as
+  is; here higher is better.)
+
+torch runs single-threaded here, as it does in ``DataLoader`` workers (which set
+``torch.set_num_threads(1)``), where a ``collate_fn`` runs.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+try:
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+except ImportError:
+    torch = None
+
+DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "lengths_cpython_docstrings.npy"
+BATCH = 64
+N_BATCHES = 16
+LIBRARIES = ["dyntile", "dyntile_plan", "pad_sequence", "hf"]
+
+
+def corpus_lengths(rng) -> np.ndarray:
+    if DATA.exists():
+        return np.load(DATA).astype(np.int64)
+    return np.minimum(rng.lognormal(3.3, 1.1, 8604).astype(np.int64) + 2, 1600)
+
+
+def make_batches(leaves: str, n_batches: int = N_BATCHES, batch: int = BATCH, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    L = corpus_lengths(rng)
+    batches = []
+    for _ in range(n_batches):
+        samples = []
+        for n in rng.choice(L, batch):
+            ids = torch.from_numpy(rng.integers(1, 30522, int(n)))
+            if leaves == "lists":
+                samples.append({"input_ids": ids.tolist(), "labels": ids.tolist()})
+            else:
+                samples.append({"input_ids": ids, "labels": ids.clone()})
+        batches.append(samples)
+    return L, batches
+
+
+def pad_sequence_collate(samples):
+    """The usual hand-written collate: pad_sequence per key, lengths, mask."""
+    ids = [s["input_ids"] for s in samples]
+    lengths = torch.tensor([len(x) for x in ids])
+    input_ids = pad_sequence(ids, batch_first=True, padding_value=0)
+    return {"input_ids": input_ids,
+            "labels": pad_sequence([s["labels"] for s in samples], batch_first=True, padding_value=-100),
+            "attention_mask": torch.arange(input_ids.shape[1])[None, :] < lengths[:, None],
+            "lengths": lengths}
+
+
+def hf_collate():
+    """``DataCollatorWithPadding(pad_to_multiple_of=8)`` with a tiny word-level tokenizer."""
+    try:
+        from tokenizers import Tokenizer, models
+        from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
+    except ImportError:
+        raise NotImplementedError("transformers is not installed") from None
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, "[UNK]")),
+                                  pad_token="[PAD]", unk_token="[UNK]")
+    hf = DataCollatorWithPadding(tok, pad_to_multiple_of=8, return_tensors="pt")
+    return lambda samples: hf([{"input_ids": s["input_ids"]} for s in samples])
+
+
+def make_collate(library: str, leaves: str, lengths):
+    if torch is None:
+        raise NotImplementedError("torch is not installed")
+    torch.set_num_threads(1)        # as in DataLoader workers, where collate_fn runs
+    from dyntile.planning import plan_buckets
+    from loaders import DynTileCollate
+
+    pad_values = {"input_ids": 0, "labels": -100}
+    if library == "dyntile":
+        return DynTileCollate(pad_values=pad_values)
+    if library == "dyntile_plan":
+        return DynTileCollate(plan_buckets(lengths, max_buckets=8), pad_values=pad_values)
+    if library == "pad_sequence":
+        if leaves != "tensors":
+            raise NotImplementedError("pad_sequence takes tensors only")
+        return pad_sequence_collate
+    return hf_collate()
+
+
+class Collate:
+    params = [LIBRARIES, ["tensors", "lists"]]
+    param_names = ["library", "leaves"]
+
+    def setup(self, library, leaves):
+        lengths, self.batches = make_batches(leaves, n_batches=1)
+        self.collate = make_collate(library, leaves, lengths)
+        self.collate(self.batches[0])                     # warm caches and lazy imports
+
+    def time_collate(self, library, leaves):
+        self.collate(self.batches[0])
+
+
+class CollateSpeedup:
+    params = [["pad_sequence", "hf"]]
+    param_names = ["reference"]
+    timeout = 300
+
+    def setup(self, reference):
+        lengths, self.batches = make_batches("tensors")
+        self.ours = make_collate("dyntile", "tensors", lengths)
+        self.ref = make_collate(reference, "tensors", lengths)
+        self.repeat = 5 if reference == "hf" else 15
+
+    def _seconds(self, fn) -> float:
+        t0 = time.perf_counter()
+        for b in self.batches:
+            fn(b)
+        return time.perf_counter() - t0
+
+    def track_speedup(self, reference):
+        ours, ref = [], []
+        for _ in range(self.repeat):                    # interleaved: fair on a busy machine
+            ours.append(self._seconds(self.ours))
+            ref.append(self._seconds(self.ref))
+        return statistics.median(ref) / statistics.median(ours)
+
+    track_speedup.unit = "x faster"
