@@ -100,13 +100,13 @@ def main(argv=None) -> None:
     p.add_argument("--batches", type=int, default=50)
     p.add_argument("--repeat", type=int, default=7)
     args = p.parse_args(argv)
-    torch.set_num_threads(1)
+    torch.set_num_threads(1)            # as in DataLoader workers, where a collate_fn runs
     for kind in ("tensors", "lists"):
         L, batches = make_batches(kind, args.batches, args.batch)
         plan = plan_buckets(L, max_buckets=8)
         methods = {
-            "dyntile (multiple=8)": DynTileCollate(pad_values={"labels": -100}),
-            "dyntile (8-bucket plan)": DynTileCollate(plan, pad_values={"labels": -100}),
+            "dyntile (multiple=8)": DynTileCollate(pad_values={"input_ids": 0, "labels": -100}),
+            "dyntile (8-bucket plan)": DynTileCollate(plan, pad_values={"input_ids": 0, "labels": -100}),
         }
         if kind == "tensors":
             methods["pad_sequence + mask"] = pad_sequence_collate
