@@ -7,6 +7,7 @@ kernel only loops.
 """
 from __future__ import annotations
 
+import math
 import sys
 from typing import NamedTuple, Sequence
 
@@ -93,6 +94,10 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     >>> matmul(np.ones((2, 4, 3), np.float32), np.ones((3, 5), np.float32)).shape
     (2, 4, 5)
     """
+    if type(a) is np.ndarray and type(b) is np.ndarray:
+        result = _matmul_2d(a, b, out, threads)
+        if result is not None:
+            return result
     operands = [a, b] if out is None else [a, b, out]
     if backend_of(operands, what="matmul operands") == "cuda":
         from dyntile.cuda import matmul as cuda_matmul  # numba loads only here
@@ -117,6 +122,35 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     if torch_result:
         return sys.modules["torch"].from_numpy(np.asarray(result))
     return result[()] if result.ndim == 0 else result
+
+
+def _matmul_2d(a: np.ndarray, b: np.ndarray, out, threads):
+    """Fast path for the common call: two 2-D arrays of one kernel dtype, no batch.
+
+    Returns None when the call needs the general path (which also raises the errors).
+    """
+    kernel = _KERNELS.get(a.dtype)
+    if (kernel is None or a.ndim != 2 or b.ndim != 2 or b.dtype != a.dtype
+            or a.shape[1] != b.shape[0] or not (_kernel_strides_ok(a) and _kernel_strides_ok(b))):
+        return None
+    (m, k), n = a.shape, b.shape[1]
+    if out is None:
+        c = np.empty((m, n), a.dtype)
+    elif (type(out) is np.ndarray and out.shape == (m, n) and out.dtype == a.dtype
+          and out.flags.writeable and _kernel_strides_ok(out)
+          and not np.may_share_memory(out, a) and not np.may_share_memory(out, b)):
+        c = out
+    else:
+        return None
+    if threads is None:
+        threads = 1 if 2 * m * n * k < PARALLEL_FLOPS else min(max_threads(), MAX_THREADS)
+    elif isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        return None
+    isz = a.itemsize
+    kernel(a, b, c, _ZERO_OFFSET, _ZERO_OFFSET, _ZERO_OFFSET, m, n, k,
+           (a.strides[0] // isz, a.strides[1] // isz), (b.strides[0] // isz, b.strides[1] // isz),
+           (c.strides[0] // isz, c.strides[1] // isz), min(int(threads), MAX_THREADS))
+    return c
 
 
 # ------------------------------------------------------------------------ input checks
@@ -178,7 +212,7 @@ def _overlaps(x: np.ndarray, y: np.ndarray) -> bool:
 
 def _check_threads(threads, shapes: MatmulShapes) -> int:
     if threads is None:
-        flops = 2 * shapes.m * shapes.n * shapes.k * int(np.prod(shapes.batch, dtype=np.int64))
+        flops = 2 * shapes.m * shapes.n * shapes.k * math.prod(shapes.batch)
         return 1 if flops < PARALLEL_FLOPS else min(max_threads(), MAX_THREADS)
     if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"matmul: threads should be a positive integer or None, but got {threads!r}")
@@ -195,6 +229,8 @@ def _gemm_kernels():
 
 #: dtype -> batched GEMM kernel (dtypes not listed fall back to numpy.matmul)
 _KERNELS = _gemm_kernels()
+#: batch offsets of a single (unbatched) product
+_ZERO_OFFSET = np.zeros(1, np.int64)
 
 
 def _kernel_matmul(a: np.ndarray, b: np.ndarray, shapes: MatmulShapes, out, threads: int):
@@ -227,7 +263,11 @@ def _kernel_matmul(a: np.ndarray, b: np.ndarray, shapes: MatmulShapes, out, thre
 
 def _kernel_strides_ok(x: np.ndarray) -> bool:
     """The kernel addresses elements: strides must be whole elements, data aligned."""
-    return x.flags.aligned and all(s % x.itemsize == 0 for s in x.strides)
+    isz = x.itemsize
+    for s in x.strides:
+        if s % isz:
+            return False
+    return x.flags.aligned
 
 
 def _kernel_readable(x: np.ndarray) -> np.ndarray:
@@ -241,6 +281,8 @@ def _core_strides(x: np.ndarray) -> tuple:
 
 def _batch_offsets(x: np.ndarray, batch: tuple) -> np.ndarray:
     """Element offset of each matrix of ``x`` broadcast to ``batch``, in C order."""
+    if not batch:
+        return _ZERO_OFFSET
     lead = x.ndim - 2
     off = np.zeros((), np.int64)
     for axis, size in enumerate(batch):

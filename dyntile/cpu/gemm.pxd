@@ -28,6 +28,12 @@ cdef extern from "gemm_ukernel.h" nogil:
     int dt_gemm_isa_supported(int isa)
     int dt_gemm_best_isa()
 
+cdef extern from "gemm_pack.h" nogil:
+    void dt_pack_a_panel_avx512_f32(int64_t mr_cur, int64_t kc, const float *a, int64_t rs_a,
+                                    int64_t cs_a, int mr, float *ap)
+    void dt_pack_a_panel_avx512_f64(int64_t mr_cur, int64_t kc, const double *a, int64_t rs_a,
+                                    int64_t cs_a, int mr, double *ap)
+
 cdef extern from "gemm_omp.h" nogil:
     int dt_omp_team_size()
     void dt_omp_barrier()

@@ -60,7 +60,7 @@ cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
 
 
 
-cdef void pack_a(int64_t mc_cur, int64_t kc_cur, const floating *a, int64_t rs_a,
+cdef void pack_a(int isa, int64_t mc_cur, int64_t kc_cur, const floating *a, int64_t rs_a,
                  int64_t cs_a, int mr, floating *ap) noexcept nogil:
     """Pack the mc_cur x kc_cur block at ``a`` into MR-tall micro-panels, k-major.
 
@@ -70,10 +70,20 @@ cdef void pack_a(int64_t mc_cur, int64_t kc_cur, const floating *a, int64_t rs_a
     cdef int64_t ip, i0, p, ir, mr_cur
     cdef const floating *a_row
     cdef floating *ap_p
+    cdef bint row_major = iabs(cs_a) < iabs(rs_a)
+    cdef bint gather = (isa == DT_ISA_AVX512 and row_major and mr <= 16
+                        and iabs(rs_a) * mr < (<int64_t> 1 << 31))
     for ip in range(ceil_div(mc_cur, mr)):
         i0 = ip * mr
         mr_cur = min(mr, mc_cur - i0)
-        if iabs(cs_a) <= iabs(rs_a):   # rows are the contiguous direction: read along rows
+        if gather:                   # transpose by masked gathers, zero padding included
+            if floating is float:
+                dt_pack_a_panel_avx512_f32(mr_cur, kc_cur, a + i0 * rs_a, rs_a, cs_a, mr, ap)
+            else:
+                dt_pack_a_panel_avx512_f64(mr_cur, kc_cur, a + i0 * rs_a, rs_a, cs_a, mr, ap)
+            ap += mr * kc_cur
+            continue
+        if row_major:                # read along rows
             for ir in range(mr_cur):
                 a_row = a + (i0 + ir) * rs_a
                 for p in range(kc_cur):
@@ -136,12 +146,12 @@ cdef void macro_kernel(const gemm_problem *g, int64_t mc_cur, int64_t nc_cur, in
     cdef int64_t jp, j, ip, i, ii, jj, mr_cur, nr_cur
     cdef int64_t rs_c = g.rs_c, cs_c = g.cs_c
     cdef floating *c_ij
-    for jp in range(jp_lo, jp_hi):              # 2nd loop: one NR micro-panel of B
-        j = jp * nr
-        nr_cur = min(nr, nc_cur - j)
-        for ip in range(ceil_div(mc_cur, mr)):  # 1st loop: one MR micro-panel of A
-            i = ip * mr
-            mr_cur = min(mr, mc_cur - i)
+    for ip in range(ceil_div(mc_cur, mr)):      # 2nd loop: one MR micro-panel of A (L1)
+        i = ip * mr
+        mr_cur = min(mr, mc_cur - i)
+        for jp in range(jp_lo, jp_hi):          # 1st loop: NR micro-panels of B (L2)
+            j = jp * nr
+            nr_cur = min(nr, nc_cur - j)
             c_ij = c + i * rs_c + j * cs_c
             if mr_cur == mr and nr_cur == nr:
                 ukernel(g.isa, kc_cur, ap + i * kc_cur, bp + j * kc_cur, c_ij, rs_c, cs_c, beta)
@@ -203,7 +213,7 @@ cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating 
                 ic = ib * mc
                 mc_cur = min(mc, m - ic)
                 if ib != last_ib:
-                    pack_a(mc_cur, kc_cur, a + ic * g.rs_a + pc * g.cs_a, g.rs_a, g.cs_a, mr, ap)
+                    pack_a(g.isa, mc_cur, kc_cur, a + ic * g.rs_a + pc * g.cs_a, g.rs_a, g.cs_a, mr, ap)
                     last_ib = ib
                 macro_kernel(g, mc_cur, nc_cur, kc_cur,
                              split_lo(n_panels, js, n_jrs), split_lo(n_panels, js + 1, n_jrs),
@@ -368,3 +378,4 @@ def packing_buffer_bytes(str dtype, int64_t m, int64_t n, int64_t k, int threads
     ap = ceil_div(min(<int64_t> bs.mc, m), bs.mr) * bs.mr * kc
     bp = ceil_div(min(<int64_t> bs.nc, n), bs.nr) * bs.nr * kc
     return (threads * ap + bp) * item
+

@@ -28,10 +28,10 @@ def test_register_blocks_fit_the_edge_tile_scratch(key):
 
 @pytest.mark.parametrize("key", sorted(TABLE))
 def test_blocks_fit_their_cache_level(key):
-    """KC x NR micro-panel of B in a 48 KiB L1d, MC x KC block of A in half a 2 MiB L2."""
+    """MR x KC micro-panel of A in half a 48 KiB L1d, KC x NC block of B in 3/4 of a 2 MiB L2."""
     bs, item = TABLE[key], ITEMSIZE[key[1]]
-    assert bs["kc"] * bs["nr"] * item <= 48 * 1024
-    assert bs["mc"] * bs["kc"] * item <= 1024 * 1024
+    assert bs["mr"] * bs["kc"] * item <= 24 * 1024
+    assert bs["kc"] * bs["nc"] * item <= 1536 * 1024
 
 
 @pytest.mark.parametrize("key", [k for k in sorted(TABLE) if k[0] in ("avx2", "avx512")])

@@ -1,9 +1,12 @@
 /* gemm_blocking.h: the one table of GEMM block sizes, per ISA and dtype.
  *
- * Register block MR x NR: the C tile one micro-kernel call keeps in registers.
- * Cache blocks (BLIS names): KC x NR micro-panel of packed B stays in L1, the
- * MC x KC packed block of A in L2, the KC x NC packed block of B in L3.
+ * Register block MR x NR: the C tile one micro-kernel call keeps in registers; the
+ * micro-kernel broadcasts A (MR values per p) and loads B in vectors (NR per p).
+ * Cache blocks (BLIS names): the MR x KC micro-panel of packed A stays in L1 while
+ * the macro-kernel sweeps it over the KC x NC packed block of B, which stays in L2;
+ * the MC x KC packed block of A is the unit a thread packs (L2/L3).
  * MC is a multiple of MR and NC of NR (tests/cpu/test_gemm_blocking.py checks it).
+ * Tuned with asv_benches/gemm_compare.py on a 2-core Xeon (48 KiB L1d, 2 MiB L2).
  * Kernels read MR/NR from the DT_*_MR/NR macros below and nothing else.
  */
 #ifndef DYNTILE_GEMM_BLOCKING_H
@@ -38,16 +41,16 @@ typedef struct {
 /* [isa][dtype] = {MR, NR, MC, KC, NC} */
 static const dt_gemm_blocksizes dt_gemm_blocking[DT_ISA_COUNT][DT_DTYPE_COUNT] = {
     [DT_ISA_REF] = {
-        [DT_F32] = {DT_REF_F32_MR, DT_REF_F32_NR, 128, 256, 2048},
-        [DT_F64] = {DT_REF_F64_MR, DT_REF_F64_NR, 128, 256, 2048},
+        [DT_F32] = {DT_REF_F32_MR, DT_REF_F32_NR, 128, 256, 1024},
+        [DT_F64] = {DT_REF_F64_MR, DT_REF_F64_NR, 128, 256, 512},
     },
     [DT_ISA_AVX2] = {
-        [DT_F32] = {DT_AVX2_F32_MR, DT_AVX2_F32_NR, 144, 256, 4080},
-        [DT_F64] = {DT_AVX2_F64_MR, DT_AVX2_F64_NR, 72, 256, 4080},
+        [DT_F32] = {DT_AVX2_F32_MR, DT_AVX2_F32_NR, 144, 256, 1024},
+        [DT_F64] = {DT_AVX2_F64_MR, DT_AVX2_F64_NR, 144, 256, 512},
     },
     [DT_ISA_AVX512] = {
-        [DT_F32] = {DT_AVX512_F32_MR, DT_AVX512_F32_NR, 336, 256, 4096},
-        [DT_F64] = {DT_AVX512_F64_MR, DT_AVX512_F64_NR, 168, 256, 4096},
+        [DT_F32] = {DT_AVX512_F32_MR, DT_AVX512_F32_NR, 336, 256, 1024},
+        [DT_F64] = {DT_AVX512_F64_MR, DT_AVX512_F64_NR, 168, 192, 768},
     },
 };
 

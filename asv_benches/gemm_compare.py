@@ -1,0 +1,107 @@
+"""Print dyntile.matmul's speed beside NumPy's (OpenBLAS) and torch's, side by side.
+
+Each cell times both libraries in one process, alternating calls, limited to the
+same number of threads (threadpoolctl for OpenBLAS, torch.set_num_threads for
+torch), and reports median GFLOP/s. Run with OpenBLAS's core-type overrides unset:
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python asv_benches/gemm_compare.py
+
+Options: --sizes 64 256 ..., --threads 1 2, --dtypes float32 float64, --torch,
+--ghz (clock for the % of FMA peak; default: measured by a timing loop is not
+possible from Python, so /proc/cpuinfo's "cpu MHz"), --repeat N.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+import dyntile
+from dyntile.cpu import gemm
+
+LAYER = (4096, 768, 768)   # (m, k, n): a transformer layer's activations @ weights
+FMA_UNITS = 2              # 512-bit FMA ports per core on this Xeon
+
+
+def cpu_ghz() -> float:
+    try:
+        with open("/proc/cpuinfo") as f:
+            mhz = [float(line.split(":")[1]) for line in f if line.startswith("cpu MHz")]
+        return max(mhz) / 1000 if mhz else float("nan")
+    except OSError:
+        return float("nan")
+
+
+def peak_gflops(dtype: np.dtype, threads: int, ghz: float) -> float:
+    lanes = {"avx512": 64, "avx2": 32}.get(gemm.isa(), 16) // dtype.itemsize
+    return 2 * FMA_UNITS * lanes * ghz * threads
+
+
+def time_calls(fns, flops: float, repeat: int) -> list[float]:
+    """Median GFLOP/s of each function, calls interleaved so load hits all alike."""
+    times = [[] for _ in fns]
+    for fn in fns:
+        fn()                                    # warm-up (pages, packing buffers)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            times[i].append(time.perf_counter() - t0)
+    return [flops / statistics.median(t) / 1e9 for t in times]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="*", default=[64, 256, 512, 1024, 2048])
+    p.add_argument("--threads", type=int, nargs="*", default=[1, 2])
+    p.add_argument("--dtypes", nargs="*", default=["float32", "float64"])
+    p.add_argument("--no-layer", action="store_true", help="skip the 4096x768 @ 768x768 shape")
+    p.add_argument("--torch", action="store_true", help="add a torch column")
+    p.add_argument("--ghz", type=float, default=None)
+    p.add_argument("--repeat", type=int, default=None, help="timed calls per cell (default by size)")
+    args = p.parse_args(argv)
+
+    torch = None
+    if args.torch:
+        import torch
+    ghz = args.ghz or cpu_ghz()
+    shapes = [(n, n, n) for n in args.sizes] + ([] if args.no_layer else [LAYER])
+    env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    print(f"dyntile ISA {gemm.isa()}, clock {ghz:.2f} GHz, OpenBLAS env {env}")
+    head = f"{'m x k x n':>18} {'dtype':>8} {'thr':>3} {'dyntile':>8} {'numpy':>8} {'ratio':>6} {'%peak':>6}"
+    print(head + (f" {'torch':>8} {'ratio':>6}" if torch else ""))
+    rng = np.random.default_rng(0)
+    for threads in args.threads:
+        for dtype in map(np.dtype, args.dtypes):
+            for m, k, n in shapes:
+                a = rng.standard_normal((m, k)).astype(dtype)
+                b = rng.standard_normal((k, n)).astype(dtype)
+                c1, c2 = np.empty((m, n), dtype), np.empty((m, n), dtype)
+                flops = 2.0 * m * n * k
+                repeat = args.repeat or max(5, min(200, int(2e9 / flops)))
+                fns = [lambda: dyntile.matmul(a, b, out=c1, threads=threads),
+                       lambda: np.matmul(a, b, out=c2)]
+                if torch is not None:
+                    ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c2)
+                    fns.append(lambda: torch.matmul(ta, tb, out=tc))
+                prev_torch = torch.get_num_threads() if torch is not None else None
+                if torch is not None:
+                    torch.set_num_threads(threads)
+                with threadpool_limits(limits=threads, user_api="blas"):
+                    rates = time_calls(fns, flops, repeat)
+                if torch is not None:
+                    torch.set_num_threads(prev_torch)
+                peak = peak_gflops(dtype, threads, ghz)
+                line = (f"{f'{m}x{k}x{n}':>18} {dtype.name:>8} {threads:>3} {rates[0]:8.1f} "
+                        f"{rates[1]:8.1f} {rates[0] / rates[1]:6.2f} {100 * rates[0] / peak:5.0f}%")
+                if torch is not None:
+                    line += f" {rates[2]:8.1f} {rates[0] / rates[2]:6.2f}"
+                print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
