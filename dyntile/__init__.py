@@ -32,6 +32,7 @@ _EXPORTS = {
     "tiled_shape": "dyntile.shapes",
     "pad_batch": "dyntile.padding",
     "pad_to": "dyntile.padding",
+    "padding_mask": "dyntile.masks",
     "tile": "dyntile.tiling",
     "untile": "dyntile.tiling",
     "matmul": "dyntile.matmul",

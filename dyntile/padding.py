@@ -37,7 +37,7 @@ def _as_list(arrays) -> list:
     return list(arrays)
 
 
-def _normalize(samples: list, dtype):
+def _normalize(samples: list, dtype, promote: bool = True):
     """Slow path: convert every sample to a NumPy array of one rank and dtype.
 
     Returns ``(arrays, shapes, dtype, torch_like, token)``; raises naming the sample.
@@ -69,6 +69,10 @@ def _normalize(samples: list, dtype):
         else:
             strong.append((i, a.dtype))
         arrays.append(a)
+    if not promote and dtype is None and len({d for _, d in strong}) > 1:
+        i, d = next((i, d) for i, d in strong if d != strong[0][1])
+        raise TypeError(f"sample {i} has dtype {d}, but sample {strong[0][0]} has {strong[0][1]}; "
+                        f"promote=False needs one dtype (cast the samples, or pass dtype=)")
     dt = promote_samples(strong, weak, dtype)
     arrays = [a if a.dtype == dt else a.astype(dt, casting="unsafe") for a in arrays]
     shapes = np.array([a.shape for a in arrays], dtype=np.int64).reshape(len(arrays), ndim)
@@ -186,7 +190,7 @@ def _copy_batch(arrays: list, out: np.ndarray, fill, left: bool, token=None) -> 
 
 
 def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, plan=None, fill=0,
-              side: str = "right", dtype=None, out=None, device: str | None = None):
+              side: str = "right", dtype=None, promote: bool = True, out=None, device: str | None = None):
     """Pad a ragged list of arrays into one dense batch.
 
     Parameters
@@ -210,6 +214,9 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
     dtype : dtype, optional
         Output dtype (samples cast with ``same_kind``). Default: the samples' common
         dtype; mixed dtypes must promote without rounding.
+    promote : bool
+        ``False``: array samples of different dtypes raise ``TypeError`` naming the
+        sample instead of promoting (lists of numbers still take the batch dtype).
     out : array, optional
         Destination of shape ``(B, *padded)`` and the batch dtype.
     device : "cuda", optional
@@ -240,13 +247,13 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
         result = _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out)
         if result is not None:
             return result
-        host, shapes, dt, torch_like, token = _normalize(samples, dtype)
+        host, shapes, dt, torch_like, token = _normalize(samples, dtype, promote)
     else:
         if device is not None and device != "cuda":
             raise ValueError(f"device should be None or 'cuda', but got {device!r}")
         if device == "cuda" or backend_of(samples, what="arrays") == "cuda":
             return _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out)
-        host, shapes, dt, torch_like, token = _normalize(samples, dtype)
+        host, shapes, dt, torch_like, token = _normalize(samples, dtype, promote)
     target = (len(host),) + _target_shape(shapes, multiple, axes, shape, plan)
     dest = _check_out(out, target, dt, torch_like)
     if dest is None:

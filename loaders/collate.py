@@ -13,6 +13,7 @@ from typing import Any, Collection, Mapping, Sequence
 import numpy as np
 import torch
 
+from dyntile.masks import padding_mask
 from dyntile.padding import pad_batch
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import check_multiple, check_tile, normalize_axis
@@ -153,6 +154,11 @@ class DynTileCollate:
 
     def _mask(self, lengths: np.ndarray, axes: tuple, shape: tuple) -> torch.Tensor:
         """``(B, *padded sizes)``: true where every padded axis is inside the data."""
+        if len(axes) == 1 and lengths.shape[1] == 1:  # 1-D leaves: two memsets per row
+            mask = torch.from_numpy(padding_mask(lengths[:, 0], shape[1], side=self.side))
+            if self.mask_dtype != torch.bool:
+                mask = mask.to(self.mask_dtype)
+            return mask.pin_memory() if self._pin else mask
         mask = None
         for j, a in enumerate(axes):
             size = shape[1 + a]
@@ -234,7 +240,10 @@ class _Batch:
         """Fast route of :meth:`pad`: ``pad_batch`` finds the lengths, the size and the buffer."""
         c = self.c
         try:
-            batch, lengths = pad_batch(items, multiple=c.multiple, plan=c.plan, fill=c.fill_for(key), side=c.side)
+            batch, lengths = pad_batch(items, multiple=c.multiple, plan=c.plan, fill=c.fill_for(key), side=c.side,
+                                       promote=False)
+        except TypeError as e:
+            raise TypeError(f"key {key!r}: {e}") from None
         except ValueError:
             # over the plan's largest boundary (or a bad fill): the full route names the
             # sample and applies the overflow policy
@@ -249,7 +258,7 @@ class _Batch:
     def _record(self, key: str, shapes: np.ndarray, axes: tuple, out: torch.Tensor) -> None:
         shape = tuple(out.shape)
         self.padded[key] = (shapes, axes, shape)
-        self.real += int(shapes.prod(axis=1).sum())
+        self.real += int(shapes.sum() if shapes.shape[1] == 1 else shapes.prod(axis=1).sum())
         self.total += out.numel()
         self.shapes.append((key, shape))
 

@@ -86,14 +86,15 @@ def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
     """Tensors / arrays of one rank and dtype -> one tensor, padded when ragged.
 
     Per sample this reads only ``type``, ``dtype`` and ``shape`` (one pass each,
-    in C-level comprehensions); the copy is one kernel call in ``ctx.pad``.
+    in C-level comprehensions); the copy is one kernel call in ``ctx.pad``. The
+    direct route leaves all of that to one ``pad_batch`` call.
     """
     x0 = items[0]
+    if ctx.can_pad_directly(key, x0):  # pad_batch(promote=False) checks types and dtypes itself
+        return ctx.pad_direct(items, key)
     kind, dtype = type(x0), x0.dtype
     if len({(type(x), x.dtype) for x in items}) > 1:
         _raise_mixed(items, kind, dtype, key)
-    if ctx.can_pad_directly(key, x0):
-        return ctx.pad_direct(items, key)
     shape_list = [x.shape for x in items]
     ndim = len(shape_list[0])
     if len({len(s) for s in shape_list}) > 1:

@@ -99,6 +99,13 @@ def test_promotion_and_unsafe_mixes():
     assert batch.dtype == np.float64
 
 
+def test_promote_false_rejects_mixed_dtypes():
+    with pytest.raises(TypeError, match="sample 1 has dtype int64, but sample 0 has int32; promote=False"):
+        dt.pad_batch([np.ones(2, np.int32), np.ones(3, np.int64)], promote=False)
+    batch, _ = dt.pad_batch([np.ones(2, np.int32), [1, 2, 3]], promote=False)
+    assert batch.dtype == np.int32
+
+
 def test_other_dtypes_take_numpy_fallback():
     arrays = [np.arange(3) + 1j, np.arange(5) * 1j]
     batch, _ = dt.pad_batch(arrays, fill=2 + 1j, side="left", multiple=1)

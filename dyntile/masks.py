@@ -1,0 +1,46 @@
+"""Padding masks from lengths: which positions of a padded batch hold data."""
+from __future__ import annotations
+
+import numpy as np
+
+from dyntile.arrays import as_numpy, wrap_like
+from dyntile.cpu import pad as _pad
+from dyntile.dispatch import is_torch_tensor
+
+__all__ = ["padding_mask"]
+
+
+def padding_mask(lengths, shape, *, side: str = "right"):
+    """Boolean mask ``(B, *shape)``: true where a sample of ``lengths`` has data.
+
+    ``lengths`` is what :func:`dyntile.pad_batch` returns: ``(B,)`` for 1-D samples
+    (``shape`` is then ``(T,)`` or ``T``), or ``(B, d)`` with ``shape`` the padded
+    per-sample shape of ``d`` axes. ``side`` must match the padding ("left": data at
+    the end of each axis). torch lengths give a torch mask.
+
+    >>> padding_mask(np.array([1, 3]), 4).astype(int)
+    array([[1, 0, 0, 0],
+           [1, 1, 1, 0]])
+    """
+    if side not in ("right", "left"):
+        raise ValueError(f"side should be 'right' or 'left', but got {side!r}")
+    torch_like = is_torch_tensor(lengths)
+    n, _ = as_numpy(lengths, what="lengths")
+    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    n = n.astype(np.int64, copy=False).reshape(len(n), -1) if n.ndim else n.reshape(1, 1)
+    if n.shape[1] != len(shape):
+        raise ValueError(f"lengths give {n.shape[1]} sizes per sample but shape={shape} has {len(shape)} axes")
+    if n.size and (n.min() < 0 or (n > np.array(shape)).any()):
+        b, a = np.argwhere((n < 0) | (n > np.array(shape)))[0]
+        raise ValueError(f"lengths[{b}] has size {n[b, a]} along axis {a}, outside 0..{shape[a]}")
+    if len(shape) == 1:
+        mask = np.empty((len(n), shape[0]), np.uint8)
+        _pad.mask_rows(np.ascontiguousarray(n[:, 0]), mask, side == "left")
+        mask = mask.view(np.bool_)
+    else:
+        mask = np.ones((len(n),) + shape, np.bool_)
+        for a, size in enumerate(shape):
+            pos = np.arange(size).reshape((1,) * (a + 1) + (size,) + (1,) * (len(shape) - a - 1))
+            k = n[:, a].reshape((-1,) + (1,) * len(shape))
+            mask &= (pos < k) if side == "right" else (pos >= size - k)
+    return wrap_like(mask, torch_like)
