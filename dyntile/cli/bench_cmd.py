@@ -92,8 +92,9 @@ def _collate_rows(batch: int, repeat: int, rng, torch) -> list[list]:
     return [row]
 
 
-def run_bench(args: argparse.Namespace, out=sys.stdout) -> int:
+def run_bench(args: argparse.Namespace, out=None) -> int:
     """Time and print the comparison table; return the exit status."""
+    out = sys.stdout if out is None else out
     if args.repeat < 1:
         raise CLIError(f"--repeat should be a positive integer, but got {args.repeat}")
     try:

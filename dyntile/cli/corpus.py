@@ -61,7 +61,7 @@ class Corpus:
         return cls(name, lengths, max(top + 1, len(SPECIALS) + 1), seqs)
 
     @classmethod
-    def from_texts(cls, texts: Sequence[str], name: str, vocab_size: int = 8192) -> "Corpus":
+    def from_texts(cls, texts: Sequence[str], name: str, vocab_size: int = 4096) -> "Corpus":
         """Texts tokenized by a :class:`WordTokenizer` fitted on them."""
         tok = WordTokenizer.fit(texts, vocab_size=vocab_size)
         seqs = tok.encode_all(texts)

@@ -35,6 +35,7 @@ class LoaderStats:
     batches: int
     real: int
     slots: int
+    empty_row_slots: int
     shapes: frozenset
     seconds: float
     complete: bool
@@ -44,6 +45,12 @@ class LoaderStats:
         return 1.0 - self.real / self.slots if self.slots else 0.0
 
     @property
+    def sample_padded_fraction(self) -> float:
+        """Padding inside rows that hold data (leaves out rows that are all padding)."""
+        used = self.slots - self.empty_row_slots
+        return 1.0 - self.real / used if used else 0.0
+
+    @property
     def batches_per_s(self) -> float:
         return self.batches / self.seconds if self.seconds else 0.0
 
@@ -51,24 +58,25 @@ class LoaderStats:
 def loader_pass(loader, max_batches: int | None, desc: str, show: bool) -> LoaderStats:
     """Iterate ``loader`` (at most ``max_batches``) and measure every batch it yields."""
     total = len(loader) if max_batches is None else min(len(loader), max_batches)
-    n = real = slots = 0
+    n = real = slots = empty = 0
     shapes = set()
     t0 = time.perf_counter()
     for batch in progress(loader, total, desc, show):
         seg = batch["segment_ids"]
         n, real, slots = n + 1, real + int((seg != 0).sum()), slots + seg.numel()
+        empty += int((seg == 0).all(dim=1).sum()) * seg.shape[1]
         shapes.add(tuple(seg.shape))
         if n >= total:
             break
-    return LoaderStats(n, real, slots, frozenset(shapes), time.perf_counter() - t0, n >= len(loader))
+    return LoaderStats(n, real, slots, empty, frozenset(shapes), time.perf_counter() - t0, n >= len(loader))
 
 
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``dyntile demo`` (the data options are shared with ``dyntile plan``)."""
     g = p.add_argument_group("training run")
     g.add_argument("--steps", type=int, default=20, help="optimizer steps per method (default 20)")
-    g.add_argument("--batch-tokens", type=int, default=4096,
-                   help="token budget per batch, padding included, the same for every method (default 4096)")
+    g.add_argument("--batch-tokens", type=int, default=2048,
+                   help="token budget per batch, padding included, the same for every method (default 2048)")
     g.add_argument("--pack-len", type=int, default=512, help="row length T of packed batches (default 512)")
     g.add_argument("--methods", default="random,sorted,buckets,packing",
                    help="comma-separated subset of random,sorted,buckets,packing")
@@ -99,14 +107,15 @@ def _check_positive(args, *names: str) -> None:
             raise CLIError(f"--{name.replace('_', '-')} should be a positive integer, but got {value}")
 
 
-def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
+def run_demo(args: argparse.Namespace, out=None) -> int:
     """Run the demo for parsed ``args``; print the table to ``out``; return the exit status."""
+    out = sys.stdout if out is None else out
     _check_positive(args, "steps", "batch_tokens", "pack_len", "buckets", "d_model", "layers", "heads", "max_batches")
     if args.d_model % args.heads:
         raise CLIError(f"--d-model should be a multiple of --heads, but got {args.d_model} and {args.heads}")
-    methods = _parse_methods(args.methods)
     from dyntile.cli.torch_import import require_torch
     torch = require_torch()
+    methods = _parse_methods(args.methods)
     import dyntile
     from dyntile.cli.methods import TokenDataset, build_batching
     from dyntile.cli.model import TinyTransformer
@@ -114,7 +123,7 @@ def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
 
     t_start = time.perf_counter()
     corpus = load_corpus(args.data, field=args.field, pad_id=args.pad_id, allow_pickle=args.allow_pickle,
-                         limit=args.limit, seed=args.seed, max_length=args.max_length)
+                         limit=args.limit, vocab_size=args.vocab_size, seed=args.seed, max_length=args.max_length)
     lengths = corpus.lengths
     if lengths.max() > args.batch_tokens:
         i = int(lengths.argmax())
@@ -124,7 +133,7 @@ def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
     print(f"corpus : {corpus.name}" + (" (lengths only: token ids drawn at random)" if corpus.synthetic else ""), file=out)
     print(f"lengths: {describe_lengths(lengths)}", file=out)
     print(f"plan   : {len(plan.boundaries)} buckets {list(plan.boundaries)}, batch sizes "
-          f"{list(plan.batch_sizes(args.batch_tokens))} at {args.batch_tokens} tokens/batch, "
+          f"{list(plan.batch_sizes(args.batch_tokens, multiple=1))} at {args.batch_tokens} tokens/batch, "
           f"planned padding {100 * plan.padding_ratio(lengths, cost='linear'):.1f}%", file=out)
     out.flush()
 
@@ -143,7 +152,7 @@ def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
         steps = min(args.steps, len(batching.batch_sampler))
         bar = progress(range(steps), steps, f"{name}: train", show)
         tr = train(model, batching.loader(dataset), steps=steps, backend=compile_backend,
-                   dynamic_dims=batching.dynamic_dims, on_step=lambda: next(bar, None))
+                   dynamic=batching.dynamic, on_step=lambda: next(bar, None))
         for _ in bar:
             pass
         rows.append(_row(batching.label, ls, tr))
@@ -152,7 +161,7 @@ def run_demo(args: argparse.Namespace, out=sys.stdout) -> int:
     print(file=out)
     print(format_table(headers, rows), file=out)
     print(file=out)
-    for note in _notes(args, compile_backend, stats):
+    for note in _notes(args, compile_backend, dict(zip(methods, stats)), plan.padding_ratio(lengths, cost="linear")):
         print(note, file=out)
     if args.plot:
         from dyntile.cli.methods import LABELS
@@ -171,18 +180,24 @@ def _row(label: str, ls: LoaderStats, tr) -> list:
             f"{tr.tokens_per_s:.0f}", f"{tr.steady_tokens_per_s:.0f}", f"{tr.first_loss:.2f}->{tr.last_loss:.2f}"]
 
 
-def _notes(args, backend, stats) -> list[str]:
+def _notes(args, backend, stats: dict, planned: float) -> list[str]:
     how = "eager (--no-compile)" if backend is None else f"torch.compile(backend={backend!r})"
     notes = [
         "batches, shapes, padded %, loader b/s: one pass of the DataLoader over the epoch"
-        + ("" if all(s.complete for s in stats) else " ('+': capped by --max-batches)") + ".",
+        + ("" if all(s.complete for s in stats.values()) else " ('+': capped by --max-batches)") + ".",
         f"training: the first {args.steps} batches of each method (--steps), budget {args.batch_tokens} "
         f"tokens/batch, TinyTransformer d_model={args.d_model} layers={args.layers} heads={args.heads}, "
         f"next-token loss with a block-diagonal causal mask, {how}.",
         "tok/s counts real (non-padding) tokens; steady tok/s leaves out the steps that compiled.",
     ]
+    if "buckets" in stats:
+        b = stats["buckets"]
+        notes.insert(1, f"dyntile buckets: {100 * b.sample_padded_fraction:.1f}% padding inside samples' rows "
+                        f"(planned {100 * planned:.1f}%) + {100 * b.empty_row_slots / max(b.slots, 1):.1f}% in empty "
+                        "rows that top up each bucket's last batch (one shape per bucket).")
     if backend is not None:
         notes.append("graphs: graphs torch.compile built (first compile + every recompilation); "
-                     "dyntile buckets mark B and T dynamic up front (the plan says shapes vary), "
-                     "the baselines use torch.compile's defaults.")
+                     "the baselines use torch.compile's defaults (static, then dynamic after a shape change); "
+                     "dyntile buckets compile dynamic=True (the plan says shapes vary), "
+                     "dyntile packing dynamic=False (one static graph per packed shape).")
     return notes

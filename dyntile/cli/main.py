@@ -32,6 +32,7 @@ def _add_data_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--allow-pickle", action="store_true", help="load object arrays from .npy (trusted files only)")
     g.add_argument("--limit", type=int, help="use only the first N samples (docstrings)")
     g.add_argument("--max-length", type=int, help="truncate samples to N tokens (explicit; never done otherwise)")
+    g.add_argument("--vocab-size", type=int, default=4096, help="word vocabulary built from a text corpus (default 4096)")
     g.add_argument("--seed", type=int, default=0, help="shuffling, init and random ids (default 0)")
     g = p.add_argument_group("plan")
     g.add_argument("--buckets", type=int, default=8, help="most bucket boundaries (default 8)")
@@ -90,7 +91,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse ``argv`` (default ``sys.argv[1:]``), run, return the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:          # --help, --version, or a usage error (already printed)
+        return int(exc.code or 0)
     if args.command is None:
         parser.print_help()
         print("\nstart with: dyntile demo", file=sys.stdout)

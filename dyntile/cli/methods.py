@@ -7,7 +7,8 @@ Every collate returns int64 ``[B, T]`` ``input_ids``, ``position_ids`` and
 * ``random``  -- shuffled greedy token-budget batches, ``pad_sequence`` to the batch max;
 * ``sorted``  -- the same from length-sorted pools;
 * ``buckets`` -- dyntile's plan, ``loaders.BucketBatchSampler`` + ``loaders.DynTileCollate``;
-* ``packing`` -- ``loaders.PackingBatchSampler`` + ``loaders.packed_collate.collate_packed``.
+* ``packing`` -- ``loaders.PackingBatchSampler`` + ``loaders.DynTileCollate(pack=sampler)``
+  (``loaders.packed_collate.collate_packed``).
 """
 from __future__ import annotations
 
@@ -49,15 +50,17 @@ class TokenDataset(torch.utils.data.Dataset):
 class Batching:
     """A batching method: ``batch_sampler`` and ``collate_fn`` for a ``DataLoader``.
 
-    ``dynamic_dims``: the method's shapes are known to vary (dyntile buckets), so the
-    training loop marks ``B`` and ``T`` dynamic up front instead of letting
-    ``torch.compile`` find out by recompiling.
+    ``dynamic``: what the method tells ``torch.compile`` about its shapes. ``None``
+    for the baselines (torch's default: a static graph, then a dynamic recompile at
+    the first new shape); ``True`` for buckets (up to ``K`` planned shapes: one
+    dynamic graph up front); ``False`` for packing (one or two shapes: a static
+    graph each).
     """
 
     name: str
     batch_sampler: torch.utils.data.Sampler
     collate_fn: Callable[[list], dict]
-    dynamic_dims: bool = False
+    dynamic: bool | None = None
 
     @property
     def label(self) -> str:
@@ -82,40 +85,50 @@ def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len
     lengths = corpus.lengths
     if name in ("random", "sorted"):
         return Batching(name, BudgetBatchSampler(lengths, max_tokens, order=name, seed=seed), pad_sequence_collate)
+    from loaders import BucketBatchSampler, DynTileCollate, PackingBatchSampler
     if name == "buckets":
-        from loaders import BucketBatchSampler, DynTileCollate
-        sampler = BucketBatchSampler(lengths, plan=plan, max_tokens=max_tokens, shuffle=True, seed=seed)
-        return Batching(name, sampler, _BucketCollate(DynTileCollate(plan=plan, pad_values={"input_ids": 0})), True)
+        # batch_multiple=1: every bucket uses the whole token budget, like the baselines
+        sampler = BucketBatchSampler(lengths, plan=plan, max_tokens=max_tokens, batch_multiple=1, shuffle=True, seed=seed)
+        collate = DynTileCollate(plan=plan, pad_values={"input_ids": 0})
+        return Batching(name, sampler, _BucketCollate(collate, plan.boundaries, sampler.batch_sizes), dynamic=True)
     if name == "packing":
-        from loaders.packing_sampler import PackingBatchSampler
         seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
         sampler = PackingBatchSampler(lengths, max_tokens=max_tokens, seq_len=seq_len, seed=seed)
-        return Batching(name, sampler, _PackedCollate(sampler.shapes, sampler.overflow))
+        return Batching(name, sampler, _PackedCollate(DynTileCollate(pack=sampler, pad_values={"input_ids": 0})),
+                        dynamic=False)
     raise ValueError(f"method should be one of {METHODS}, but got {name!r}")
 
 
 class _BucketCollate:
-    """``DynTileCollate`` pads ``input_ids`` to the bucket; segments come from the sample lengths."""
+    """``DynTileCollate`` pads ``input_ids`` to the bucket and reports ``lengths``; segments follow.
 
-    def __init__(self, collate):
+    The last, partial batch of a bucket is topped up with empty rows to the bucket's
+    batch size, so a run sees exactly one shape per bucket (the rows count as padding).
+    """
+
+    def __init__(self, collate, boundaries, batch_sizes):
         self.collate = collate
+        self.rows = dict(zip(boundaries, batch_sizes))
 
     def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
-        lengths = torch.tensor([len(s["input_ids"]) for s in samples])
-        ids = self.collate(samples)["input_ids"]
+        out = self.collate(samples)
+        ids, lengths = out["input_ids"], out["lengths"]
+        extra = self.rows[ids.shape[1]] - ids.shape[0]
+        if extra > 0:
+            ids = torch.nn.functional.pad(ids, (0, 0, 0, extra))
+            lengths = torch.nn.functional.pad(lengths, (0, extra))
         positions = torch.arange(ids.shape[1]).expand_as(ids).contiguous()
         return {"input_ids": ids, "position_ids": positions,
                 "segment_ids": (positions < lengths[:, None]).long()}
 
 
 class _PackedCollate:
-    """``collate_packed`` lays samples end to end in ``[B, T]`` rows with per-row segments."""
+    """``DynTileCollate(pack=sampler)`` lays samples end to end in ``[B, T]`` rows, segments per row."""
 
-    def __init__(self, shapes, overflow: str):
-        self.shapes, self.overflow = shapes, overflow
+    def __init__(self, collate):
+        self.collate = collate
 
     def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
-        from loaders.packed_collate import collate_packed
-        out = collate_packed(samples, shapes=self.shapes, overflow=self.overflow)
+        out = self.collate(samples)
         return {"input_ids": out["input_ids"], "position_ids": out["position_ids"],
                 "segment_ids": out["segment_ids"].long()}

@@ -32,15 +32,16 @@ def plan_rows(plan, lengths: np.ndarray, batch_tokens: int) -> list[list]:
     return rows
 
 
-def run_plan(args: argparse.Namespace, out=sys.stdout) -> int:
+def run_plan(args: argparse.Namespace, out=None) -> int:
     """Plan, print the plan and save it when ``--out`` is given; return the exit status."""
+    out = sys.stdout if out is None else out
     for name in ("buckets", "multiple", "batch_tokens"):
         if getattr(args, name) < 1:
             raise CLIError(f"--{name.replace('_', '-')} should be a positive integer, but got {getattr(args, name)}")
     import dyntile
 
     corpus = load_corpus(args.data, field=args.field, pad_id=args.pad_id, allow_pickle=args.allow_pickle,
-                         limit=args.limit, seed=args.seed, max_length=args.max_length)
+                         limit=args.limit, vocab_size=args.vocab_size, seed=args.seed, max_length=args.max_length)
     lengths = corpus.lengths
     plan = dyntile.plan_buckets(lengths, max_buckets=args.buckets, multiple=args.multiple, cost=args.cost)
     print(f"data   : {corpus.name}", file=out)

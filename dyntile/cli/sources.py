@@ -14,7 +14,7 @@ __all__ = ["load_corpus", "describe_lengths"]
 
 
 def load_corpus(path=None, *, field: str | None = None, pad_id: int | None = None, allow_pickle: bool = False,
-                limit: int | None = None, vocab_size: int = 8192, seed: int = 0,
+                limit: int | None = None, vocab_size: int = 4096, seed: int = 0,
                 max_length: int | None = None) -> Corpus:
     """The user's file at ``path``, else the stdlib docstrings tokenized word by word.
 
@@ -23,6 +23,8 @@ def load_corpus(path=None, *, field: str | None = None, pad_id: int | None = Non
     """
     if limit is not None and limit < 1:
         raise CLIError(f"--limit should be a positive number of samples, but got {limit}")
+    if vocab_size <= 4:
+        raise CLIError(f"--vocab-size should be larger than 4 (the special tokens), but got {vocab_size}")
     if max_length is not None and max_length < 1:
         raise CLIError(f"--max-length should be a positive number of tokens, but got {max_length}")
     if path is None:

@@ -71,20 +71,21 @@ class TrainResult:
 
 
 def train(model: torch.nn.Module, batches: Iterable[dict], *, steps: int, backend: str | None = "inductor",
-          dynamic_dims: bool = False, lr: float = 1e-3, on_step=None) -> TrainResult:
+          dynamic: bool | None = None, lr: float = 1e-3, on_step=None) -> TrainResult:
     """Run at most ``steps`` optimizer steps over ``batches`` and time each one.
 
     ``batches`` yields dicts of int64 ``[B, T]`` ``input_ids``, ``position_ids``,
-    ``segment_ids`` (0 = padding). ``backend=None`` trains eagerly. ``dynamic_dims``
-    marks ``B`` and ``T`` dynamic up front (one dynamic graph instead of a static
-    one followed by a dynamic recompile). ``on_step`` is called after every step.
+    ``segment_ids`` (0 = padding). ``backend=None`` trains eagerly. ``dynamic`` goes to
+    ``torch.compile``: ``None`` (its default: static first, dynamic after a shape
+    change), ``True`` (one dynamic graph up front) or ``False`` (one static graph per
+    shape). ``on_step`` is called after every step.
     """
     counter = None
     step_fn = model
     if backend is not None:
         torch._dynamo.reset()
         counter = CompileCounter(backend)
-        step_fn = torch.compile(model, backend=counter)
+        step_fn = torch.compile(model, backend=counter, dynamic=dynamic)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     n = real = slots = compile_steps = 0
     seconds = compile_seconds = 0.0
@@ -93,10 +94,6 @@ def train(model: torch.nn.Module, batches: Iterable[dict], *, steps: int, backen
     for batch in batches:
         if n >= steps:
             break
-        if dynamic_dims:
-            for t in batch.values():
-                torch._dynamo.maybe_mark_dynamic(t, 0)
-                torch._dynamo.maybe_mark_dynamic(t, 1)
         before = counter.graphs if counter else 0
         t0 = time.perf_counter()
         loss = step_fn(batch["input_ids"], batch["position_ids"], batch["segment_ids"])

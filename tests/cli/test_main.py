@@ -1,0 +1,146 @@
+"""The ``dyntile`` command end to end: demo, plan, bench, and its errors."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dyntile
+from dyntile.cli.main import main
+
+SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+SMALL = ["--limit", "300", "--steps", "3", "--no-progress", "--d-model", "16", "--heads", "2", "--layers", "1"]
+LABELS = ["random + pad_sequence", "sorted pools + pad_sequence", "dyntile buckets", "dyntile packing"]
+
+
+def _demo(capsys, *args):
+    rc = main(["demo", *SMALL, *args])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    return out.out
+
+
+def test_demo_eager_end_to_end_with_plot(capsys, table, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "demo.png"
+    out = _demo(capsys, "--no-compile", "--plot", str(png))
+    rows = table(out)
+    assert list(rows) == LABELS
+    assert png.stat().st_size > 1000 and "plot written to" in out
+    assert "300 docstrings of the Python" in out
+    buckets, packing, rand = rows["dyntile buckets"], rows["dyntile packing"], rows["random + pad_sequence"]
+    assert int(buckets["shapes"]) <= 8 and int(packing["shapes"]) <= 2
+    assert float(packing["padded %"]) < float(buckets["padded %"]) < float(rand["padded %"])
+    planned = float(out.split("planned padding ")[1].split("%")[0])
+    inside = float(out.split("dyntile buckets: ")[1].split("%")[0])
+    assert inside == planned and float(buckets["padded %"]) >= planned
+    for r in rows.values():
+        assert r["graphs"] == "-" and int(r["steps"]) == 3 and float(r["tok/s"]) > 0
+
+
+def test_demo_figures_follow_the_data(capsys, table, tmp_path):
+    f = tmp_path / "lengths.txt"
+    f.write_text("\n".join(["16"] * 200))             # one length: nothing to pad for anyone
+    rows = table(_demo(capsys, "--no-compile", "--data", str(f), "--methods", "random,buckets"))
+    assert rows["random + pad_sequence"]["padded %"] == "0.0"
+    assert rows["dyntile buckets"]["shapes"] == "1"            # 128 + 72 samples: 56 empty rows
+    assert rows["dyntile buckets"]["padded %"] == f"{100 * 56 / 256:.1f}"
+    g = tmp_path / "skewed.txt"
+    g.write_text("\n".join(str(n) for n in [8] * 150 + [200] * 50))
+    out2 = _demo(capsys, "--no-compile", "--data", str(g), "--methods", "random,buckets")
+    rows2 = table(out2)
+    assert "dyntile buckets: 0.0% padding inside samples' rows (planned 0.0%)" in out2
+    assert float(rows2["random + pad_sequence"]["padded %"]) > 10
+    assert rows2["random + pad_sequence"]["batches"] != rows["random + pad_sequence"]["batches"]
+
+
+def test_demo_reads_the_shared_real_lengths(capsys, table):
+    path = SHARED / "lengths_cpython_docstrings.npy"
+    if not path.exists():
+        pytest.skip(f"shared data not found at {path}")
+    out = _demo(capsys, "--no-compile", "--data", str(path), "--methods", "packing", "--limit", "8604")
+    assert "lengths_cpython_docstrings.npy (lengths only" in out
+    packing = table(out)["dyntile packing"]
+    assert float(packing["padded %"]) < 2.0 and int(packing["shapes"]) <= 2
+
+
+def test_demo_compiled_counts_graphs(capsys, table):
+    out = _demo(capsys, "--backend", "aot_eager", "--methods", "random,packing", "--limit", "200")
+    rows = table(out)
+    rand, packing = rows["random + pad_sequence"], rows["dyntile packing"]
+    assert 1 <= int(packing["graphs"]) <= int(packing["shapes"]) <= 2    # one static graph per packed shape
+    assert int(rand["graphs"]) >= 2                                      # 3 random shapes -> recompiles
+    assert float(rand["compile s"]) > 0 and "backend='aot_eager'" in out
+
+
+def _fails(capsys, argv, message):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert message in err
+    return err
+
+
+def test_bad_input_exits_nonzero_with_a_clear_message(capsys, tmp_path):
+    _fails(capsys, ["demo", "--data", str(tmp_path / "nope.txt")], "no such file")
+    (tmp_path / "x.csv").write_text("1\n")
+    _fails(capsys, ["demo", "--data", str(tmp_path / "x.csv")], "unknown extension '.csv'")
+    (tmp_path / "l.txt").write_text("4\nten\n")
+    _fails(capsys, ["plan", str(tmp_path / "l.txt")], "line 2 is not an integer length")
+    (tmp_path / "d.jsonl").write_text(json.dumps({"ids": [1, 2]}) + "\n" + json.dumps({"x": 1}) + "\n")
+    _fails(capsys, ["demo", "--data", str(tmp_path / "d.jsonl"), "--field", "ids"], "line 2 has no field 'ids'")
+    _fails(capsys, ["demo", "--steps", "0"], "--steps should be a positive integer")
+    _fails(capsys, ["demo", "--methods", "random,magic"], "--methods should list")
+    _fails(capsys, ["demo", "--limit", "50", "--batch-tokens", "8", "--no-compile"], "raise --batch-tokens")
+    _fails(capsys, ["demo", "--d-model", "30", "--heads", "4"], "multiple of --heads")
+    assert main(["demo", "--no-such-flag"]) == 2
+    assert "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_plan_prints_and_saves_a_loadable_plan(capsys, tmp_path):
+    lengths = np.random.default_rng(0).integers(1, 300, 500)
+    src = tmp_path / "l.npy"
+    np.save(src, lengths)
+    dst = tmp_path / "plan.json"
+    assert main(["plan", str(src), "--buckets", "3", "--out", str(dst)]) == 0
+    out = capsys.readouterr().out
+    loaded = dyntile.BucketPlan.load(dst)
+    expected = dyntile.plan_buckets(lengths, max_buckets=3, multiple=8)
+    assert loaded.boundaries == expected.boundaries
+    ratio = float(out.split("expected padding: ")[1].split("%")[0])
+    assert abs(ratio - 100 * expected.padding_ratio(lengths)) < 0.05
+    for b in expected.boundaries:
+        assert f"  {b}  " in out
+
+
+def test_bench_quick(capsys):
+    assert main(["bench", "--quick", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "matmul float32 511x257x383" in out and "pad_batch" in out and "asv_benches/" in out
+
+
+def test_no_subcommand_prints_help(capsys):
+    assert main([]) == 0
+    assert "dyntile demo" in capsys.readouterr().out
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+
+
+def test_import_and_parser_do_not_import_torch():
+    r = _python("import sys, dyntile, dyntile.cli.main as m; m.build_parser(); print('torch' in sys.modules)")
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr
+
+
+def test_missing_torch_is_reported_with_the_install_command():
+    r = _python("import sys; sys.modules['torch'] = None\n"
+                "from dyntile.cli.main import main; raise SystemExit(main(['demo', '--limit', '5']))")
+    assert r.returncode == 2 and "pip install torch==2.13.0" in r.stderr, r.stderr
+
+
+def test_python_dash_m_version():
+    r = subprocess.run([sys.executable, "-m", "dyntile", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.strip() == f"dyntile {dyntile.__version__}"
