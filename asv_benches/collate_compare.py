@@ -42,14 +42,23 @@ def corpus_lengths(rng) -> np.ndarray:
     return np.minimum(rng.lognormal(3.3, 1.1, 8604).astype(np.int64) + 2, 1600)
 
 
-def make_batches(kind: str, n_batches: int, batch: int, seed: int = 0):
-    """``n_batches`` lists of ``batch`` dict samples; leaves are tensors or lists."""
+def make_batches(kind: str, n_batches: int, batch: int, seed: int = 0, order: str = "random"):
+    """``n_batches`` lists of ``batch`` dict samples; leaves are tensors or lists.
+
+    ``order="random"``: each batch draws its lengths from the whole corpus (random
+    batching: mostly padding). ``order="grouped"``: batches of similar lengths, as a
+    bucketing sampler delivers them (the same batches go to every method).
+    """
     rng = np.random.default_rng(seed)
     L = corpus_lengths(rng)
+    draws = rng.choice(L, (n_batches, batch))
+    if order == "grouped":
+        draws = np.sort(draws.reshape(-1)).reshape(n_batches, batch)
+        draws = rng.permuted(draws[rng.permutation(n_batches)], axis=1)
     out = []
-    for _ in range(n_batches):
+    for row in draws:
         samples = []
-        for n in rng.choice(L, batch):
+        for n in row:
             ids = torch.from_numpy(rng.integers(1, 30522, int(n)))
             if kind == "lists":
                 samples.append({"input_ids": ids.tolist(), "labels": ids.tolist()})
@@ -101,8 +110,8 @@ def main(argv=None) -> None:
     p.add_argument("--repeat", type=int, default=7)
     args = p.parse_args(argv)
     torch.set_num_threads(1)            # as in DataLoader workers, where a collate_fn runs
-    for kind in ("tensors", "lists"):
-        L, batches = make_batches(kind, args.batches, args.batch)
+    for kind, order in (("tensors", "random"), ("tensors", "grouped"), ("lists", "random")):
+        L, batches = make_batches(kind, args.batches, args.batch, order=order)
         plan = plan_buckets(L, max_buckets=8)
         methods = {
             "dyntile (multiple=8)": DynTileCollate(pad_values={"input_ids": 0, "labels": -100}),
@@ -120,7 +129,7 @@ def main(argv=None) -> None:
             for name, fn in methods.items():
                 results[name].append(measure(fn, batches, 1))
         base = statistics.median(results["dyntile (multiple=8)"])
-        print(f"\n{kind}: {args.batches} batches of {args.batch} dict samples (input_ids, labels)")
+        print(f"\n{kind}, {order} batches: {args.batches} batches of {args.batch} dict samples (input_ids, labels)")
         print(f"{'method':34s} {'us/batch':>10s} {'batches/s':>10s} {'dyntile speedup':>16s}")
         for name, ts in results.items():
             t = statistics.median(ts)

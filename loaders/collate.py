@@ -251,7 +251,7 @@ class _Batch:
             return self.pad(items, shapes, key)
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
-        lengths = np.asarray(lengths).reshape(-1, 1)
+        lengths = (lengths.numpy() if isinstance(lengths, torch.Tensor) else np.asarray(lengths)).reshape(-1, 1)
         self._record(key, lengths, (0,), batch)
         return batch
 
