@@ -19,7 +19,7 @@ from dyntile.threads import max_threads
 __all__ = ["matmul", "matmul_shapes", "MatmulShapes"]
 
 #: below this many flops (2*m*n*k over the batch) one thread beats starting a team
-PARALLEL_FLOPS = 1 << 21
+PARALLEL_FLOPS = 1 << 23
 #: never start more threads than this
 MAX_THREADS = 64
 
@@ -130,14 +130,18 @@ def _matmul_2d(a: np.ndarray, b: np.ndarray, out, threads):
     Returns None when the call needs the general path (which also raises the errors).
     """
     kernel = _KERNELS.get(a.dtype)
-    if (kernel is None or a.ndim != 2 or b.ndim != 2 or b.dtype != a.dtype
-            or a.shape[1] != b.shape[0] or not (_kernel_strides_ok(a) and _kernel_strides_ok(b))):
+    if kernel is None or a.ndim != 2 or b.ndim != 2 or b.dtype != a.dtype:
         return None
-    (m, k), n = a.shape, b.shape[1]
+    (m, k), (kb, n) = a.shape, b.shape
+    (rs_a, cs_a), (rs_b, cs_b) = a.strides, b.strides
+    isz = a.itemsize
+    if (k != kb or rs_a % isz or cs_a % isz or rs_b % isz or cs_b % isz
+            or not (a.flags.aligned and b.flags.aligned)):
+        return None
     if out is None:
         c = np.empty((m, n), a.dtype)
     elif (type(out) is np.ndarray and out.shape == (m, n) and out.dtype == a.dtype
-          and out.flags.writeable and _kernel_strides_ok(out)
+          and _kernel_strides_ok(out) and out.flags.writeable
           and not np.may_share_memory(out, a) and not np.may_share_memory(out, b)):
         c = out
     else:
@@ -146,10 +150,10 @@ def _matmul_2d(a: np.ndarray, b: np.ndarray, out, threads):
         threads = 1 if 2 * m * n * k < PARALLEL_FLOPS else min(max_threads(), MAX_THREADS)
     elif isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         return None
-    isz = a.itemsize
+    rs_c, cs_c = c.strides
     kernel(a, b, c, _ZERO_OFFSET, _ZERO_OFFSET, _ZERO_OFFSET, m, n, k,
-           (a.strides[0] // isz, a.strides[1] // isz), (b.strides[0] // isz, b.strides[1] // isz),
-           (c.strides[0] // isz, c.strides[1] // isz), min(int(threads), MAX_THREADS))
+           (rs_a // isz, cs_a // isz), (rs_b // isz, cs_b // isz), (rs_c // isz, cs_c // isz),
+           min(int(threads), MAX_THREADS))
     return c
 
 
