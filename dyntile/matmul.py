@@ -67,14 +67,26 @@ def matmul_shapes(a_shape: Sequence[int], b_shape: Sequence[int]) -> MatmulShape
             f"(size {k}) must match the {'only' if b_vector else 'second-to-last'} axis of b "
             f"(size {kb})")
     a_batch, b_batch = a_shape[:-2], b_shape[:-2]
-    try:
-        batch = np.broadcast_shapes(a_batch, b_batch)
-    except ValueError:
+    batch = _broadcast(a_batch, b_batch)
+    if batch is None:
         raise ValueError(
             f"matmul: batch dimensions of shapes {a_shape} and {b_shape} do not broadcast: "
-            f"{a_batch} vs {b_batch}") from None
+            f"{a_batch} vs {b_batch}")
     out_shape = batch + (() if a_vector else (m,)) + (() if b_vector else (n,))
     return MatmulShapes(batch, m, k, n, out_shape, a_vector, b_vector)
+
+
+def _broadcast(x: tuple, y: tuple):
+    """NumPy broadcasting of two shapes, or None if they do not broadcast."""
+    if len(x) < len(y):
+        x, y = y, x
+    y = (1,) * (len(x) - len(y)) + y
+    out = []
+    for p, q in zip(x, y):
+        if p != q and p != 1 and q != 1:
+            return None
+        out.append(q if p == 1 else p)
+    return tuple(out)
 
 
 def matmul(a, b, out=None, *, threads: int | None = None):
@@ -288,6 +300,9 @@ def _batch_offsets(x: np.ndarray, batch: tuple) -> np.ndarray:
     if not batch:
         return _ZERO_OFFSET
     lead = x.ndim - 2
+    if len(batch) == 1:
+        stride = 0 if lead < 1 or x.shape[0] == 1 else x.strides[0] // x.itemsize
+        return np.arange(0, batch[0] * stride, stride, dtype=np.int64) if stride else np.zeros(batch[0], np.int64)
     off = np.zeros((), np.int64)
     for axis, size in enumerate(batch):
         xa = axis - (len(batch) - lead)      # the axis of x aligned with batch[axis]
