@@ -7,8 +7,10 @@ torch), and reports median GFLOP/s. Run with OpenBLAS's core-type overrides unse
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python asv_benches/gemm_compare.py
 
 Options: --sizes 64 256 ..., --threads 1 2, --dtypes float32 float64, --torch,
---ghz (clock for the % of FMA peak; default: measured by a timing loop is not
-possible from Python, so /proc/cpuinfo's "cpu MHz"), --repeat N.
+--ghz (core clock for the % of FMA peak, default /proc/cpuinfo's "cpu MHz"; measure
+the real one with a dependent-imul timing loop, e.g. 2.5 GHz on the 2-core Xeon of
+issue 3), --repeat N (timed calls per cell; default by size).
+Peak = clock x 2 FMA ports x lanes (16 float32 / 8 float64 for AVX-512) x 2 flops.
 """
 from __future__ import annotations
 
@@ -42,12 +44,15 @@ def peak_gflops(dtype: np.dtype, threads: int, ghz: float) -> float:
 
 
 def time_calls(fns, flops: float, repeat: int) -> list[float]:
-    """Median GFLOP/s of each function, calls interleaved so load hits all alike."""
+    """Median GFLOP/s of each function, libraries interleaved so load hits all alike.
+
+    Each timed call follows an untimed call of the same function, so it does not pay
+    for the previous library's worker threads still spinning on the other core.
+    """
     times = [[] for _ in fns]
-    for fn in fns:
-        fn()                                    # warm-up (pages, packing buffers)
     for _ in range(repeat):
         for i, fn in enumerate(fns):
+            fn()
             t0 = time.perf_counter()
             fn()
             times[i].append(time.perf_counter() - t0)
