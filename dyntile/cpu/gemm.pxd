@@ -24,6 +24,8 @@ cdef extern from "gemm_ukernel.h" nogil:
                                       int64_t rs_c, int64_t cs_c, int beta) noexcept nogil
     const dt_ukernel_f32_t dt_gemm_ukernel_f32[DT_ISA_COUNT]
     const dt_ukernel_f64_t dt_gemm_ukernel_f64[DT_ISA_COUNT]
+    const dt_ukernel_f32_t dt_gemm_ukernel_rows_f32[DT_ISA_COUNT][DT_GEMM_MR_MAX]
+    const dt_ukernel_f64_t dt_gemm_ukernel_rows_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX]
 
     int dt_gemm_isa_supported(int isa)
     int dt_gemm_best_isa()

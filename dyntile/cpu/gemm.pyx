@@ -134,12 +134,29 @@ cdef inline void ukernel(int isa, int64_t kc, const floating *a, const floating 
         dt_gemm_ukernel_f64[isa](kc, a, b, c, rs_c, cs_c, beta)
 
 
+cdef inline bint ukernel_rows(int isa, int64_t rows, int64_t kc, const floating *a,
+                              const floating *b, floating *c, int64_t rs_c, int64_t cs_c,
+                              int beta) noexcept nogil:
+    """The first `rows` rows of the tile, if this ISA has that edge kernel (else False)."""
+    if floating is float:
+        if dt_gemm_ukernel_rows_f32[isa][rows] == NULL:
+            return False
+        dt_gemm_ukernel_rows_f32[isa][rows](kc, a, b, c, rs_c, cs_c, beta)
+    else:
+        if dt_gemm_ukernel_rows_f64[isa][rows] == NULL:
+            return False
+        dt_gemm_ukernel_rows_f64[isa][rows](kc, a, b, c, rs_c, cs_c, beta)
+    return True
+
+
 cdef void macro_kernel(const gemm_problem *g, int64_t mc_cur, int64_t nc_cur, int64_t kc_cur,
                        int64_t jp_lo, int64_t jp_hi, const floating *ap, const floating *bp,
                        floating *c, int beta) noexcept nogil:
     """C[0:mc_cur, jp_lo*NR : jp_hi*NR] (+)= packed A block @ packed B micro-panels.
 
-    Full MR x NR tiles go straight to C; edge tiles go through a scratch tile.
+    Full MR x NR tiles go straight to C, and so do full-width tiles of the edge
+    micro-panel of A where the ISA has a rows kernel; other edge tiles go through
+    a scratch tile.
     """
     cdef floating ct[DT_GEMM_MR_MAX * DT_GEMM_NR_MAX]
     cdef int mr = g.bs.mr, nr = g.bs.nr
@@ -155,6 +172,9 @@ cdef void macro_kernel(const gemm_problem *g, int64_t mc_cur, int64_t nc_cur, in
             c_ij = c + i * rs_c + j * cs_c
             if mr_cur == mr and nr_cur == nr:
                 ukernel(g.isa, kc_cur, ap + i * kc_cur, bp + j * kc_cur, c_ij, rs_c, cs_c, beta)
+            elif nr_cur == nr and ukernel_rows(g.isa, mr_cur, kc_cur, ap + i * kc_cur,
+                                               bp + j * kc_cur, c_ij, rs_c, cs_c, beta):
+                pass
             else:
                 ukernel(g.isa, kc_cur, ap + i * kc_cur, bp + j * kc_cur, ct, nr, 1, 0)
                 for ii in range(mr_cur):

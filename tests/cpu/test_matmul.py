@@ -87,6 +87,19 @@ def test_register_block_sizes_exactly(rng, isa, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_every_edge_row_count(rng, isa, dtype):
+    """Each rows-r edge kernel (1 <= r < MR), overwriting and accumulating (k > KC)."""
+    bs = gemm.blocking_table()[isa, np.dtype(dtype).name]
+    for rows in range(1, bs["mr"]):
+        for k in (5, bs["kc"] + 3):
+            a, b = rand(rng, (bs["mr"] + rows, k), dtype), rand(rng, (k, 2 * bs["nr"]), dtype)
+            assert_matmul_close(matmul(a, b), a, b)
+            c = np.full((bs["mr"] + rows, 4 * bs["nr"]), np.nan, dtype)[:, ::2]   # strided C
+            matmul(a, b, out=c)
+            assert_matmul_close(c, a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_strided_operands(rng, dtype):
     base_a = rand(rng, (90, 70), dtype)
     base_b = rand(rng, (80, 60), dtype)

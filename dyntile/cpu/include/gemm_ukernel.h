@@ -30,6 +30,39 @@ static const dt_ukernel_f32_t dt_gemm_ukernel_f32[DT_ISA_COUNT] = {dt_ukernel_re
 static const dt_ukernel_f64_t dt_gemm_ukernel_f64[DT_ISA_COUNT] = {dt_ukernel_ref_4x4_f64, 0, 0};
 #endif
 
+/* [isa][rows]: kernel computing only the first `rows` rows of the tile, straight into C,
+   for the edge micro-panel of A (1 <= rows < MR); NULL: the macro-kernel runs the full
+   kernel into a scratch tile instead */
+#if DT_HAVE_X86
+static const dt_ukernel_f32_t dt_gemm_ukernel_rows_f32[DT_ISA_COUNT][DT_GEMM_MR_MAX] = {
+    [DT_ISA_AVX2] = {0, dt_ukernel_avx2_6x16_f32_rows1, dt_ukernel_avx2_6x16_f32_rows2,
+                     dt_ukernel_avx2_6x16_f32_rows3, dt_ukernel_avx2_6x16_f32_rows4,
+                     dt_ukernel_avx2_6x16_f32_rows5},
+    [DT_ISA_AVX512] = {0, dt_ukernel_avx512_14x32_f32_rows1, dt_ukernel_avx512_14x32_f32_rows2,
+                       dt_ukernel_avx512_14x32_f32_rows3, dt_ukernel_avx512_14x32_f32_rows4,
+                       dt_ukernel_avx512_14x32_f32_rows5, dt_ukernel_avx512_14x32_f32_rows6,
+                       dt_ukernel_avx512_14x32_f32_rows7, dt_ukernel_avx512_14x32_f32_rows8,
+                       dt_ukernel_avx512_14x32_f32_rows9, dt_ukernel_avx512_14x32_f32_rows10,
+                       dt_ukernel_avx512_14x32_f32_rows11, dt_ukernel_avx512_14x32_f32_rows12,
+                       dt_ukernel_avx512_14x32_f32_rows13},
+};
+static const dt_ukernel_f64_t dt_gemm_ukernel_rows_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX] = {
+    [DT_ISA_AVX2] = {0, dt_ukernel_avx2_6x8_f64_rows1, dt_ukernel_avx2_6x8_f64_rows2,
+                     dt_ukernel_avx2_6x8_f64_rows3, dt_ukernel_avx2_6x8_f64_rows4,
+                     dt_ukernel_avx2_6x8_f64_rows5},
+    [DT_ISA_AVX512] = {0, dt_ukernel_avx512_14x16_f64_rows1, dt_ukernel_avx512_14x16_f64_rows2,
+                       dt_ukernel_avx512_14x16_f64_rows3, dt_ukernel_avx512_14x16_f64_rows4,
+                       dt_ukernel_avx512_14x16_f64_rows5, dt_ukernel_avx512_14x16_f64_rows6,
+                       dt_ukernel_avx512_14x16_f64_rows7, dt_ukernel_avx512_14x16_f64_rows8,
+                       dt_ukernel_avx512_14x16_f64_rows9, dt_ukernel_avx512_14x16_f64_rows10,
+                       dt_ukernel_avx512_14x16_f64_rows11, dt_ukernel_avx512_14x16_f64_rows12,
+                       dt_ukernel_avx512_14x16_f64_rows13},
+};
+#else
+static const dt_ukernel_f32_t dt_gemm_ukernel_rows_f32[DT_ISA_COUNT][DT_GEMM_MR_MAX] = {{0}};
+static const dt_ukernel_f64_t dt_gemm_ukernel_rows_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX] = {{0}};
+#endif
+
 /* 1 if the running CPU can execute the micro-kernels of `isa` (and they were built) */
 static inline int dt_gemm_isa_supported(int isa)
 {
