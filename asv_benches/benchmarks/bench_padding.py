@@ -1,6 +1,8 @@
 """Padding and tiling copies: dyntile against NumPy and PyTorch references.
 
-One class per topic, the library as a parameter beside dyntile:
+One class per topic, the library as the first parameter (asv's graph shows the
+first parameters' combinations, at most 8 lines, by default: dyntile beside the
+references):
 
 * ``PadBatch``     -- a ragged list of 1-D sequences -> ``(B, L)``; references: NumPy
   "allocate + copy each row" and ``torch.nn.utils.rnn.pad_sequence``;
@@ -155,14 +157,14 @@ class _PadBench:
 class PadBatch(_PadBench):
     """A ragged batch of 1-D sequences -> ``(B, L)``; ``BxL`` is batch x mean length."""
 
-    params = [["64x200", "256x50", "16x2000"], ["int64", "uint8"], LIBRARIES]
-    param_names = ["batch", "dtype", "library"]
+    params = [LIBRARIES, ["64x200", "256x50", "16x2000"], ["int64", "uint8"]]
+    param_names = ["library", "batch", "dtype"]
 
-    def setup(self, batch, dtype, library):
+    def setup(self, library, batch, dtype):
         b, mean = (int(v) for v in batch.split("x"))
         self._setup_samples(_lengths(b, mean, np.random.default_rng(SEED)), (), dtype, library)
 
-    def time_pad_batch(self, batch, dtype, library):
+    def time_pad_batch(self, library, batch, dtype):
         self.run(self.samples)
 
 
@@ -218,24 +220,24 @@ class PadAcceptanceRatio(_PadBench):
 class PadBatchFrames(_PadBench):
     """Ragged spectrograms ``(T_i, 80)`` float32 -> ``(B, T, 80)`` (frames padded)."""
 
-    params = [["16x300", "64x100"], LIBRARIES]
-    param_names = ["batch", "library"]
+    params = [LIBRARIES, ["16x300", "64x100"]]
+    param_names = ["library", "batch"]
 
-    def setup(self, batch, library):
+    def setup(self, library, batch):
         b, mean = (int(v) for v in batch.split("x"))
         self._setup_samples(_lengths(b, mean, np.random.default_rng(SEED)), (80,), "float32", library)
 
-    def time_pad_batch(self, batch, library):
+    def time_pad_batch(self, library, batch):
         self.run(self.samples)
 
 
 class PadBatchInto:
     """The copy alone: pad into a preallocated ``out=`` batch (no allocation timed)."""
 
-    params = [["64x200", "16x20000"], ["int64", "float32"], ["dyntile", "numpy"]]
-    param_names = ["batch", "dtype", "library"]
+    params = [["dyntile", "numpy"], ["64x200", "16x20000"], ["int64", "float32"]]
+    param_names = ["library", "batch", "dtype"]
 
-    def setup(self, batch, dtype, library):
+    def setup(self, library, batch, dtype):
         b, mean = (int(v) for v in batch.split("x"))
         rng = np.random.default_rng(SEED)
         lengths = _lengths(b, mean, rng)
@@ -248,7 +250,7 @@ class PadBatchInto:
             raise RuntimeError("could not place the sources away from the 4K-aliasing offset")
         self.library = library
 
-    def time_pad_batch_into(self, batch, dtype, library):
+    def time_pad_batch_into(self, library, batch, dtype):
         if self.library == "dyntile":
             dyntile.pad_batch(self.samples, out=self.out)
         else:
@@ -261,10 +263,10 @@ class PadBatchInto:
 class PadTo:
     """One float32 array up to a shape (right padding with zeros); reference ``np.pad``."""
 
-    params = [["1000x1000", "333x517", "3x5"], ["dyntile", "numpy"]]
-    param_names = ["shape", "library"]
+    params = [["dyntile", "numpy"], ["1000x1000", "333x517", "3x5"]]
+    param_names = ["library", "shape"]
 
-    def setup(self, shape, library):
+    def setup(self, library, shape):
         m, n = (int(v) for v in shape.split("x"))
         self.x = np.ones((m, n), np.float32)
         self.target = (-(-m // 64) * 64 + 8, -(-n // 64) * 64 + 8)
@@ -273,7 +275,7 @@ class PadTo:
             raise ValueError(f"unknown library {library!r}")
         self.library = library
 
-    def time_pad_to(self, shape, library):
+    def time_pad_to(self, library, shape):
         if self.library == "dyntile":
             dyntile.pad_to(self.x, self.target)
         else:
@@ -315,15 +317,15 @@ TILE_CASES = {
 class Tile:
     """``(..., M, N) -> (..., ceil(M/tm), ceil(N/tn), tm, tn)``, zero-filled edges."""
 
-    params = [list(TILE_CASES), ["float32", "float64"], ["dyntile", "numpy"]]
-    param_names = ["case", "dtype", "library"]
+    params = [["dyntile", "numpy"], list(TILE_CASES), ["float32", "float64"]]
+    param_names = ["library", "case", "dtype"]
 
-    def setup(self, case, dtype, library):
+    def setup(self, library, case, dtype):
         shape, self.tile = TILE_CASES[case]
         self.x = np.random.default_rng(SEED).standard_normal(shape).astype(dtype)
         self.run = {"dyntile": dyntile.tile, "numpy": tile_reference}[library]
 
-    def time_tile(self, case, dtype, library):
+    def time_tile(self, library, case, dtype):
         self.run(self.x, self.tile)
 
 
@@ -333,14 +335,14 @@ class Untile:
     params = Tile.params
     param_names = Tile.param_names
 
-    def setup(self, case, dtype, library):
+    def setup(self, library, case, dtype):
         shape, tile = TILE_CASES[case]
         x = np.random.default_rng(SEED).standard_normal(shape).astype(dtype)
         self.shape = shape[-2:]
         self.t = tile_reference(x, tile)
         self.run = {"dyntile": dyntile.untile, "numpy": untile_reference}[library]
 
-    def time_untile(self, case, dtype, library):
+    def time_untile(self, library, case, dtype):
         self.run(self.t, self.shape)
 
 
