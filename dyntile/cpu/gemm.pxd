@@ -39,6 +39,7 @@ cdef extern from "gemm_pack.h" nogil:
 cdef extern from "gemm_omp.h" nogil:
     int dt_omp_team_size()
     void dt_omp_barrier()
+    int64_t dt_omp_fetch_inc(int64_t *counter)
 
 
 # One GEMM problem as the five loops see it: C[m, n] (+)= A[m, k] @ B[k, n], element strides.

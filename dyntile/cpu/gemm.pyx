@@ -17,9 +17,9 @@ Block sizes and micro-kernels come from one table per ISA and dtype
 at import, from a run-time CPU check (``_set_isa`` forces one, for tests).
 
 Threads: one OpenMP parallel region per call. Every thread walks the jc/pc loops;
-packing B is split over the team by micro-panels, then the (ic block, jr range)
-work items are split statically; a barrier separates the two. Each thread packs A
-into its own buffer. Many small matrices in a batch run one matrix per thread.
+threads claim B micro-panels to pack, then (ic block, jr range) work items, from
+shared counters; a barrier separates the two. Each thread packs A into its own
+buffer. Many small matrices in a batch run one matrix per thread.
 
 Kernels take validated arrays: :func:`dyntile.matmul.matmul` checks shapes, dtypes,
 strides and overlap, and chooses ``threads``.
@@ -187,30 +187,47 @@ cdef void macro_kernel(const gemm_problem *g, int64_t mc_cur, int64_t nc_cur, in
 
 # -------------------------------------------------------------------------- five loops
 
+cdef inline int64_t claim(int64_t *counter, int nt) noexcept nogil:
+    """Next work item from `counter`: atomically for a team, plainly for one thread."""
+    if nt > 1:
+        return dt_omp_fetch_inc(counter)
+    counter[0] += 1
+    return counter[0] - 1
+
+
 cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating *b,
-                       floating *c, floating *bp, floating *ap, int tid, int nt) noexcept nogil:
+                       floating *c, floating *bp, floating *ap, int64_t *counters,
+                       int tid, int nt) noexcept nogil:
     """C = A @ B for one matrix, run by every thread `tid` of a team of `nt`.
 
-    `bp` (packed B) is shared by the team; `ap` (packed A) is this thread's own.
-    Work split: packing B by micro-panels; then (ic block, jr range) items, with
-    enough ic blocks for the team when m is large, else the jr loop split.
+    `bp` (packed B) and `counters` (two zeros) are shared by the team; `ap` (packed A)
+    is this thread's own. Threads claim work items from the counters: B micro-panels
+    to pack, then (ic block, jr range) items -- small ic blocks when m has enough MR
+    panels for the team, else slices of the jr loop. Claiming (rather than a fixed
+    split) keeps both cores busy when one of them is shared with another process;
+    every C tile is still computed by one thread in one order, so results do not
+    depend on the schedule.
     """
     cdef int mr = g.bs.mr, nr = g.bs.nr
     cdef int64_t m = g.m, n = g.n, k = g.k
+    cdef int64_t m_panels = ceil_div(m, mr)
     cdef int64_t mc, n_ic, n_jrs, n_items, n_panels
     cdef int64_t jb, jc, pb, pc, ic, nc_cur, kc_cur, mc_cur, q, w, ib, js, last_ib, nr_cur
+    cdef int64_t own[2]
     cdef int beta
-    # 3rd-loop blocking for this team: ic blocks of at most MC rows, a multiple of
-    # the team size when there are enough MR panels; otherwise split the jr loop.
-    if ceil_div(m, mr) >= 4 * nt:
-        n_ic = ceil_div(ceil_div(m, g.bs.mc), nt) * nt
-        mc = ceil_div(ceil_div(m, n_ic), mr) * mr
-        n_ic = ceil_div(m, mc)
+    if nt == 1:                                           # MC from the table
+        counters = own
+        counters[0] = counters[1] = 0
+        mc = min(<int64_t> g.bs.mc, m_panels * mr)
         n_jrs = 1
-    else:
-        mc = min(<int64_t> g.bs.mc, ceil_div(m, mr) * mr)
-        n_ic = ceil_div(m, mc)
-        n_jrs = nt
+    elif m_panels >= 2 * nt:                              # a few MR panels per item
+        n_ic = min(m_panels, max(ceil_div(m, g.bs.mc), 8 * nt))
+        mc = ceil_div(m_panels, n_ic) * mr
+        n_jrs = 1
+    else:                                                 # few rows: slice the jr loop
+        mc = m_panels * mr
+        n_jrs = 4 * nt
+    n_ic = ceil_div(m, mc)
     n_items = n_ic * n_jrs
     for jb in range(ceil_div(n, g.bs.nc)):                # 5th loop
         jc = jb * g.bs.nc
@@ -220,15 +237,20 @@ cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating 
             pc = pb * g.bs.kc
             kc_cur = min(<int64_t> g.bs.kc, k - pc)
             beta = pc > 0
-            for q in range(split_lo(n_panels, tid, nt), split_lo(n_panels, tid + 1, nt)):
+            q = claim(&counters[0], nt)
+            while q < n_panels:                           # pack B, panel by panel
                 nr_cur = min(<int64_t> nr, nc_cur - q * nr)
                 pack_b_panel(kc_cur, nr_cur, b + pc * g.rs_b + (jc + q * nr) * g.cs_b,
                              g.rs_b, g.cs_b, nr, bp + q * nr * kc_cur)
+                q = claim(&counters[0], nt)
             if nt > 1:
-                dt_omp_barrier()                          # bp complete
+                dt_omp_barrier()                          # bp complete, B claims over
+            if tid == 0:
+                counters[0] = 0
             last_ib = -1
-            for w in range(split_lo(n_items, tid, nt), split_lo(n_items, tid + 1, nt)):
-                ib = w // n_jrs                           # 3rd loop, this thread's share
+            w = claim(&counters[1], nt)
+            while w < n_items:                            # 3rd loop, item by item
+                ib = w // n_jrs
                 js = w - ib * n_jrs
                 ic = ib * mc
                 mc_cur = min(mc, m - ic)
@@ -238,8 +260,11 @@ cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating 
                 macro_kernel(g, mc_cur, nc_cur, kc_cur,
                              split_lo(n_panels, js, n_jrs), split_lo(n_panels, js + 1, n_jrs),
                              ap, bp, c + ic * g.rs_c + jc * g.cs_c, beta)
+                w = claim(&counters[1], nt)
             if nt > 1:
                 dt_omp_barrier()                          # everyone done with bp
+            if tid == 0:
+                counters[1] = 0
 
 
 cdef void zero_c(const gemm_problem *g, floating *c) noexcept nogil:
@@ -267,6 +292,7 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
     cdef bint per_thread_items = (threads > 1 and nbatch >= threads
                                   and 2 * g.m * g.n * g.k < SMALL_GEMM_FLOPS)
     cdef int tid, nt
+    cdef int64_t counters[2]
     cdef void *raw
     cdef floating *buf
 
@@ -278,6 +304,7 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
                 zero_c(g, c + c_off[bi])
         return 0
     threads = max(1, threads)
+    counters[0] = counters[1] = 0
     raw = malloc((threads * ap_size + (threads if per_thread_items else 1) * bp_size)
                  * sizeof(floating) + 64)
     if raw == NULL:
@@ -288,21 +315,22 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
             if threads == 1:
                 for bi in range(nbatch):
                     gemm_blocked(g, a + a_off[bi], b + b_off[bi], c + c_off[bi],
-                                 buf + ap_size, buf, 0, 1)
+                                 buf + ap_size, buf, NULL, 0, 1)
             elif per_thread_items:                  # one whole matrix per thread
                 with parallel(num_threads=threads):
                     tid = threadid()
                     for bi in prange(nbatch, schedule="static"):
                         gemm_blocked(g, a + a_off[bi], b + b_off[bi], c + c_off[bi],
                                      buf + threads * ap_size + tid * bp_size,
-                                     buf + tid * ap_size, 0, 1)
+                                     buf + tid * ap_size, NULL, 0, 1)
             else:                                   # the team shares each matrix
                 with parallel(num_threads=threads):
                     tid = threadid()
                     nt = dt_omp_team_size()
                     for bi in range(nbatch):
                         gemm_blocked(g, a + a_off[bi], b + b_off[bi], c + c_off[bi],
-                                     buf + threads * ap_size, buf + tid * ap_size, tid, nt)
+                                     buf + threads * ap_size, buf + tid * ap_size, counters,
+                                     tid, nt)
     finally:
         free(raw)
     return 0
