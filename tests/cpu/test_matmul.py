@@ -115,6 +115,21 @@ def test_strided_operands(rng, dtype):
         assert_matmul_close(matmul(a, b), a, b)
 
 
+def test_unaligned_byte_swapped_and_odd_stride_operands(rng):
+    rec = np.zeros((12, 9), dtype=[("x", "<f4"), ("pad", "u1")])   # 5-byte element stride
+    rec["x"] = rand(rng, (12, 9), np.float32)
+    a = rec["x"]
+    raw = np.zeros(9 * 7 * 8 + 1, np.uint8)
+    b = np.frombuffer(raw.data, dtype="<f8", count=63, offset=1).reshape(9, 7)  # unaligned
+    b = np.array(b)          # a writable copy that is aligned, for the reference below
+    b_unaligned = np.frombuffer(raw.data, dtype="<f8", count=63, offset=1).reshape(9, 7)
+    raw[1:] = b.view(np.uint8).ravel()
+    assert not b_unaligned.flags.aligned and a.strides[1] % a.itemsize
+    assert_matmul_close(matmul(a, b_unaligned), a, b)
+    big_endian = rand(rng, (9, 4), np.float32).astype(">f4")
+    assert_matmul_close(matmul(a, big_endian), a, big_endian.astype(np.float32))
+
+
 def test_views_are_read_without_copies(rng, monkeypatch):
     """Transposed and negative-stride operands reach the kernel as the same memory."""
     a = rand(rng, (40, 30), np.float32)[::-1].T
