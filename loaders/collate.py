@@ -46,7 +46,10 @@ class DynTileCollate:
       nested leaf), else ``fill``; ``side="left"`` puts data at the end.
 
     ``batch_multiple`` pads the batch dimension too (extra rows: fill, length 0,
-    mask 0). For dict samples, ``mask_key`` (``(B, T)`` of ``mask_dtype``, true on
+    mask 0). ``bucket_rows`` (needs ``plan``; one row count per bucket, in
+    ``plan.bucket_shapes()`` order, e.g. ``BucketBatchSampler.batch_sizes``) pads
+    every batch to its bucket's row count instead, so the last, partial batch of a
+    bucket keeps the bucket's shape: a run sees exactly one shape per bucket. For dict samples, ``mask_key`` (``(B, T)`` of ``mask_dtype``, true on
     data) and ``lengths_key`` (int64 ``(B,)``, or ``(B, ndim)`` for N-D leaves) are
     added from the leaf ``mask_from`` (default: the first ragged leaf); a sample
     that already has such a key keeps its own; ``None`` turns them off. Other
@@ -80,7 +83,7 @@ class DynTileCollate:
     def __init__(self, plan: BucketPlan | None = None, *, multiple: int = 8,
                  pad_values: Mapping[str, Any] | None = None, fill=0, side: str = "right",
                  pad_keys: Collection[str] | None = None, axes: Sequence[int] | None = None,
-                 batch_multiple: int | None = None, mask_key: str | None = "attention_mask",
+                 batch_multiple: int | None = None, bucket_rows: Sequence[int] | None = None, mask_key: str | None = "attention_mask",
                  lengths_key: str | None = "lengths", mask_from: str | None = None,
                  mask_dtype: torch.dtype = torch.bool, tile: tuple[int, int] | None = None,
                  pin_memory: bool = False, overflow: str = "error", return_stats: bool = False,
@@ -99,6 +102,7 @@ class DynTileCollate:
         self.pad_keys = frozenset(self.pad_values if pad_keys is None else pad_keys)
         self.axes = None if axes is None else tuple(int(a) for a in axes)
         self.batch_multiple = None if batch_multiple is None else check_multiple(batch_multiple, "batch_multiple")
+        self.bucket_rows = _bucket_rows(plan, bucket_rows, batch_multiple)
         self.mask_key, self.lengths_key, self.mask_from = mask_key, lengths_key, mask_from
         self.mask_dtype = mask_dtype
         self.tile = None if tile is None else check_tile(tile)
@@ -196,6 +200,21 @@ class DynTileCollate:
             return tuple(range(self.plan.ndim))
         return tuple(int(a) for a in np.flatnonzero((shapes != shapes[0]).any(axis=0)))
 
+    def rows_for(self, B: int, sizes: tuple, key: str) -> int:
+        """Rows of the padded batch: ``B``, rounded up to ``batch_multiple``, or the
+        bucket's row count from ``bucket_rows``."""
+        if self.bucket_rows is not None:
+            rows = self.bucket_rows.get(sizes)
+            if rows is None:           # a size outside the plan (overflow="extend"): no fixed rows
+                return B
+            if B > rows:
+                raise ValueError(f"key {key!r}: a batch of {B} samples in bucket {sizes} is larger than its "
+                                 f"bucket_rows entry {rows}; give the sampler's batch sizes")
+            return rows
+        if self.batch_multiple is None:
+            return B
+        return -(-B // self.batch_multiple) * self.batch_multiple
+
     def target_sizes(self, maxes: np.ndarray, key: str, axes: tuple) -> tuple[int, ...]:
         """Padded sizes along ``axes`` for per-axis maxima ``maxes``."""
         plan = self.plan
@@ -232,7 +251,7 @@ class _Batch:
         a 1-D leaf named in ``pad_keys``, a 1-axis plan (or none), no batch padding,
         pinning or tiling (those need the shape before the copy)."""
         c = self.c
-        return (c.batch_multiple is None and not c._pin and c.tile is None and x0.ndim == 1
+        return (c.batch_multiple is None and c.bucket_rows is None and not c._pin and c.tile is None and x0.ndim == 1
                 and (c.plan is None or c.plan.ndim == 1)
                 and (key in c.pad_keys or key.rsplit(".", 1)[-1] in c.pad_keys))
 
@@ -274,7 +293,7 @@ class _Batch:
         for a, size in zip(axes, c.target_sizes(maxes, key, axes)):
             target[a] = size
         B = len(items)
-        rows = B if c.batch_multiple is None else -(-B // c.batch_multiple) * c.batch_multiple
+        rows = c.rows_for(B, tuple(target[a] for a in axes), key)
         fill = c.fill_for(key)
         out = torch.empty((rows, *target), dtype=_torch_dtype(items[0]), pin_memory=c._pin and c.tile is None)
         try:
@@ -359,6 +378,21 @@ def _pinning_available() -> bool:
                       "machine lacks; outputs are allocated in ordinary memory", RuntimeWarning, stacklevel=3)
         _PIN_WARNED = True
     return False
+
+
+def _bucket_rows(plan, bucket_rows, batch_multiple) -> dict | None:
+    """``{bucket sizes: rows}`` from one row count per bucket of ``plan``."""
+    if bucket_rows is None:
+        return None
+    if plan is None:
+        raise ValueError("bucket_rows needs a plan: one row count per bucket of plan.bucket_shapes()")
+    if batch_multiple is not None:
+        raise ValueError("pass either bucket_rows or batch_multiple, not both")
+    shapes = plan.bucket_shapes()
+    rows = [check_multiple(r, "bucket_rows[i]") for r in bucket_rows]
+    if len(rows) != len(shapes):
+        raise ValueError(f"bucket_rows has {len(rows)} entries but the plan has {len(shapes)} buckets")
+    return dict(zip(shapes, rows))
 
 
 def _pack_options(pack) -> dict | None:

@@ -307,3 +307,30 @@ def test_real_docstring_tokens_with_plan():
     T = plan.round_up(max(len(s) for s in seqs))[0]
     np.testing.assert_array_equal(out["input_ids"].numpy(), reference_pad(seqs, T, 0, False))
     assert out["input_ids"].dtype == torch.int32
+
+
+def test_bucket_rows_give_one_shape_per_bucket():
+    from loaders import BucketBatchSampler
+
+    rng = np.random.default_rng(3)
+    lengths = rng.integers(1, 200, 300)
+    plan = plan_buckets(lengths, max_buckets=4)
+    sampler = BucketBatchSampler(lengths, plan=plan, max_tokens=2048, seed=1)
+    collate = DynTileCollate(plan, pad_values={"input_ids": 0}, bucket_rows=sampler.batch_sizes)
+    rows = dict(zip(plan.bucket_shapes(), sampler.batch_sizes))
+    seen = set()
+    for idx in sampler:
+        batch = collate([{"input_ids": torch.arange(1, int(lengths[i]) + 1)} for i in idx])
+        ids, mask, lens = batch["input_ids"], batch["attention_mask"], batch["lengths"]
+        assert ids.shape[0] == rows[(ids.shape[1],)]
+        B = len(idx)
+        assert torch.all(ids[B:] == 0) and not mask[B:].any() and torch.all(lens[B:] == 0)
+        assert lens[:B].tolist() == [int(lengths[i]) for i in idx]
+        seen.add(tuple(ids.shape))
+    assert len(seen) <= plan.num_buckets
+    with pytest.raises(ValueError, match="needs a plan"):
+        DynTileCollate(bucket_rows=[8])
+    with pytest.raises(ValueError, match="2 entries but the plan has 4 buckets"):
+        DynTileCollate(plan, bucket_rows=[8, 8])
+    with pytest.raises(ValueError, match="larger than its bucket_rows entry 1"):
+        DynTileCollate(plan, bucket_rows=[1] * 4, pad_values={"x": 0})([{"x": [1]}, {"x": [2]}])
