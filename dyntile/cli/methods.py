@@ -52,9 +52,8 @@ class Batching:
 
     ``dynamic``: what the method tells ``torch.compile`` about its shapes. ``None``
     for the baselines (torch's default: a static graph, then a dynamic recompile at
-    the first new shape); ``True`` for buckets (up to ``K`` planned shapes: one
-    dynamic graph up front); ``False`` for packing (one or two shapes: a static
-    graph each).
+    the first new shape); ``False`` for dyntile (the plan bounds the shapes: one
+    static graph per bucket, or per packed shape).
     """
 
     name: str
@@ -90,7 +89,7 @@ def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len
         # batch_multiple=1: every bucket uses the whole token budget, like the baselines
         sampler = BucketBatchSampler(lengths, plan=plan, max_tokens=max_tokens, batch_multiple=1, shuffle=True, seed=seed)
         collate = DynTileCollate(plan=plan, pad_values={"input_ids": 0})
-        return Batching(name, sampler, _BucketCollate(collate, plan.boundaries, sampler.batch_sizes), dynamic=True)
+        return Batching(name, sampler, _BucketCollate(collate, plan.boundaries, sampler.batch_sizes), dynamic=False)
     if name == "packing":
         seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
         sampler = PackingBatchSampler(lengths, max_tokens=max_tokens, seq_len=seq_len, seed=seed)

@@ -1,13 +1,13 @@
 """A short training run under ``torch.compile`` that counts what the compiler does.
 
-:class:`CompileCounter` is a ``torch.compile`` backend that forwards to a real one
-(``inductor`` by default) and counts the times it is called; a step during which it
-was called is a *compile step*. The number of graphs kept (the first compile and
-every recompilation: a new shape, a dim turned dynamic, a 0/1 specialisation) is
-Dynamo's own ``torch._dynamo.utils.counters["stats"]["unique_graphs"]`` (the backend
-can be called more often than that when Dynamo restarts an analysis). Tokens/s is
-given over all steps and over the others ("steady"); only real (non-padding) tokens
-are counted.
+Compilations are read from Dynamo's own counters
+(``torch._dynamo.utils.counters["stats"]``): ``unique_graphs`` is the number of
+graphs built (the first compile and every recompilation: a new shape, a dim turned
+dynamic, a 0/1 specialisation); a step during which Dynamo traced anything
+(``calls_captured`` grew) is a *compile step*. The backend is passed to
+``torch.compile`` by name: wrapping it in a Python callable makes Inductor skip parts
+of its setup and run several times slower on the CPU. Tokens/s is given over all
+steps and over the others ("steady"); only real (non-padding) tokens are counted.
 """
 from __future__ import annotations
 
@@ -17,32 +17,9 @@ from typing import Iterable
 
 import torch
 
-__all__ = ["CompileCounter", "TrainResult", "train", "warm_up_compiler"]
+__all__ = ["TrainResult", "train", "warm_up_compiler", "BACKENDS"]
 
 BACKENDS = ("inductor", "aot_eager", "eager")
-
-
-class CompileCounter:
-    """``torch.compile`` backend that counts its calls (compilations) and forwards to ``backend``.
-
-    >>> counter = CompileCounter("eager")
-    >>> f = torch.compile(lambda x: x * 2, backend=counter)
-    >>> _ = f(torch.ones(3)); _ = f(torch.ones(3)); counter.calls
-    1
-    """
-
-    def __init__(self, backend: str = "inductor"):
-        if backend not in BACKENDS:
-            raise ValueError(f"backend should be one of {BACKENDS}, but got {backend!r}")
-        self.backend = backend
-        self.calls = 0
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
-        self.calls += 1
-        if self.backend == "eager":
-            return gm.forward
-        from torch._dynamo.backends.registry import lookup_backend
-        return lookup_backend(self.backend)(gm, example_inputs)
 
 
 @dataclass(frozen=True)
@@ -72,6 +49,16 @@ class TrainResult:
         return self.real_tokens / self.seconds if self.seconds else 0.0
 
 
+def _check_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend should be one of {BACKENDS}, but got {backend!r}")
+    return backend
+
+
+def _traced() -> int:
+    return torch._dynamo.utils.counters["stats"]["calls_captured"]
+
+
 def warm_up_compiler(backend: str) -> float:
     """Compile and run a tiny training step once, so that the compiler's one-time start-up
     cost (imports, toolchain checks) is not charged to whichever method runs first.
@@ -81,14 +68,14 @@ def warm_up_compiler(backend: str) -> float:
     t0 = time.perf_counter()
     torch._dynamo.reset()
     lin = torch.nn.Linear(4, 4)
-    step = torch.compile(lambda x: lin(x).relu().sum(), backend=CompileCounter(backend))
+    step = torch.compile(lambda x: lin(x).relu().sum(), backend=_check_backend(backend))
     step(torch.ones(2, 4)).backward()
     torch._dynamo.reset()
     return time.perf_counter() - t0
 
 
 def train(model: torch.nn.Module, batches: Iterable[dict], *, steps: int, backend: str | None = "inductor",
-          dynamic: bool | None = None, lr: float = 1e-3, on_step=None) -> TrainResult:
+          dynamic: bool | None = None, recompile_limit: int = 8, lr: float = 1e-3, on_step=None) -> TrainResult:
     """Run at most ``steps`` optimizer steps over ``batches`` and time each one.
 
     ``batches`` yields dicts of int64 ``[B, T]`` ``input_ids``, ``position_ids``,
@@ -97,14 +84,14 @@ def train(model: torch.nn.Module, batches: Iterable[dict], *, steps: int, backen
     change), ``True`` (one dynamic graph up front) or ``False`` (one static graph per
     shape). ``on_step`` is called after every step.
     """
-    counter = None
     step_fn = model
     stats = torch._dynamo.utils.counters["stats"]
     if backend is not None:
         torch._dynamo.reset()
         graphs0 = stats["unique_graphs"]
-        counter = CompileCounter(backend)
-        step_fn = torch.compile(model, backend=counter, dynamic=dynamic)
+        # room for one graph per planned shape (Dynamo falls back to eager past the limit)
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, recompile_limit)
+        step_fn = torch.compile(model, backend=_check_backend(backend), dynamic=dynamic)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     n = real = slots = compile_steps = 0
     seconds = compile_seconds = 0.0
@@ -113,7 +100,7 @@ def train(model: torch.nn.Module, batches: Iterable[dict], *, steps: int, backen
     for batch in batches:
         if n >= steps:
             break
-        before = counter.calls if counter else 0
+        before = _traced()
         t0 = time.perf_counter()
         loss = step_fn(batch["input_ids"], batch["position_ids"], batch["segment_ids"])
         loss.backward()
@@ -124,11 +111,12 @@ def train(model: torch.nn.Module, batches: Iterable[dict], *, steps: int, backen
         n, real, slots, seconds = n + 1, real + tokens, slots + batch["input_ids"].numel(), seconds + dt
         last = float(loss.detach())
         first = last if n == 1 else first
-        if counter is not None and counter.calls > before:
+        if backend is not None and _traced() > before:
             compile_steps, compile_seconds = compile_steps + 1, compile_seconds + dt
         else:
             steady_tokens, steady_seconds = steady_tokens + tokens, steady_seconds + dt
         if on_step is not None:
             on_step()
     return TrainResult(n, real, slots, seconds, compile_steps, compile_seconds,
-                       stats["unique_graphs"] - graphs0 if counter else None, first, last, steady_tokens, steady_seconds)
+                       None if backend is None else stats["unique_graphs"] - graphs0, first, last,
+                       steady_tokens, steady_seconds)
