@@ -57,18 +57,20 @@ def _lengths(batch: int, mean: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def _ragged(lengths: np.ndarray, row_shape: tuple[int, ...], dtype, rng: np.random.Generator,
-            shift: int = 0) -> list[np.ndarray]:
+            extra: np.ndarray | None = None) -> list[np.ndarray]:
     """Samples of shape ``(L_i, *row_shape)`` sliced out of one buffer.
 
-    Sample ``i`` starts at a multiple of ``ALIGN`` bytes, ``GAP`` bytes after the end
-    of sample ``i - 1``; ``shift`` (a multiple of ``ALIGN``) moves them all.
+    Sample ``i`` starts on an ``ALIGN``-byte boundary, at least ``GAP`` bytes after the
+    end of sample ``i - 1``, moved by ``extra[i]`` bytes (0 or ``ALIGN``; its slot has
+    room for either).
     """
     dtype = np.dtype(dtype)
+    extra = np.zeros(len(lengths), np.int64) if extra is None else extra
     row = int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
-    starts, pos = [], ALIGN + shift
-    for n in lengths:
-        starts.append(pos)
-        pos += -(-(int(n) * row + GAP) // ALIGN) * ALIGN
+    starts, pos = [], ALIGN
+    for n, e in zip(lengths, extra):
+        starts.append(pos + int(e))
+        pos += -(-(int(n) * row + GAP + ALIGN) // ALIGN) * ALIGN
     raw = np.empty(pos + 2 * ALIGN, np.uint8)
     base = (-raw.ctypes.data) % ALIGN
     if dtype.kind == "f":
@@ -98,16 +100,20 @@ def _aliased_rows(batch, samples) -> list[int]:
     return bad
 
 
-def _unaliased(make_samples, run, tries: int = 8):
+def _unaliased(make_samples, run, n: int, tries: int = 8):
     """Samples for which ``run(samples)``'s output rows do not 4K-alias the sources.
 
-    ``make_samples(shift)`` builds the samples; each retry moves them by ``ALIGN`` bytes.
+    ``make_samples(extra)`` builds the ``n`` samples with per-sample offsets ``extra``;
+    each retry moves the aliased ones by ``ALIGN`` bytes (``run`` allocates its output
+    afresh, which malloc usually places where the trial's was).
     """
-    for k in range(tries):
-        samples = make_samples(k * ALIGN)
-        batch = run(samples)[0]
-        if not _aliased_rows(batch, samples):
+    extra = np.zeros(n, np.int64)
+    for _ in range(tries):
+        samples = make_samples(extra)
+        bad = _aliased_rows(run(samples)[0], samples)
+        if not bad:
             return samples
+        extra[bad] = ALIGN - extra[bad]
     raise RuntimeError(f"could not place the sources away from the 4K-aliasing offset in {tries} tries")
 
 
@@ -147,11 +153,11 @@ class _PadBench:
         if kind == "torch":
             _torch()
 
-        def make(shift):
-            samples = _ragged(lengths, row_shape, dtype, rng, shift)
+        def make(extra):
+            samples = _ragged(lengths, row_shape, dtype, rng, extra)
             return [torch.from_numpy(s) for s in samples] if kind == "torch" else samples
 
-        self.samples = _unaliased(make, self.run)
+        self.samples = _unaliased(make, self.run, len(lengths))
 
 
 class PadBatch(_PadBench):
@@ -242,12 +248,8 @@ class PadBatchInto:
         rng = np.random.default_rng(SEED)
         lengths = _lengths(b, mean, rng)
         self.out = np.empty((b, -(-int(lengths.max()) // 8) * 8), dtype)
-        for k in range(8):
-            self.samples = _ragged(lengths, (), dtype, rng, k * ALIGN)
-            if not _aliased_rows(self.out, self.samples):
-                break
-        else:
-            raise RuntimeError("could not place the sources away from the 4K-aliasing offset")
+        self.samples = _unaliased(lambda extra: _ragged(lengths, (), dtype, rng, extra),
+                                  lambda samples: (self.out,), b)
         self.library = library
 
     def time_pad_batch_into(self, library, batch, dtype):
