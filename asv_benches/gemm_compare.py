@@ -43,7 +43,7 @@ def peak_gflops(dtype: np.dtype, threads: int, ghz: float) -> float:
     return 2 * FMA_UNITS * lanes * ghz * threads
 
 
-def time_calls(fns, flops: float, repeat: int) -> list[float]:
+def time_calls(fns, flops: float, repeat: int, clock=time.perf_counter) -> list[float]:
     """Median GFLOP/s of each function, libraries interleaved so load hits all alike.
 
     Each timed call follows an untimed call of the same function, so it does not pay
@@ -53,9 +53,9 @@ def time_calls(fns, flops: float, repeat: int) -> list[float]:
     for _ in range(repeat):
         for i, fn in enumerate(fns):
             fn()
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            times[i].append(time.perf_counter() - t0)
+            times[i].append(clock() - t0)
     return [flops / statistics.median(t) / 1e9 for t in times]
 
 
@@ -68,6 +68,10 @@ def main(argv=None) -> None:
     p.add_argument("--torch", action="store_true", help="add a torch column")
     p.add_argument("--ghz", type=float, default=None)
     p.add_argument("--repeat", type=int, default=None, help="timed calls per cell (default by size)")
+    p.add_argument("--clock", choices=["wall", "thread"], default="wall",
+                   help="'thread': CPU time of the calling thread for one-thread cells "
+                        "(robust to other processes time-slicing the core; two-thread "
+                        "cells stay wall-clock)")
     args = p.parse_args(argv)
 
     torch = None
@@ -76,7 +80,9 @@ def main(argv=None) -> None:
     ghz = args.ghz or cpu_ghz()
     shapes = [(n, n, n) for n in args.sizes] + ([] if args.no_layer else [LAYER])
     env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-    print(f"dyntile ISA {gemm.isa()}, clock {ghz:.2f} GHz, OpenBLAS env {env}")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"dyntile ISA {gemm.isa()}, clock {ghz:.2f} GHz, OpenBLAS env {env}, "
+          f"load average {load:.2f} on {os.cpu_count()} CPUs, timing: {args.clock}")
     head = f"{'m x k x n':>18} {'dtype':>8} {'thr':>3} {'dyntile':>8} {'numpy':>8} {'ratio':>6} {'%peak':>6}"
     print(head + (f" {'torch':>8} {'ratio':>6}" if torch else ""))
     rng = np.random.default_rng(0)
@@ -97,7 +103,8 @@ def main(argv=None) -> None:
                 if torch is not None:
                     torch.set_num_threads(threads)
                 with threadpool_limits(limits=threads, user_api="blas"):
-                    rates = time_calls(fns, flops, repeat)
+                    clock = time.thread_time if args.clock == "thread" and threads == 1 else time.perf_counter
+                    rates = time_calls(fns, flops, repeat, clock)
                 if torch is not None:
                     torch.set_num_threads(prev_torch)
                 peak = peak_gflops(dtype, threads, ghz)
