@@ -8,6 +8,7 @@ kernel only loops.
 from __future__ import annotations
 
 import math
+import os
 import sys
 from typing import NamedTuple, Sequence
 
@@ -24,6 +25,20 @@ PARALLEL_FLOPS = 1 << 23
 MAX_THREADS = 64
 
 _SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
+
+#: True in a process forked from the one that imported this module. GNU OpenMP's
+#: thread pool does not survive fork: a parallel region in the child waits forever
+#: for the parent's threads. Forked children (DataLoader workers) run on one thread.
+_FORKED = False
+
+
+def _mark_forked() -> None:
+    global _FORKED
+    _FORKED = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_mark_forked)
 
 
 class MatmulShapes(NamedTuple):
@@ -100,7 +115,8 @@ def matmul(a, b, out=None, *, threads: int | None = None):
 
     ``out``: optional result array of the right shape and a dtype the result casts
     to (``same_kind``); it must not overlap ``a`` or ``b``. ``threads``: OpenMP
-    threads (default: the cores available, 1 for small products).
+    threads (default: the cores available, 1 for small products; always 1 in a
+    process forked from this one, where OpenMP's thread pool is unusable).
 
     >>> import numpy as np
     >>> matmul(np.ones((2, 4, 3), np.float32), np.ones((3, 5), np.float32)).shape
@@ -159,9 +175,11 @@ def _matmul_2d(a: np.ndarray, b: np.ndarray, out, threads):
     else:
         return None
     if threads is None:
-        threads = 1 if 2 * m * n * k < PARALLEL_FLOPS else min(max_threads(), MAX_THREADS)
+        threads = 1 if 2 * m * n * k < PARALLEL_FLOPS or _FORKED else min(max_threads(), MAX_THREADS)
     elif isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         return None
+    elif _FORKED:
+        threads = 1
     rs_c, cs_c = c.strides
     kernel(a, b, c, _ZERO_OFFSET, _ZERO_OFFSET, _ZERO_OFFSET, m, n, k,
            (rs_a // isz, cs_a // isz), (rs_b // isz, cs_b // isz), (rs_c // isz, cs_c // isz),
@@ -227,12 +245,15 @@ def _overlaps(x: np.ndarray, y: np.ndarray) -> bool:
 
 
 def _check_threads(threads, shapes: MatmulShapes) -> int:
+    """OpenMP threads for this product (validated ``threads`` or the default)."""
     if threads is None:
         flops = 2 * shapes.m * shapes.n * shapes.k * math.prod(shapes.batch)
-        return 1 if flops < PARALLEL_FLOPS else min(max_threads(), MAX_THREADS)
-    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        count = 1 if flops < PARALLEL_FLOPS else min(max_threads(), MAX_THREADS)
+    elif isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
         raise ValueError(f"matmul: threads should be a positive integer or None, but got {threads!r}")
-    return min(int(threads), MAX_THREADS)
+    else:
+        count = min(int(threads), MAX_THREADS)
+    return 1 if _FORKED else count
 
 
 # ---------------------------------------------------------------------- kernel call
