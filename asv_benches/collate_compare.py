@@ -24,72 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-from torch.nn.utils.rnn import pad_sequence
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))      # the asv suite, as a package
 
+from benchmarks.bench_collate import hf_collate, make_batches, pad_sequence_collate  # noqa: E402
 from dyntile.planning import plan_buckets  # noqa: E402
 from loaders import DynTileCollate  # noqa: E402
-
-DATA = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "lengths_cpython_docstrings.npy"
-
-
-def corpus_lengths(rng) -> np.ndarray:
-    if DATA.exists():
-        return np.load(DATA).astype(np.int64)
-    return np.minimum(rng.lognormal(3.3, 1.1, 8604).astype(np.int64) + 2, 1600)
-
-
-def make_batches(kind: str, n_batches: int, batch: int, seed: int = 0, order: str = "random"):
-    """``n_batches`` lists of ``batch`` dict samples; leaves are tensors or lists.
-
-    ``order="random"``: each batch draws its lengths from the whole corpus (random
-    batching: mostly padding). ``order="grouped"``: batches of similar lengths, as a
-    bucketing sampler delivers them (the same batches go to every method).
-    """
-    rng = np.random.default_rng(seed)
-    L = corpus_lengths(rng)
-    draws = rng.choice(L, (n_batches, batch))
-    if order == "grouped":
-        draws = np.sort(draws.reshape(-1)).reshape(n_batches, batch)
-        draws = rng.permuted(draws[rng.permutation(n_batches)], axis=1)
-    out = []
-    for row in draws:
-        samples = []
-        for n in row:
-            ids = torch.from_numpy(rng.integers(1, 30522, int(n)))
-            if kind == "lists":
-                samples.append({"input_ids": ids.tolist(), "labels": ids.tolist()})
-            else:
-                samples.append({"input_ids": ids, "labels": ids.clone()})
-        out.append(samples)
-    return L, out
-
-
-def pad_sequence_collate(samples):
-    """The usual hand-written collate: pad_sequence per key, lengths, mask."""
-    ids = [s["input_ids"] for s in samples]
-    labels = [s["labels"] for s in samples]
-    lengths = torch.tensor([len(x) for x in ids])
-    input_ids = pad_sequence(ids, batch_first=True, padding_value=0)
-    return {"input_ids": input_ids,
-            "labels": pad_sequence(labels, batch_first=True, padding_value=-100),
-            "attention_mask": torch.arange(input_ids.shape[1])[None, :] < lengths[:, None],
-            "lengths": lengths}
-
-
-def hf_collate():
-    try:
-        from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
-        from tokenizers import Tokenizer, models
-    except ImportError:
-        return None
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, "[UNK]")),
-                                  pad_token="[PAD]", unk_token="[UNK]")
-    hf = DataCollatorWithPadding(tok, pad_to_multiple_of=8, return_tensors="pt")
-    return lambda samples: hf([{"input_ids": s["input_ids"]} for s in samples])
 
 
 def measure(fn, batches, repeat: int) -> float:
@@ -119,9 +60,10 @@ def main(argv=None) -> None:
         }
         if kind == "tensors":
             methods["pad_sequence + mask"] = pad_sequence_collate
-        hf = hf_collate()
-        if hf is not None:
-            methods["HF DataCollatorWithPadding(8)"] = hf
+        try:
+            methods["HF DataCollatorWithPadding(8)"] = hf_collate()
+        except NotImplementedError:                     # transformers is not installed
+            pass
         for fn in methods.values():                      # warm up
             fn(batches[0])
         results = {name: [] for name in methods}

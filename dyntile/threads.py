@@ -10,8 +10,9 @@ import os
 
 __all__ = ["copy_threads", "max_threads"]
 
-#: below this many output bytes a copy kernel runs single-threaded
-PARALLEL_COPY_BYTES = 4 << 20
+#: below this many output bytes a copy kernel runs single-threaded (one core nearly saturates
+#: memory bandwidth; a second thread only helps for large copies on an idle machine)
+PARALLEL_COPY_BYTES = 32 << 20
 
 
 def max_threads() -> int:

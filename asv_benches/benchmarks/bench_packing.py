@@ -6,19 +6,13 @@ dyntile is Hugging Face's ``DataCollatorWithFlattening`` (no padding, but one
 ``[1, total]`` row whose length changes with every batch); skipped when
 ``transformers`` is not installed.
 """
-import os
-from pathlib import Path
-
 import numpy as np
 
-DATA = Path(os.environ.get("DYNTILE_DATA", Path(__file__).resolve().parents[2] / ".." / "shared" / "data"))
+from .real_data import DATA, docstring_lengths
 
 
 def _lengths(name):
-    path = DATA / "lengths_cpython_docstrings.npy"
-    if not path.exists():
-        raise NotImplementedError(f"real data not found at {path}")
-    L = np.load(path).astype(np.int64)
+    L = docstring_lengths()
     if name == "resampled_1M":
         L = np.random.default_rng(0).choice(L, 1_000_000)
     return L

@@ -14,21 +14,14 @@
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from dyntile.planning import plan_buckets
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "lengths_cpython_docstrings.npy"
+from .real_data import docstring_lengths
+
 BUDGET = 16384
 BASELINE_BATCH = 32
-
-
-def docstring_lengths() -> np.ndarray:
-    if not DATA.exists():
-        raise NotImplementedError(f"real length data not found at {DATA}")
-    return np.load(DATA).astype(np.int64)
 
 
 def padded_fraction(batches, lengths, padded_len) -> tuple[float, int]:
@@ -79,7 +72,10 @@ class PaddingTradeoff:
             self.fraction = self.plan.padding_ratio(self.lengths)
             self.shapes = len(self.plan.boundaries)
         else:
-            from loaders import BucketBatchSampler
+            try:
+                from loaders import BucketBatchSampler
+            except ImportError as e:       # no torch in this environment
+                raise NotImplementedError(str(e)) from None
             sampler = BucketBatchSampler(self.lengths, self.plan, max_tokens=BUDGET, seed=0)
             plan, L = self.plan, self.lengths
             self.fraction, self.shapes = padded_fraction(list(sampler), L, lambda b: plan.round_up(int(L[b].max()))[0])

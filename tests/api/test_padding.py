@@ -64,12 +64,19 @@ def test_images_hwc_pad_only_ragged_axes():
     np.testing.assert_array_equal(lengths, [[5, 7, 3], [9, 2, 3], [1, 1, 3]])
 
 
-def test_large_batch_uses_threads_and_stays_correct():
+def test_threaded_kernels_stay_correct(monkeypatch):
+    from dyntile import threads
+
+    monkeypatch.setattr(threads, "PARALLEL_COPY_BYTES", 1)  # every copy takes the OpenMP path
+    monkeypatch.setattr(threads, "max_threads", lambda: 2)
+    assert threads.copy_threads(10) == 2
     rng = np.random.default_rng(2)
-    arrays = [random_array(rng, (int(L),), "float32") for L in rng.integers(1000, 30000, 64)]
-    batch, _ = dt.pad_batch(arrays, fill=-1.0)  # > 4 MiB out: the OpenMP path
-    assert batch.nbytes >= 4 << 20
-    np.testing.assert_array_equal(batch, pad_reference(arrays, batch.shape[1:], -1.0, False, np.float32))
+    arrays = ragged_views(rng, 37, 2, "float32", max_len=40)
+    batch, _ = dt.pad_batch(arrays, axes=[0, 1], fill=-1.0, side="left")
+    np.testing.assert_array_equal(batch, pad_reference(arrays, batch.shape[1:], -1.0, True, np.float32))
+    x = random_array(rng, (3, 45, 29), "int16")[:, ::-1]
+    t = dt.tile(x, (8, 16), fill=5)
+    np.testing.assert_array_equal(dt.untile(t, x.shape), x)
 
 
 def test_zero_length_and_all_empty():
