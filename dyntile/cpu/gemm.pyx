@@ -16,10 +16,11 @@ Block sizes and micro-kernels come from one table per ISA and dtype
 (``include/gemm_blocking.h``, ``include/gemm_ukernel.h``); the ISA is picked once,
 at import, from a run-time CPU check (``_set_isa`` forces one, for tests).
 
-Threads: one OpenMP parallel region per call. Every thread walks the jc/pc loops;
-threads claim B micro-panels to pack, then (ic block, jr range) work items, from
-shared counters; a barrier separates the two. Each thread packs A into its own
-buffer. Many small matrices in a batch run one matrix per thread.
+Threads: one OpenMP parallel region per call. Every thread walks the jc loop; the
+team packs up to KGROUP_MAX KC blocks of B at once (threads claim micro-panels from
+a shared counter), a barrier, then threads claim work items (an ic block through
+all those KC blocks, so each thread owns its rows of C) and pack A into their own
+buffers. Many small matrices in a batch run one matrix per thread.
 
 Kernels take validated arrays: :func:`dyntile.matmul.matmul` checks shapes, dtypes,
 strides and overlap, and chooses ``threads``.
@@ -42,6 +43,8 @@ cdef dict _ISA_NAMES = {"ref": DT_ISA_REF, "avx2": DT_ISA_AVX2, "avx512": DT_ISA
 
 # Per-matrix work (2*m*n*k flops) below which a batch runs one matrix per thread.
 cdef int64_t SMALL_GEMM_FLOPS = 1 << 22
+# KC blocks of B a team packs at once (bounds the shared packing buffer).
+cdef int64_t KGROUP_MAX = 8
 
 
 # ----------------------------------------------------------------------------- packing
@@ -197,31 +200,34 @@ cdef inline int64_t claim(int64_t *counter, int nt) noexcept nogil:
 
 cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating *b,
                        floating *c, floating *bp, floating *ap, int64_t *counters,
-                       int tid, int nt) noexcept nogil:
+                       int64_t kgroup, int tid, int nt) noexcept nogil:
     """C = A @ B for one matrix, run by every thread `tid` of a team of `nt`.
 
-    `bp` (packed B) and `counters` (two zeros) are shared by the team; `ap` (packed A)
-    is this thread's own. Threads claim work items from the counters: B micro-panels
-    to pack, then (ic block, jr range) items -- small ic blocks when m has enough MR
-    panels for the team, else slices of the jr loop. Claiming (rather than a fixed
-    split) keeps both cores busy when one of them is shared with another process;
-    every C tile is still computed by one thread in one order, so results do not
-    depend on the schedule.
+    `bp` (packed B, `kgroup` KC blocks deep) and `counters` (two zeros) are shared by
+    the team; `ap` (packed A) is this thread's own. Loop order: jc (5th loop) ->
+    a group of up to `kgroup` KC blocks of B packed together (4th loop) -> work
+    items: an ic block (3rd loop), or a slice of the jr loop when m is small -> each
+    KC block of the group: pack A, macro-kernel. With kgroup == 1 this is BLIS's
+    order; a team packs several KC blocks at once so that each thread owns its rows
+    of C across them: one barrier per group instead of two per KC block.
+    Threads claim B micro-panels to pack, then items, from the counters (rather than
+    a fixed split) so both cores stay busy when one is shared with another process;
+    every C tile is still computed by one thread in one order, whatever the schedule.
     """
     cdef int mr = g.bs.mr, nr = g.bs.nr
-    cdef int64_t m = g.m, n = g.n, k = g.k
-    cdef int64_t m_panels = ceil_div(m, mr)
-    cdef int64_t mc, n_ic, n_jrs, n_items, n_panels
-    cdef int64_t jb, jc, pb, pc, ic, nc_cur, kc_cur, mc_cur, q, w, ib, js, last_ib, nr_cur
+    cdef int64_t m = g.m, n = g.n, k = g.k, kc = g.bs.kc
+    cdef int64_t m_panels = ceil_div(m, mr), n_pb = ceil_div(k, kc)
+    cdef int64_t mc, n_ic, n_jrs, n_items, n_panels, n_pack, bp_stride
+    cdef int64_t jb, jc, pg, pb, pb_lo, pb_hi, pc, ic, nc_cur, kc_cur, mc_cur
+    cdef int64_t q, qq, w, ib, js, key, last_key = -1, nr_cur
     cdef int64_t own[2]
-    cdef int beta
     if nt == 1:                                           # MC from the table
         counters = own
         counters[0] = counters[1] = 0
         mc = min(<int64_t> g.bs.mc, m_panels * mr)
         n_jrs = 1
-    elif m_panels >= 2 * nt:                              # a few MR panels per item
-        n_ic = min(m_panels, max(ceil_div(m, g.bs.mc), 8 * nt))
+    elif m_panels >= 2 * nt:                              # ic blocks, a few per thread
+        n_ic = min(m_panels, max(ceil_div(m, g.bs.mc), 4 * nt))
         mc = ceil_div(m_panels, n_ic) * mr
         n_jrs = 1
     else:                                                 # few rows: slice the jr loop
@@ -233,33 +239,43 @@ cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating 
         jc = jb * g.bs.nc
         nc_cur = min(<int64_t> g.bs.nc, n - jc)
         n_panels = ceil_div(nc_cur, nr)
-        for pb in range(ceil_div(k, g.bs.kc)):            # 4th loop
-            pc = pb * g.bs.kc
-            kc_cur = min(<int64_t> g.bs.kc, k - pc)
-            beta = pc > 0
+        bp_stride = n_panels * nr * kc                    # one packed KC block of B
+        for pg in range(ceil_div(n_pb, kgroup)):          # 4th loop, kgroup blocks at a time
+            pb_lo = pg * kgroup
+            pb_hi = min(n_pb, pb_lo + kgroup)
+            n_pack = (pb_hi - pb_lo) * n_panels
             q = claim(&counters[0], nt)
-            while q < n_panels:                           # pack B, panel by panel
-                nr_cur = min(<int64_t> nr, nc_cur - q * nr)
-                pack_b_panel(kc_cur, nr_cur, b + pc * g.rs_b + (jc + q * nr) * g.cs_b,
-                             g.rs_b, g.cs_b, nr, bp + q * nr * kc_cur)
+            while q < n_pack:                             # pack B, micro-panel by micro-panel
+                pb = pb_lo + q // n_panels
+                qq = q - (pb - pb_lo) * n_panels
+                pc = pb * kc
+                kc_cur = min(kc, k - pc)
+                nr_cur = min(<int64_t> nr, nc_cur - qq * nr)
+                pack_b_panel(kc_cur, nr_cur, b + pc * g.rs_b + (jc + qq * nr) * g.cs_b,
+                             g.rs_b, g.cs_b, nr, bp + (pb - pb_lo) * bp_stride + qq * nr * kc_cur)
                 q = claim(&counters[0], nt)
             if nt > 1:
                 dt_omp_barrier()                          # bp complete, B claims over
             if tid == 0:
                 counters[0] = 0
-            last_ib = -1
             w = claim(&counters[1], nt)
             while w < n_items:                            # 3rd loop, item by item
                 ib = w // n_jrs
                 js = w - ib * n_jrs
                 ic = ib * mc
                 mc_cur = min(mc, m - ic)
-                if ib != last_ib:
-                    pack_a(g.isa, mc_cur, kc_cur, a + ic * g.rs_a + pc * g.cs_a, g.rs_a, g.cs_a, mr, ap)
-                    last_ib = ib
-                macro_kernel(g, mc_cur, nc_cur, kc_cur,
-                             split_lo(n_panels, js, n_jrs), split_lo(n_panels, js + 1, n_jrs),
-                             ap, bp, c + ic * g.rs_c + jc * g.cs_c, beta)
+                for pb in range(pb_lo, pb_hi):
+                    pc = pb * kc
+                    kc_cur = min(kc, k - pc)
+                    key = ib * n_pb + pb                  # A block in ap (same for every jc)
+                    if key != last_key:
+                        pack_a(g.isa, mc_cur, kc_cur, a + ic * g.rs_a + pc * g.cs_a,
+                               g.rs_a, g.cs_a, mr, ap)
+                        last_key = key
+                    macro_kernel(g, mc_cur, nc_cur, kc_cur,
+                                 split_lo(n_panels, js, n_jrs), split_lo(n_panels, js + 1, n_jrs),
+                                 ap, bp + (pb - pb_lo) * bp_stride,
+                                 c + ic * g.rs_c + jc * g.cs_c, pb > 0)
                 w = claim(&counters[1], nt)
             if nt > 1:
                 dt_omp_barrier()                          # everyone done with bp
@@ -287,10 +303,13 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
     """C[i] = A[i] @ B[i] for every batch item (element offsets from a, b, c)."""
     cdef int64_t nbatch = a_off.shape[0], bi
     cdef int64_t kc = min(<int64_t> g.bs.kc, g.k)
-    cdef int64_t ap_size = ceil_div(min(<int64_t> g.bs.mc, g.m), g.bs.mr) * g.bs.mr * kc + 16
-    cdef int64_t bp_size = ceil_div(min(<int64_t> g.bs.nc, g.n), g.bs.nr) * g.bs.nr * kc + 16
     cdef bint per_thread_items = (threads > 1 and nbatch >= threads
                                   and 2 * g.m * g.n * g.k < SMALL_GEMM_FLOPS)
+    cdef int64_t kgroup = (min(ceil_div(g.k, g.bs.kc), KGROUP_MAX)
+                           if threads > 1 and not per_thread_items else 1)
+    cdef int64_t ap_size = ceil_div(min(<int64_t> g.bs.mc, g.m), g.bs.mr) * g.bs.mr * kc + 16
+    cdef int64_t bp_size = (kgroup * ceil_div(min(<int64_t> g.bs.nc, g.n), g.bs.nr) * g.bs.nr * kc
+                            + 16)
     cdef int tid, nt
     cdef int64_t counters[2]
     cdef void *raw
@@ -315,14 +334,14 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
             if threads == 1:
                 for bi in range(nbatch):
                     gemm_blocked(g, a + a_off[bi], b + b_off[bi], c + c_off[bi],
-                                 buf + ap_size, buf, NULL, 0, 1)
+                                 buf + ap_size, buf, NULL, 1, 0, 1)
             elif per_thread_items:                  # one whole matrix per thread
                 with parallel(num_threads=threads):
                     tid = threadid()
                     for bi in prange(nbatch, schedule="static"):
                         gemm_blocked(g, a + a_off[bi], b + b_off[bi], c + c_off[bi],
                                      buf + threads * ap_size + tid * bp_size,
-                                     buf + tid * ap_size, NULL, 0, 1)
+                                     buf + tid * ap_size, NULL, 1, 0, 1)
             else:                                   # the team shares each matrix
                 with parallel(num_threads=threads):
                     tid = threadid()
@@ -330,7 +349,7 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
                     for bi in range(nbatch):
                         gemm_blocked(g, a + a_off[bi], b + b_off[bi], c + c_off[bi],
                                      buf + threads * ap_size, buf + tid * ap_size, counters,
-                                     tid, nt)
+                                     kgroup, tid, nt)
     finally:
         free(raw)
     return 0
@@ -419,11 +438,14 @@ def blocking_table() -> dict:
 
 
 def packing_buffer_bytes(str dtype, int64_t m, int64_t n, int64_t k, int threads=1) -> int:
-    """Bytes of packing buffers one call allocates (for the current ISA)."""
+    """Bytes of packing buffers one (unbatched) product allocates, for the current ISA:
+    ``threads`` packed A blocks (MC x KC) and one packed B block (KC x NC, times the
+    KC blocks a team packs at once)."""
     cdef dt_gemm_blocksizes bs = dt_gemm_blocking[_isa][DT_F32 if dtype == "float32" else DT_F64]
     cdef int64_t kc = min(<int64_t> bs.kc, k)
     cdef int64_t item = 4 if dtype == "float32" else 8
+    cdef int64_t kgroup = min(ceil_div(k, bs.kc), KGROUP_MAX) if threads > 1 else 1
     ap = ceil_div(min(<int64_t> bs.mc, m), bs.mr) * bs.mr * kc
-    bp = ceil_div(min(<int64_t> bs.nc, n), bs.nr) * bs.nr * kc
+    bp = kgroup * ceil_div(min(<int64_t> bs.nc, n), bs.nr) * bs.nr * kc
     return (threads * ap + bp) * item
 

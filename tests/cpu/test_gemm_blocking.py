@@ -50,7 +50,9 @@ def test_packing_buffer_bytes_follow_the_table():
     m, n, k = 2 * bs["mc"] + 1, bs["nc"] + 3, bs["kc"] + 5
     ap = bs["mc"] * bs["kc"]
     bp = bs["nc"] * bs["kc"]
-    assert gemm.packing_buffer_bytes("float32", m, n, k, threads=2) == 4 * (2 * ap + bp)
+    assert gemm.packing_buffer_bytes("float32", m, n, k, threads=1) == 4 * (ap + bp)
+    # a team packs both KC blocks of B at once
+    assert gemm.packing_buffer_bytes("float32", m, n, k, threads=2) == 4 * (2 * ap + 2 * bp)
     small = gemm.packing_buffer_bytes("float64", 3, 5, 7)
     assert small == 8 * 7 * (-(-3 // TABLE[gemm.isa(), "float64"]["mr"]) * TABLE[gemm.isa(), "float64"]["mr"]
                              + -(-5 // TABLE[gemm.isa(), "float64"]["nr"]) * TABLE[gemm.isa(), "float64"]["nr"])

@@ -71,7 +71,8 @@ def test_odd_sizes_match_numpy(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mkn", [(1, 1, 1), (16, 32, 32), (350, 300, 70), (3, 5, 4100), (29, 513, 65)])
+@pytest.mark.parametrize("mkn", [(1, 1, 1), (16, 32, 32), (350, 300, 70), (3, 5, 4100), (29, 513, 65),
+                                 (60, 2100, 70), (3, 2100, 100)])
 def test_every_isa_across_block_edges(rng, isa, dtype, mkn):
     """Sizes below, at and past MR/NR and the MC/KC/NC cache blocks, each micro-kernel."""
     m, k, n = mkn
