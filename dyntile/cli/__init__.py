@@ -2,17 +2,19 @@
 
 Subcommands (``dyntile --help``):
 
-* ``demo`` (the default) -- embedded real corpus (docstrings of the Python standard
-  library, :mod:`dyntile.cli.corpus`, word-level tokenizer
-  :mod:`dyntile.cli.tokenizer`) or a user file (:mod:`dyntile.cli.readers`), batched
-  four ways (:mod:`dyntile.cli.methods`), a loader pass and a short
+* ``demo`` (:mod:`dyntile.cli.demo`) -- embedded real corpus (docstrings of the
+  Python standard library, :mod:`dyntile.cli.stdlib_docs`, word-level tokenizer
+  :mod:`dyntile.cli.tokenizer`) or a user file (:mod:`dyntile.cli.readers`), held as a
+  :class:`~dyntile.cli.corpus.Corpus`; batched four ways (:mod:`dyntile.cli.methods`,
+  baselines in :mod:`dyntile.cli.baselines`); a loader pass and a short
   ``torch.compile`` training run of a small transformer (:mod:`dyntile.cli.model`,
-  :mod:`dyntile.cli.train`), one table (:mod:`dyntile.cli.table`) and an optional
+  :mod:`dyntile.cli.train`); one table (:mod:`dyntile.cli.table`) and an optional
   figure (:mod:`dyntile.cli.plot`);
 * ``plan`` -- bucket boundaries, batch sizes and expected padding for a lengths
   file, saved as JSON for ``BucketPlan.load`` (:mod:`dyntile.cli.plan_cmd`);
 * ``bench`` -- a quick GEMM and collate comparison against NumPy / torch
   (:mod:`dyntile.cli.bench_cmd`).
 
-torch is imported only inside the subcommands that need it.
+Plain ``dyntile`` prints help; entry point :func:`dyntile.cli.main.main`. torch is
+imported only inside the subcommands that need it (:mod:`dyntile.cli.torch_import`).
 """

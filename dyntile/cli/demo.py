@@ -78,6 +78,9 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-tokens", type=int, default=2048,
                    help="token budget per batch, padding included, the same for every method (default 2048)")
     g.add_argument("--pack-len", type=int, default=512, help="row length T of packed batches (default 512)")
+    g.add_argument("--pack-overflow", choices=("second_shape", "split"), default="second_shape",
+                   help="samples longer than --pack-len: whole, in a second packed shape (default), "
+                        "or split into chunks over consecutive rows (one shape)")
     g.add_argument("--methods", default="random,sorted,buckets,packing",
                    help="comma-separated subset of random,sorted,buckets,packing")
     g.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
@@ -143,10 +146,12 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     warm_up = 0.0 if compile_backend is None else warm_up_compiler(compile_backend)
     rows, stats = [], []
     for name in methods:
-        batching = build_batching(name, corpus, plan, max_tokens=args.batch_tokens, pack_len=args.pack_len, seed=args.seed)
+        batching = build_batching(name, corpus, plan, max_tokens=args.batch_tokens, pack_len=args.pack_len,
+                                  pack_overflow=args.pack_overflow, seed=args.seed)
         ls = loader_pass(batching.loader(dataset), args.max_batches, f"{name}: loader", show)
         stats.append(ls)
-        batching = build_batching(name, corpus, plan, max_tokens=args.batch_tokens, pack_len=args.pack_len, seed=args.seed)
+        batching = build_batching(name, corpus, plan, max_tokens=args.batch_tokens, pack_len=args.pack_len,
+                                  pack_overflow=args.pack_overflow, seed=args.seed)
         torch.manual_seed(args.seed)
         # every batch has B * T <= budget, so positions stay below it
         model = TinyTransformer(corpus.vocab_size, args.batch_tokens, args.d_model, args.heads, args.layers)
@@ -197,6 +202,12 @@ def _notes(args, backend, stats: dict, planned: float, warm_up: float) -> list[s
         notes.insert(1, f"dyntile buckets: {100 * b.sample_padded_fraction:.1f}% padding inside samples' rows "
                         f"(planned {100 * planned:.1f}%) + {100 * b.empty_row_slots / max(b.slots, 1):.1f}% in empty "
                         "rows that top up each bucket's last batch (one shape per bucket).")
+    if "packing" in stats:
+        shapes = sorted(stats["packing"].shapes, key=lambda bt: bt[1])
+        how_long = ("kept whole in rows of the second shape" if args.pack_overflow == "second_shape"
+                    else "split into chunks over consecutive rows, each chunk its own segment")
+        notes.insert(1, f"dyntile packing: [B, T] shapes {', '.join(str(list(x)) for x in shapes)}; samples longer "
+                        f"than --pack-len={args.pack_len} are {how_long} (--pack-overflow).")
     if backend is not None:
         notes.append("graphs: graphs torch.compile built (first compile + every recompilation); "
                      "the baselines use torch.compile's defaults (a static graph, then one dynamic graph "

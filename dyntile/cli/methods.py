@@ -79,7 +79,8 @@ def pack_seq_len(lengths: np.ndarray, pack_len: int, max_tokens: int, multiple: 
     return min(round_up(pack_len, multiple), round_up(int(lengths.max()), multiple), max_tokens // multiple * multiple)
 
 
-def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len: int, seed: int) -> Batching:
+def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len: int, seed: int,
+                   pack_overflow: str = "second_shape") -> Batching:
     """Fresh sampler + collate for method ``name`` (one of :data:`METHODS`)."""
     lengths = corpus.lengths
     if name in ("random", "sorted"):
@@ -92,7 +93,7 @@ def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len
         return Batching(name, sampler, _BucketCollate(collate, plan.boundaries, sampler.batch_sizes), dynamic=False)
     if name == "packing":
         seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
-        sampler = PackingBatchSampler(lengths, max_tokens=max_tokens, seq_len=seq_len, seed=seed)
+        sampler = PackingBatchSampler(lengths, max_tokens=max_tokens, seq_len=seq_len, overflow=pack_overflow, seed=seed)
         return Batching(name, sampler, _PackedCollate(DynTileCollate(pack=sampler, pad_values={"input_ids": 0})),
                         dynamic=False)
     raise ValueError(f"method should be one of {METHODS}, but got {name!r}")

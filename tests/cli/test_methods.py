@@ -48,6 +48,15 @@ def test_every_sequence_exactly_once_and_shapes_bounded(name):
         assert len(shapes) <= 2
 
 
+def test_packing_split_gives_one_shape_and_keeps_every_token():
+    corpus = _corpus()
+    b = build_batching("packing", corpus, dyntile.plan_buckets(corpus.lengths), max_tokens=640, pack_len=128,
+                       seed=0, pack_overflow="split")
+    batches = list(b.loader(TokenDataset(corpus)))
+    assert len({tuple(x["input_ids"].shape) for x in batches}) == 1
+    assert sum(int((x["segment_ids"] != 0).sum()) for x in batches) == corpus.lengths.sum()
+
+
 def test_pack_seq_len_never_exceeds_budget_or_need():
     assert pack_seq_len(np.array([5, 9]), 512, 4096) == 16
     assert pack_seq_len(np.array([5, 900]), 512, 4096) == 512
