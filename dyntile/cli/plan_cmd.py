@@ -15,7 +15,7 @@ __all__ = ["add_plan_arguments", "run_plan", "plan_rows"]
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``dyntile plan`` besides the shared data/plan options."""
-    p.add_argument("--batch-tokens", type=int, default=4096, help="token budget per batch (default 4096)")
+    p.add_argument("--batch-tokens", type=int, default=2048, help="token budget per batch (default 2048, as in demo)")
     p.add_argument("--out", metavar="PLAN.json", help="save the plan as JSON (load with BucketPlan.load)")
 
 
