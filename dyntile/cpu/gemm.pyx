@@ -4,13 +4,17 @@ The five loops around the micro-kernel, BLIS names::
 
     for jc in range(0, n, NC):                 # 5th loop: NC columns of B and C
         for pc in range(0, k, KC):             # 4th loop: KC-deep rank-kc update
-            pack_b -> bp (KC x NC, NR-wide micro-panels; shared, L3)
+            pack_b -> bp (KC x NC, NR-wide micro-panels; shared, L2)
             for ic in range(0, m, MC):         # 3rd loop: MC rows of A and C
-                pack_a -> ap (MC x KC, MR-tall micro-panels; per thread, L2)
+                pack_a -> ap (MC x KC, MR-tall micro-panels; per thread)
                 macro_kernel:
-                    for jr in range(0, nc_cur, NR):      # 2nd loop (B micro-panel in L1)
-                        for ir in range(0, mc_cur, MR):  # 1st loop
+                    for ir in range(0, mc_cur, MR):      # 2nd loop: A micro-panel in L1
+                        for jr in range(0, nc_cur, NR):  # 1st loop: B micro-panels from L2
                             micro-kernel: MR x NR tile of C in registers
+
+The micro-kernel broadcasts A and loads B in vectors (C is row-major in NumPy), so
+the two inner loops are BLIS's for the transposed product C^T = B^T A^T: the
+broadcast operand's micro-panel stays in L1 and the vector operand streams from L2.
 
 Block sizes and micro-kernels come from one table per ISA and dtype
 (``include/gemm_blocking.h``, ``include/gemm_ukernel.h``); the ISA is picked once,
@@ -231,7 +235,7 @@ cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating 
         mc = ceil_div(m_panels, n_ic) * mr
         n_jrs = 1
     else:                                                 # few rows: slice the jr loop
-        mc = m_panels * mr
+        mc = min(<int64_t> g.bs.mc, m_panels * mr)     # never past the A buffer
         n_jrs = 4 * nt
     n_ic = ceil_div(m, mc)
     n_items = n_ic * n_jrs

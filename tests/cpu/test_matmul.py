@@ -83,6 +83,17 @@ def test_every_isa_across_block_edges(rng, isa, dtype, mkn):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_many_threads_few_rows(rng, isa, dtype):
+    """More threads than MR panels splits the jr loop; rows past MC still fit the buffers."""
+    bs = gemm.blocking_table()[isa, np.dtype(dtype).name]
+    threads = 24
+    m = (2 * threads - 1) * bs["mr"] - 1          # fewer MR panels than 2 per thread
+    a, b = rand(rng, (m, 37), dtype), rand(rng, (37, 3 * bs["nr"] + 1), dtype)
+    assert m > bs["mc"]
+    assert_matmul_close(matmul(a, b, threads=threads), a, b)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_register_block_sizes_exactly(rng, isa, dtype):
     bs = gemm.blocking_table()[isa, np.dtype(dtype).name]
     for m, n in [(bs["mr"], bs["nr"]), (bs["mr"] - 1, bs["nr"] + 1), (2 * bs["mr"], 2 * bs["nr"] - 1)]:
