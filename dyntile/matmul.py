@@ -20,6 +20,7 @@ from dyntile.threads import max_threads
 __all__ = ["matmul", "matmul_shapes", "MatmulShapes"]
 
 #: below this many flops (2*m*n*k over the batch) one thread beats starting a team
+#: (``threads=`` is a cap, like threadpoolctl's limits for BLAS)
 PARALLEL_FLOPS = 1 << 23
 #: never start more threads than this
 MAX_THREADS = 64
@@ -114,9 +115,10 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     (torch in -> torch out); CUDA arrays go to :func:`dyntile.cuda.matmul`.
 
     ``out``: optional result array of the right shape and a dtype the result casts
-    to (``same_kind``); it must not overlap ``a`` or ``b``. ``threads``: OpenMP
-    threads (default: the cores available, 1 for small products; always 1 in a
-    process forked from this one, where OpenMP's thread pool is unusable).
+    to (``same_kind``); it must not overlap ``a`` or ``b``. ``threads``: at most
+    this many OpenMP threads (default: the cores available); products under about
+    8 Mflop run on one, and so does everything in a process forked from this one
+    (OpenMP's thread pool does not survive fork).
 
     >>> import numpy as np
     >>> matmul(np.ones((2, 4, 3), np.float32), np.ones((3, 5), np.float32)).shape
@@ -174,12 +176,13 @@ def _matmul_2d(a: np.ndarray, b: np.ndarray, out, threads):
         c = out
     else:
         return None
-    if threads is None:
-        threads = 1 if 2 * m * n * k < PARALLEL_FLOPS or _FORKED else min(max_threads(), MAX_THREADS)
-    elif isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
+                                or threads < 1):
         return None
-    elif _FORKED:
+    if 2 * m * n * k < PARALLEL_FLOPS or _FORKED:
         threads = 1
+    elif threads is None:
+        threads = max_threads()
     rs_c, cs_c = c.strides
     kernel(a, b, c, _ZERO_OFFSET, _ZERO_OFFSET, _ZERO_OFFSET, m, n, k,
            (rs_a // isz, cs_a // isz), (rs_b // isz, cs_b // isz), (rs_c // isz, cs_c // isz),
@@ -245,15 +248,15 @@ def _overlaps(x: np.ndarray, y: np.ndarray) -> bool:
 
 
 def _check_threads(threads, shapes: MatmulShapes) -> int:
-    """OpenMP threads for this product (validated ``threads`` or the default)."""
-    if threads is None:
-        flops = 2 * shapes.m * shapes.n * shapes.k * math.prod(shapes.batch)
-        count = 1 if flops < PARALLEL_FLOPS else min(max_threads(), MAX_THREADS)
-    elif isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+    """OpenMP threads for this product: at most ``threads`` (default: the cores
+    available), one below PARALLEL_FLOPS or in a forked child."""
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
+                                or threads < 1):
         raise ValueError(f"matmul: threads should be a positive integer or None, but got {threads!r}")
-    else:
-        count = min(int(threads), MAX_THREADS)
-    return 1 if _FORKED else count
+    flops = 2 * shapes.m * shapes.n * shapes.k * math.prod(shapes.batch)
+    if flops < PARALLEL_FLOPS or _FORKED:
+        return 1
+    return min(max_threads() if threads is None else int(threads), MAX_THREADS)
 
 
 # ---------------------------------------------------------------------- kernel call

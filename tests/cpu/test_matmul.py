@@ -46,6 +46,12 @@ def rand(rng, shape, dtype):
     return x.astype(dtype)
 
 
+@pytest.fixture(autouse=True)
+def threads_mean_threads(monkeypatch):
+    """Small test products run on the thread count they ask for (no small-size cutoff)."""
+    monkeypatch.setattr(dyntile.matmul, "PARALLEL_FLOPS", 0)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
@@ -173,6 +179,23 @@ def test_broadcast_batches(rng, dtype, a_shape, b_shape):
     a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
     assert_matmul_close(matmul(a, b), a, b)
     assert_matmul_close(matmul(a, b, threads=2), a, b)
+
+
+def test_threads_is_a_cap_and_small_products_use_one(rng, monkeypatch):
+    from dyntile.threads import max_threads
+
+    monkeypatch.setattr(dyntile.matmul, "PARALLEL_FLOPS", 1 << 23)
+    seen = []
+    real = dyntile.matmul._KERNELS[np.dtype(np.float64)]
+    monkeypatch.setitem(dyntile.matmul._KERNELS, np.dtype(np.float64),
+                        lambda *args: seen.append(args[-1]) or real(*args))
+    small, big = rand(rng, (8, 8), np.float64), rand(rng, (300, 300), np.float64)
+    matmul(small, small, threads=2)
+    matmul(small[None], small, threads=2)
+    matmul(big, big, threads=2)
+    matmul(big[None], big, threads=3)
+    matmul(big, big)
+    assert seen == [1, 1, 2, 3, max_threads()]
 
 
 def test_batch_of_many_small_matrices_in_parallel(rng):
