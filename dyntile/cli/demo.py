@@ -86,9 +86,11 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
     g.add_argument("--backend", default="inductor", choices=("inductor", "aot_eager", "eager"),
                    help="torch.compile backend (default inductor)")
-    g.add_argument("--d-model", type=int, default=64)
-    g.add_argument("--layers", type=int, default=2)
-    g.add_argument("--heads", type=int, default=4)
+    g.add_argument("--d-model", type=int, default=64, help="model width (default 64)")
+    g.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
+    g.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="torch intra-op threads (default: torch's choice); 1 is steadier on a busy machine")
     g.add_argument("--max-batches", type=int, default=None, help="cap on batches in the loader pass")
     g.add_argument("--plot", metavar="FILE.png", help="write a figure (needs matplotlib)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -113,12 +115,14 @@ def _check_positive(args, *names: str) -> None:
 def run_demo(args: argparse.Namespace, out=None) -> int:
     """Run the demo for parsed ``args``; print the table to ``out``; return the exit status."""
     out = sys.stdout if out is None else out
-    _check_positive(args, "steps", "batch_tokens", "pack_len", "buckets", "d_model", "layers", "heads", "max_batches")
+    _check_positive(args, "threads", "steps", "batch_tokens", "pack_len", "buckets", "d_model", "layers", "heads", "max_batches")
     if args.d_model % args.heads:
         raise CLIError(f"--d-model should be a multiple of --heads, but got {args.d_model} and {args.heads}")
     from dyntile.cli.torch_import import require_torch
     torch = require_torch()
     methods = _parse_methods(args.methods)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     import dyntile
     from dyntile.cli.methods import TokenDataset, build_batching
     from dyntile.cli.model import TinyTransformer
@@ -187,6 +191,11 @@ def _row(label: str, ls: LoaderStats, tr) -> list:
             f"{tr.tokens_per_s:.0f}", f"{tr.steady_tokens_per_s:.0f}", f"{tr.first_loss:.2f}->{tr.last_loss:.2f}"]
 
 
+def _torch_threads() -> int:
+    import torch
+    return torch.get_num_threads()
+
+
 def _notes(args, backend, stats: dict, planned: float, warm_up: float) -> list[str]:
     how = "eager (--no-compile)" if backend is None else f"torch.compile(backend={backend!r})"
     notes = [
@@ -194,7 +203,7 @@ def _notes(args, backend, stats: dict, planned: float, warm_up: float) -> list[s
         + ("" if all(s.complete for s in stats.values()) else " ('+': capped by --max-batches)") + ".",
         f"training: the first {args.steps} batches of each method (--steps), budget {args.batch_tokens} "
         f"tokens/batch, TinyTransformer d_model={args.d_model} layers={args.layers} heads={args.heads}, "
-        f"next-token loss with a block-diagonal causal mask, {how}.",
+        f"next-token loss with a block-diagonal causal mask, {how}, {_torch_threads()} torch threads.",
         "tok/s counts real (non-padding) tokens; steady tok/s leaves out the steps that compiled.",
     ]
     if "buckets" in stats:
