@@ -19,7 +19,7 @@ Importing dyntile imports NumPy only; names are loaded on first use.
 """
 from __future__ import annotations
 
-import importlib
+from dyntile.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -44,15 +44,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dyntile' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

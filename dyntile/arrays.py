@@ -14,7 +14,7 @@ import numpy as np
 
 from dyntile.dispatch import is_torch_tensor
 
-__all__ = ["as_numpy", "wrap_like", "torch_dtype_token", "torch_numpy_dtype", "torch_fill_bits"]
+__all__ = ["as_numpy", "check_out", "wrap_like", "torch_dtype_token", "torch_numpy_dtype", "torch_fill_bits"]
 
 _BIT_VIEWS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
@@ -100,3 +100,21 @@ def wrap_like(result: np.ndarray, torch_like: bool, token=None):
     torch = sys.modules["torch"]
     t = torch.from_numpy(result)
     return t.view(token) if token is not None else t
+
+
+def check_out(out, shape: tuple, dtype: np.dtype, what: str = "the result") -> np.ndarray:
+    """The NumPy view of a user's ``out=`` (NumPy array or CPU torch tensor), checked
+    for shape, dtype and writability the way NumPy checks ``out`` arguments."""
+    if is_torch_tensor(out):
+        arr, _ = as_numpy(out, what="out")
+    elif isinstance(out, np.ndarray):
+        arr = out
+    else:
+        raise TypeError(f"out should be a NumPy array or torch tensor, but got {type(out).__name__}")
+    if arr.shape != tuple(shape):
+        raise ValueError(f"out has shape {arr.shape}, but {what} has shape {tuple(shape)}")
+    if arr.dtype != dtype:
+        raise TypeError(f"out has dtype {arr.dtype}, but {what} has dtype {dtype}")
+    if not arr.flags.writeable:
+        raise ValueError("out is read-only")
+    return arr

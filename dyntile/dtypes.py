@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["exactly_representable", "promote_samples", "KERNEL_KINDS"]
+__all__ = ["exactly_representable", "promote_samples", "KERNEL_KINDS", "moved_by_kernels"]
 
 #: dtype kinds the width-typed copy kernels move as raw bits (itemsize 1, 2, 4 or 8)
 KERNEL_KINDS = frozenset("biufcmM")
+
+
+def moved_by_kernels(dtype: np.dtype) -> bool:
+    """True if the copy kernels move ``dtype`` (a fixed-width, non-object type)."""
+    return dtype.kind in KERNEL_KINDS and dtype.itemsize in (1, 2, 4, 8)
 
 
 def _mantissa_bits(dtype: np.dtype) -> int:

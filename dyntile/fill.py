@@ -7,7 +7,9 @@ import numbers
 
 import numpy as np
 
-__all__ = ["fill_bits", "check_fill"]
+from dyntile.dtypes import moved_by_kernels
+
+__all__ = ["fill_bits", "check_fill", "kernel_fill_bits"]
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -71,3 +73,16 @@ def _bits(arr: np.ndarray) -> int:
 @functools.lru_cache(maxsize=256)
 def _cached_bits(kind: type, fill, dtype: np.dtype) -> int:
     return _bits(check_fill(fill, dtype))
+
+
+def kernel_fill_bits(fill, dtype: np.dtype, token=None):
+    """Fill bits for the width-typed copy kernels, or ``None`` when ``dtype`` is not
+    one they move (the caller then takes its NumPy path). ``token``: a torch-only
+    dtype (bfloat16...) carried as same-width integers, whose fill torch encodes."""
+    if token is not None:
+        from dyntile.arrays import torch_fill_bits
+
+        return torch_fill_bits(fill, token)
+    if moved_by_kernels(dtype):
+        return fill_bits(fill, dtype)
+    return None

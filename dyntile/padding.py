@@ -13,11 +13,11 @@ from typing import Sequence
 import numpy as np
 
 from dyntile import shapes as _shapes
-from dyntile.arrays import as_numpy, torch_fill_bits, torch_numpy_dtype, wrap_like
+from dyntile.arrays import as_numpy, check_out, torch_numpy_dtype, wrap_like
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_torch_tensor
-from dyntile.dtypes import KERNEL_KINDS, promote_samples
-from dyntile.fill import check_fill, fill_bits
+from dyntile.dtypes import promote_samples
+from dyntile.fill import check_fill, kernel_fill_bits
 from dyntile.threads import copy_threads
 
 __all__ = ["pad_batch", "pad_to"]
@@ -140,38 +140,10 @@ def _target_shape(shapes: np.ndarray, multiple, axes, shape, plan) -> tuple[int,
     return tuple(target)
 
 
-def _check_out(out, expected_shape: tuple, dt: np.dtype, torch_like: bool):
-    if out is None:
-        return None
-    if is_torch_tensor(out):
-        arr, _ = as_numpy(out, what="out")
-    elif isinstance(out, np.ndarray):
-        arr = out
-    else:
-        raise TypeError(f"out should be a NumPy array{' or torch tensor' if torch_like else ''}, "
-                        f"but got {type(out).__name__}")
-    if arr.shape != expected_shape:
-        raise ValueError(f"out has shape {arr.shape}, but this batch needs {expected_shape}")
-    if arr.dtype != dt:
-        raise TypeError(f"out has dtype {arr.dtype}, but this batch needs {dt}")
-    if not arr.flags.writeable:
-        raise ValueError("out is read-only")
-    return arr
-
-
-def _kernel_fill_bits(fill, dt: np.dtype, token):
-    """Fill bits for the width-typed kernels, or ``None`` if ``dt`` takes the NumPy path."""
-    if token is not None:
-        return torch_fill_bits(fill, token)
-    if dt.kind in KERNEL_KINDS and dt.itemsize in (1, 2, 4, 8):
-        return fill_bits(fill, dt)
-    return None
-
-
 def _copy_batch(arrays: list, out: np.ndarray, fill, left: bool, token=None) -> None:
     """Run the copy kernel (or the NumPy fallback for dtypes it does not move)."""
     dt = out.dtype
-    bits = _kernel_fill_bits(fill, dt, token)
+    bits = kernel_fill_bits(fill, dt, token)
     if bits is not None:
         if out.flags.c_contiguous:
             _pad.pad_into(arrays, out, bits, left, copy_threads(out.nbytes))
@@ -255,7 +227,7 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
             return _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out)
         host, shapes, dt, torch_like, token = _normalize(samples, dtype, promote)
     target = (len(host),) + _target_shape(shapes, multiple, axes, shape, plan)
-    dest = _check_out(out, target, dt, torch_like)
+    dest = (None if out is None else check_out(out, target, dt, "this batch"))
     if dest is None:
         dest = np.empty(target, dt)
     _copy_batch(host, dest, fill, left, token)
@@ -278,8 +250,8 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
         return None
     dt, token = torch_numpy_dtype(tdtype)
     target = (len(samples),) + _target_shape(shapes, multiple, axes, shape, plan)
-    dest = _check_out(out, target, dt, True)
-    bits = _kernel_fill_bits(fill, dt, token)
+    dest = (None if out is None else check_out(out, target, dt, "this batch"))
+    bits = kernel_fill_bits(fill, dt, token)
     if bits is None:
         return None
     buf = dest if dest is not None and dest.flags.c_contiguous else np.empty(target, dt)

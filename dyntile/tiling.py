@@ -11,11 +11,11 @@ import math
 import numpy as np
 
 from dyntile import shapes as _shapes
-from dyntile.arrays import as_numpy, torch_fill_bits, wrap_like
+from dyntile.arrays import as_numpy, check_out, wrap_like
 from dyntile.cpu import tile as _tile
 from dyntile.dispatch import backend_of, is_torch_tensor
-from dyntile.dtypes import KERNEL_KINDS
-from dyntile.fill import check_fill, fill_bits
+from dyntile.dtypes import moved_by_kernels
+from dyntile.fill import check_fill, kernel_fill_bits
 from dyntile.threads import copy_threads
 
 __all__ = ["tile", "untile"]
@@ -29,23 +29,11 @@ def _host(x, what: str):
     return arr, torch_like, token
 
 
-def _kernel_ok(dt: np.dtype) -> bool:
-    return dt.kind in KERNEL_KINDS and dt.itemsize in (1, 2, 4, 8)
-
-
 def _dest(out, shape: tuple, dt: np.dtype):
     """A C-contiguous buffer to write, and the user's ``out`` array (or None) to copy into."""
     if out is None:
         return np.empty(shape, dt), None
-    arr = as_numpy(out, what="out")[0] if is_torch_tensor(out) else out
-    if not isinstance(arr, np.ndarray):
-        raise TypeError(f"out should be a NumPy array or torch tensor, but got {type(out).__name__}")
-    if arr.shape != shape:
-        raise ValueError(f"out has shape {arr.shape}, but the result has shape {shape}")
-    if arr.dtype != dt:
-        raise TypeError(f"out has dtype {arr.dtype}, but the result has dtype {dt}")
-    if not arr.flags.writeable:
-        raise ValueError("out is read-only")
+    arr = check_out(out, shape, dt)
     return (arr, None) if arr.flags.c_contiguous else (np.empty(shape, dt), arr)
 
 
@@ -73,8 +61,8 @@ def tile(x, tile, *, fill=0, out=None):
     M, N = arr.shape[-2:]
     gm, gn = tshape[-4:-2]
     dest, user_out = _dest(out, tshape, arr.dtype)
-    if token is not None or _kernel_ok(arr.dtype):
-        bits = torch_fill_bits(fill, token) if token is not None else fill_bits(fill, arr.dtype)
+    bits = kernel_fill_bits(fill, arr.dtype, token)
+    if bits is not None:
         B = math.prod(arr.shape[:-2])
         x3 = arr.reshape((B, M, N))  # a view whenever the leading axes allow it
         _tile.tile_into(x3, dest.reshape((B, gm, gn, tm, tn)), bits, copy_threads(dest.nbytes))
@@ -122,7 +110,7 @@ def untile(t, shape, *, out=None):
         return _cuda.untile_from(t, (M, N), out=out)
     arr, torch_like, token = _host(t, "t")
     dest, user_out = _dest(out, lead + (M, N), arr.dtype)
-    if token is not None or _kernel_ok(arr.dtype):
+    if token is not None or moved_by_kernels(arr.dtype):
         B = math.prod(lead)
         t5 = np.ascontiguousarray(arr).reshape((B, gm, gn, tm, tn))
         _tile.untile_into(t5, dest.reshape((B, M, N)), copy_threads(dest.nbytes))

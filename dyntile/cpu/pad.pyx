@@ -17,15 +17,11 @@ from libc.string cimport memcpy, memset
 
 import numpy as np
 
+from dyntile.cpu.elements cimport elem_t, fill_n
+
 cnp.import_array()
 
 DEF MAX_NDIM = 32
-
-ctypedef fused elem_t:
-    uint8_t
-    uint16_t
-    uint32_t
-    uint64_t
 
 
 def describe(list samples):
@@ -60,16 +56,6 @@ def describe(list samples):
         for k in range(nd):
             sh[i, k] = cnp.PyArray_DIMS(a)[k]
     return shapes, (samples[0].dtype if same_dtype else None), -1
-
-
-cdef inline void _fill(elem_t* dst, Py_ssize_t n, elem_t value) noexcept nogil:
-    # invariant: writes dst[0:n] = value
-    cdef Py_ssize_t j
-    if value == 0:
-        memset(dst, 0, n * sizeof(elem_t))
-    else:
-        for j in range(n):
-            dst[j] = value
 
 
 cdef inline void _copy_row(elem_t* dst, const char* src, Py_ssize_t n, Py_ssize_t stride) noexcept nogil:
@@ -133,12 +119,12 @@ cdef void _pad_one(elem_t* dst, const char* src, int nd, const int64_t* out_shap
         if inside:
             lo = off[last]
             if lo > 0:
-                _fill(dst, lo, fill)
+                fill_n(dst, lo, fill)
             _copy_row(dst + lo, p, s[last], st[last])
             if lo + s[last] < inner:
-                _fill(dst + lo + s[last], inner - lo - s[last], fill)
+                fill_n(dst + lo + s[last], inner - lo - s[last], fill)
         else:
-            _fill(dst, inner, fill)
+            fill_n(dst, inner, fill)
         dst += inner
         # odometer over the outer axes
         k = last - 1

@@ -12,22 +12,9 @@ from cython.parallel cimport prange
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy, memset
 
+from dyntile.cpu.elements cimport elem_t, fill_n
+
 cnp.import_array()
-
-ctypedef fused elem_t:
-    uint8_t
-    uint16_t
-    uint32_t
-    uint64_t
-
-
-cdef inline void _fill(elem_t* dst, Py_ssize_t n, elem_t value) noexcept nogil:
-    cdef Py_ssize_t j
-    if value == 0:
-        memset(dst, 0, n * sizeof(elem_t))
-    else:
-        for j in range(n):
-            dst[j] = value
 
 
 cdef void _tile_panel(elem_t* out, const char* src, Py_ssize_t M, Py_ssize_t N,
@@ -43,7 +30,7 @@ cdef void _tile_panel(elem_t* out, const char* src, Py_ssize_t M, Py_ssize_t N,
             dst = out + (gj * tm + ii) * tn
             i = gi * tm + ii
             if i >= M:
-                _fill(dst, tn, fill)
+                fill_n(dst, tn, fill)
                 continue
             cnt = N - gj * tn
             if cnt > tn:
@@ -55,7 +42,7 @@ cdef void _tile_panel(elem_t* out, const char* src, Py_ssize_t M, Py_ssize_t N,
                 for j in range(cnt):
                     dst[j] = (<const elem_t*>(row + j * sn))[0]
             if cnt < tn:
-                _fill(dst + cnt, tn - cnt, fill)
+                fill_n(dst + cnt, tn - cnt, fill)
 
 
 cdef void _tile_all(elem_t* out, const char* src, Py_ssize_t B, Py_ssize_t M, Py_ssize_t N,
@@ -106,7 +93,7 @@ def tile_into(cnp.ndarray x, cnp.ndarray out, unsigned long long fill_bits, int 
 cdef void _untile_all(char* out, const char* src, Py_ssize_t B, Py_ssize_t M, Py_ssize_t N,
                       Py_ssize_t gm, Py_ssize_t gn, Py_ssize_t tm, Py_ssize_t tn,
                       Py_ssize_t width, int num_threads) noexcept nogil:
-    cdef Py_ssize_t r, b, i, gi, ii, gj, cnt
+    cdef Py_ssize_t r
     if num_threads > 1:
         for r in prange(B * M, num_threads=num_threads, schedule="static"):
             _untile_row(out, src, r, M, N, gm, gn, tm, tn, width)

@@ -20,7 +20,7 @@ with a clear ``ImportError`` when numba-cuda is missing.
 """
 from __future__ import annotations
 
-import importlib
+from dyntile.lazy import lazy_exports
 
 _EXPORTS = {
     "pad_into": "dyntile.cuda.pad",
@@ -32,15 +32,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dyntile.cuda' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

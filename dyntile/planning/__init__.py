@@ -12,7 +12,7 @@ NumPy only, no torch. Packing's best-fit loop is the small Cython kernel
 """
 from __future__ import annotations
 
-import importlib
+from dyntile.lazy import lazy_exports
 
 _EXPORTS = {
     "plan_buckets": "dyntile.planning.buckets",
@@ -25,11 +25,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dyntile.planning' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -157,7 +157,7 @@ def test_out_argument():
     view = big[:, ::2]  # non-contiguous out is filled correctly too
     dt.pad_batch(arrays, out=view, fill=1)
     np.testing.assert_array_equal(view, pad_reference(arrays, (8,), 1.0, False, np.float64))
-    with pytest.raises(ValueError, match=r"out has shape \(2, 7\), but this batch needs \(2, 8\)"):
+    with pytest.raises(ValueError, match=r"out has shape \(2, 7\), but this batch has shape \(2, 8\)"):
         dt.pad_batch(arrays, out=np.empty((2, 7)))
     with pytest.raises(TypeError, match="out has dtype float32"):
         dt.pad_batch(arrays, out=np.empty((2, 8), np.float32))
