@@ -20,21 +20,18 @@ rows); all ranks get the same number of batches and the same shape at every step
 from __future__ import annotations
 
 import operator
-from typing import Iterator
 
 import numpy as np
-import torch.utils.data
 
 from dyntile.planning.packing import PackedBatch, pack_lengths, packing_shapes
 
-from .distributed import resolve_replicas
+from .epoch_sampler import EpochBatchSampler
 
 __all__ = ["PackingBatchSampler"]
 
-_STATE_KEYS = ("epoch", "seed", "batches_yielded", "num_replicas", "num_samples")
 
 
-class PackingBatchSampler(torch.utils.data.Sampler):
+class PackingBatchSampler(EpochBatchSampler):
     """A ``batch_sampler`` of packed batches: ``B`` rows of ``T`` tokens each step.
 
     ``lengths``: int ``(n,)``, tokens per sample of the dataset. The budget is
@@ -63,24 +60,19 @@ class PackingBatchSampler(torch.utils.data.Sampler):
         self.lengths = self.lengths.astype(np.int64)
         self.overflow = overflow
         self.pool_size = pool_size
-        self.shuffle = bool(shuffle)
-        self.seed = _check_seed(seed)
-        self.num_replicas, self.rank = resolve_replicas(num_replicas, rank)
-        self.epoch = 0
-        self._yielded = 0
-        self._loaded = False
-        self._cache: tuple[int, list[PackedBatch]] | None = None
+        super().__init__(len(self.lengths), shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        self._cache: tuple[tuple[int, int], list[PackedBatch]] | None = None
 
     # ---- epoch construction
 
     def packed_batches(self, epoch: int | None = None) -> list[PackedBatch]:
         """Every rank's :class:`PackedBatch` of ``epoch`` (default: the current one), in step order."""
         epoch = self.epoch if epoch is None else operator.index(epoch)
-        if self._cache is None or self._cache[0] != epoch:
+        if self._cache is None or self._cache[0] != (self.seed, epoch):
             packed = pack_lengths(self.lengths, **self._shape_args, pool_size=self.pool_size,
                                   shuffle=self.shuffle, seed=self.seed, epoch=epoch,
                                   num_replicas=self.num_replicas)
-            self._cache = (epoch, packed)
+            self._cache = ((self.seed, epoch), packed)
         return self._cache[1]
 
     def batches(self, epoch: int | None = None) -> list[list[int]]:
@@ -88,64 +80,6 @@ class PackingBatchSampler(torch.utils.data.Sampler):
         packed = self.packed_batches(epoch)
         return [b.sample_order.tolist() for b in packed[self.rank::self.num_replicas]]
 
-    # ---- Sampler protocol
-
-    def __iter__(self) -> Iterator[list[int]]:
-        batches = self.batches()
-        # continue a partial pass (or a loaded state); after a finished pass, replay the epoch
-        start = self._yielded if self._yielded < len(batches) or self._loaded else 0
-        self._loaded = False
-        self._yielded = start
-        for batch in batches[start:]:
-            self._yielded += 1
-            yield batch
-
     def __len__(self) -> int:
         """Batches of the current epoch on this rank (the same on every rank; may vary by epoch)."""
         return len(self.packed_batches()) // self.num_replicas
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch``'s packing next; a new epoch restarts from its first batch."""
-        epoch = operator.index(epoch)
-        if epoch != self.epoch:
-            self._yielded = 0
-            self._loaded = False
-        self.epoch = epoch
-
-    # ---- checkpointing
-
-    def state_dict(self, batches_done: int | None = None) -> dict:
-        """Position in the epoch: ``epoch``, ``seed``, ``batches_yielded`` (and checks).
-
-        A ``DataLoader`` with workers draws batches ahead of the training loop; pass
-        ``batches_done`` (batches the loop consumed this epoch) to save that position.
-        """
-        done = self._yielded if batches_done is None else operator.index(batches_done)
-        if not 0 <= done <= len(self):
-            raise ValueError(f"batches_done should be in [0, {len(self)}], but got {done}")
-        return {"epoch": self.epoch, "seed": self.seed, "batches_yielded": done,
-                "num_replicas": self.num_replicas, "num_samples": len(self.lengths)}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume from :meth:`state_dict`: the next iteration continues where it stopped."""
-        missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise KeyError(f"sampler state is missing keys {missing}; expected the keys of state_dict(): {_STATE_KEYS}")
-        for key, mine in (("num_replicas", self.num_replicas), ("num_samples", len(self.lengths))):
-            if state[key] != mine:
-                raise ValueError(f"sampler state was saved with {key}={state[key]}, but this sampler has "
-                                 f"{key}={mine}; the epoch's batches would differ")
-        self.seed = _check_seed(state["seed"])
-        self.epoch = operator.index(state["epoch"])
-        done = operator.index(state["batches_yielded"])
-        if not 0 <= done <= len(self):
-            raise ValueError(f"batches_yielded should be in [0, {len(self)}], but got {done}")
-        self._yielded = done
-        self._loaded = True
-
-
-def _check_seed(seed) -> int:
-    s = operator.index(seed)
-    if s < 0:
-        raise ValueError(f"seed should be a non-negative integer, but got {s}")
-    return s

@@ -24,21 +24,18 @@ epoch on exactly one rank, apart from the repeats of step 3.
 from __future__ import annotations
 
 import operator
-from typing import Iterator
 
 import numpy as np
-import torch.utils.data
 
 from dyntile.planning.buckets import BucketPlan, plan_buckets
 
-from .distributed import resolve_replicas
+from .epoch_sampler import EpochBatchSampler
 
 __all__ = ["BucketBatchSampler"]
 
-_STATE_KEYS = ("epoch", "seed", "batches_yielded", "num_replicas", "num_samples")
 
 
-class BucketBatchSampler(torch.utils.data.Sampler):
+class BucketBatchSampler(EpochBatchSampler):
     """A ``batch_sampler`` whose every batch holds samples of one bucket.
 
     ``lengths``: int array ``(n,)`` (or ``(n, d)`` for a multi-axis plan), the
@@ -79,13 +76,8 @@ class BucketBatchSampler(torch.utils.data.Sampler):
             if bs < 1:
                 raise ValueError(f"batch_size should be a positive integer, but got {bs}")
             self.batch_sizes = (bs,) * plan.num_buckets
-        self.num_replicas, self.rank = resolve_replicas(num_replicas, rank)
-        self.shuffle = bool(shuffle)
+        super().__init__(len(self.bucket_ids), shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
         self.drop_last = bool(drop_last)
-        self.seed = _check_seed(seed)
-        self.epoch = 0
-        self._yielded = 0
-        self._loaded = False
         order = np.argsort(self.bucket_ids, kind="stable")
         splits = np.cumsum(np.bincount(self.bucket_ids, minlength=plan.num_buckets))[:-1]
         self._members = np.split(order, splits)             # sample indices of each bucket, ascending
@@ -125,70 +117,6 @@ class BucketBatchSampler(torch.utils.data.Sampler):
         """This rank's batches of ``epoch``, in order."""
         return [step[self.rank].tolist() for step in self.epoch_steps(epoch)]
 
-    # ---- Sampler protocol
-
-    def __iter__(self) -> Iterator[list[int]]:
-        batches = self.batches(self.epoch)
-        # continue a partial pass (or a loaded state, even one at the epoch's end);
-        # after a finished pass, iterating again replays the epoch from its start
-        start = self._yielded if self._yielded < len(batches) or self._loaded else 0
-        self._loaded = False
-        self._yielded = start
-        for batch in batches[start:]:
-            self._yielded += 1
-            yield batch
-
     def __len__(self) -> int:
         """Batches per epoch on this rank (the same on every rank)."""
         return self._len
-
-    def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch``'s shuffle next; a new epoch restarts from its first batch.
-
-        Without a new epoch, an iteration that stopped early (``break``) is
-        continued by the next one, and a finished epoch is replayed.
-        """
-        epoch = operator.index(epoch)
-        if epoch != self.epoch:
-            self._yielded = 0
-            self._loaded = False
-        self.epoch = epoch
-
-    # ---- checkpointing
-
-    def state_dict(self, batches_done: int | None = None) -> dict:
-        """Position in the epoch: ``epoch``, ``seed``, ``batches_yielded`` (and checks).
-
-        A ``DataLoader`` with workers draws batches ahead of the training loop;
-        pass ``batches_done`` (batches the loop consumed this epoch) to save that
-        position instead of the sampler's own count.
-        """
-        done = self._yielded if batches_done is None else operator.index(batches_done)
-        if not 0 <= done <= self._len:
-            raise ValueError(f"batches_done should be in [0, {self._len}], but got {done}")
-        return {"epoch": self.epoch, "seed": self.seed, "batches_yielded": done,
-                "num_replicas": self.num_replicas, "num_samples": len(self.bucket_ids)}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Resume from :meth:`state_dict`: the next iteration continues where it stopped."""
-        missing = [k for k in _STATE_KEYS if k not in state]
-        if missing:
-            raise KeyError(f"sampler state is missing keys {missing}; expected the keys of state_dict(): {_STATE_KEYS}")
-        for key, mine in (("num_replicas", self.num_replicas), ("num_samples", len(self.bucket_ids))):
-            if state[key] != mine:
-                raise ValueError(f"sampler state was saved with {key}={state[key]}, but this sampler has {key}={mine}; "
-                                 f"the epoch's batches would differ")
-        done = operator.index(state["batches_yielded"])
-        if not 0 <= done <= self._len:
-            raise ValueError(f"batches_yielded should be in [0, {self._len}], but got {done}")
-        self.seed = _check_seed(state["seed"])
-        self.epoch = operator.index(state["epoch"])
-        self._yielded = done
-        self._loaded = True
-
-
-def _check_seed(seed) -> int:
-    s = operator.index(seed)
-    if s < 0:
-        raise ValueError(f"seed should be a non-negative integer, but got {s}")
-    return s

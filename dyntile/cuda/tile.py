@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import math
 
-import numpy as np
 
 from .config import copy_block
 from .launch import copy_launch

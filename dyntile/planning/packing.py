@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Sequence
 
 import numpy as np
 

@@ -1,0 +1,108 @@
+"""``EpochBatchSampler``: what every dyntile batch sampler shares.
+
+A subclass builds each epoch's batches as a pure function of its data, ``seed``,
+``epoch`` and ``num_replicas`` (method :meth:`batches`); this base class turns that
+into the ``batch_sampler`` protocol: iteration that continues a stopped pass,
+``set_epoch``, and ``state_dict``/``load_state_dict`` that resume mid-epoch by
+rebuilding the epoch's list and skipping by slicing (nothing is replayed).
+"""
+from __future__ import annotations
+
+import operator
+from typing import Iterator
+
+import torch.utils.data
+
+from .distributed import resolve_replicas
+
+__all__ = ["EpochBatchSampler", "check_seed"]
+
+STATE_KEYS = ("epoch", "seed", "batches_yielded", "num_replicas", "num_samples")
+
+
+def check_seed(seed) -> int:
+    """A seed as a non-negative ``int``."""
+    s = operator.index(seed)
+    if s < 0:
+        raise ValueError(f"seed should be a non-negative integer, but got {s}")
+    return s
+
+
+class EpochBatchSampler(torch.utils.data.Sampler):
+    """Base of the deterministic, resumable, rank-aware batch samplers.
+
+    Subclasses set up their data, call ``super().__init__`` and define
+    ``batches(epoch) -> list[list[int]]`` (this rank's batches) and ``__len__``.
+    """
+
+    def __init__(self, num_samples: int, *, shuffle: bool, seed: int, num_replicas: int | None,
+                 rank: int | None):
+        self.shuffle = bool(shuffle)
+        self.seed = check_seed(seed)
+        self.num_replicas, self.rank = resolve_replicas(num_replicas, rank)
+        self.num_samples = int(num_samples)
+        self.epoch = 0
+        self._yielded = 0
+        self._loaded = False
+
+    def batches(self, epoch: int) -> list[list[int]]:  # pragma: no cover - defined by subclasses
+        raise NotImplementedError
+
+    # ---- Sampler protocol
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = self.batches(self.epoch)
+        # continue a partial pass (or a loaded state, even one at the epoch's end);
+        # after a finished pass, iterating again replays the epoch from its start
+        start = self._yielded if self._yielded < len(batches) or self._loaded else 0
+        self._loaded = False
+        self._yielded = start
+        for batch in batches[start:]:
+            self._yielded += 1
+            yield batch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch``'s shuffle next; a new epoch restarts from its first batch.
+
+        Without a new epoch, an iteration that stopped early (``break``) is
+        continued by the next one, and a finished epoch is replayed.
+        """
+        epoch = operator.index(epoch)
+        if epoch != self.epoch:
+            self._yielded = 0
+            self._loaded = False
+        self.epoch = epoch
+
+    # ---- checkpointing
+
+    def state_dict(self, batches_done: int | None = None) -> dict:
+        """Position in the epoch: ``epoch``, ``seed``, ``batches_yielded`` (and checks).
+
+        A ``DataLoader`` with workers draws batches ahead of the training loop;
+        pass ``batches_done`` (batches the loop consumed this epoch) to save that
+        position instead of the sampler's own count.
+        """
+        done = self._yielded if batches_done is None else operator.index(batches_done)
+        if not 0 <= done <= len(self):
+            raise ValueError(f"batches_done should be in [0, {len(self)}], but got {done}")
+        return {"epoch": self.epoch, "seed": self.seed, "batches_yielded": done,
+                "num_replicas": self.num_replicas, "num_samples": self.num_samples}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resume from :meth:`state_dict`: the next iteration continues where it stopped."""
+        missing = [k for k in STATE_KEYS if k not in state]
+        if missing:
+            raise KeyError(f"sampler state is missing keys {missing}; expected the keys of state_dict(): {STATE_KEYS}")
+        for key, mine in (("num_replicas", self.num_replicas), ("num_samples", self.num_samples)):
+            if state[key] != mine:
+                raise ValueError(f"sampler state was saved with {key}={state[key]}, but this sampler has {key}={mine}; "
+                                 f"the epoch's batches would differ")
+        seed, epoch = check_seed(state["seed"]), operator.index(state["epoch"])
+        done = operator.index(state["batches_yielded"])
+        old = self.seed, self.epoch
+        self.seed, self.epoch = seed, epoch          # len() may depend on them (packing)
+        if not 0 <= done <= len(self):
+            self.seed, self.epoch = old
+            raise ValueError(f"batches_yielded should be in [0, {len(self)}], but got {done}")
+        self._yielded = done
+        self._loaded = True
