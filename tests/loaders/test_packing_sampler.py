@@ -103,3 +103,14 @@ def test_bad_budget():
         PackingBatchSampler(LENGTHS, max_tokens=256, seq_len=60)
     with pytest.raises(ValueError, match="sample"):
         PackingBatchSampler(LENGTHS, max_tokens=64, seq_len=32, overflow="error")
+
+
+def test_loading_another_seed_rebuilds_the_epoch():
+    from loaders import PackingBatchSampler
+
+    lengths = np.random.default_rng(7).integers(1, 60, 200)
+    a = PackingBatchSampler(lengths, max_tokens=256, seed=0)
+    b = PackingBatchSampler(lengths, max_tokens=256, seed=5)
+    assert list(a) != list(b)          # a's epoch 0 is now built (and cached) for seed 0
+    a.load_state_dict(b.state_dict(batches_done=0))
+    assert list(a) == list(b)
