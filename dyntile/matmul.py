@@ -140,7 +140,7 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     shapes = matmul_shapes(a_np.shape, b_np.shape)
     res_dtype = np.result_type(a_np, b_np)
     out_np = None if out is None else _check_out(out, shapes, res_dtype, a_np, b_np)
-    nthreads = _check_threads(threads, shapes)
+    nthreads = _check_threads(threads, 2 * shapes.m * shapes.n * shapes.k * math.prod(shapes.batch))
 
     if res_dtype in _KERNELS:
         result = _kernel_matmul(a_np.astype(res_dtype, copy=False),
@@ -176,17 +176,11 @@ def _matmul_2d(a: np.ndarray, b: np.ndarray, out, threads):
         c = out
     else:
         return None
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
-                                or threads < 1):
-        return None
-    if 2 * m * n * k < PARALLEL_FLOPS or _FORKED:
-        threads = 1
-    elif threads is None:
-        threads = max_threads()
+    nthreads = _check_threads(threads, 2 * m * n * k)
     rs_c, cs_c = c.strides
     kernel(a, b, c, _ZERO_OFFSET, _ZERO_OFFSET, _ZERO_OFFSET, m, n, k,
            (rs_a // isz, cs_a // isz), (rs_b // isz, cs_b // isz), (rs_c // isz, cs_c // isz),
-           min(int(threads), MAX_THREADS))
+           nthreads)
     return c
 
 
@@ -247,13 +241,12 @@ def _overlaps(x: np.ndarray, y: np.ndarray) -> bool:
         return True
 
 
-def _check_threads(threads, shapes: MatmulShapes) -> int:
-    """OpenMP threads for this product: at most ``threads`` (default: the cores
-    available), one below PARALLEL_FLOPS or in a forked child."""
+def _check_threads(threads, flops: int) -> int:
+    """OpenMP threads for a product of ``flops``: at most ``threads`` (default: the
+    cores available), one below PARALLEL_FLOPS or in a forked child."""
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
                                 or threads < 1):
         raise ValueError(f"matmul: threads should be a positive integer or None, but got {threads!r}")
-    flops = 2 * shapes.m * shapes.n * shapes.k * math.prod(shapes.batch)
     if flops < PARALLEL_FLOPS or _FORKED:
         return 1
     return min(max_threads() if threads is None else int(threads), MAX_THREADS)
