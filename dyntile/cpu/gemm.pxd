@@ -36,6 +36,14 @@ cdef extern from "gemm_pack.h" nogil:
     void dt_pack_a_panel_avx512_f64(int64_t mr_cur, int64_t kc, const double *a, int64_t rs_a,
                                     int64_t cs_a, int mr, double *ap)
 
+cdef extern from "gemm_gemv.h" nogil:
+    ctypedef void (*dt_gemv_f32_t)(int64_t p, int64_t q, const float *mat, int64_t rs,
+                                   int64_t cs, const float *v, int64_t incv, float *y) noexcept nogil
+    ctypedef void (*dt_gemv_f64_t)(int64_t p, int64_t q, const double *mat, int64_t rs,
+                                   int64_t cs, const double *v, int64_t incv, double *y) noexcept nogil
+    const dt_gemv_f32_t dt_gemv_f32[DT_ISA_COUNT]
+    const dt_gemv_f64_t dt_gemv_f64[DT_ISA_COUNT]
+
 cdef extern from "gemm_omp.h" nogil:
     int dt_omp_team_size()
     void dt_omp_barrier()

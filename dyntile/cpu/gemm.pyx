@@ -16,6 +16,9 @@ The micro-kernel broadcasts A and loads B in vectors (C is row-major in NumPy), 
 the two inner loops are BLIS's for the transposed product C^T = B^T A^T: the
 broadcast operand's micro-panel stays in L1 and the vector operand streams from L2.
 
+Vector products (m == 1 or n == 1) skip the five loops: ``gemv_one`` reads the
+matrix once (``include/gemm_gemv.h``).
+
 Block sizes and micro-kernels come from one table per ISA and dtype
 (``include/gemm_blocking.h``, ``include/gemm_ukernel.h``); the ISA is picked once,
 at import, from a run-time CPU check (``_set_isa`` forces one, for tests).
@@ -287,6 +290,62 @@ cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating 
                 counters[1] = 0
 
 
+cdef void gemv_one(const gemm_problem *g, const floating *a, const floating *b, floating *c,
+                   floating *scratch) noexcept nogil:
+    """C = A @ B when m == 1 or n == 1: one matrix-vector product, no packing.
+
+    n == 1: y[i] = A[i, :] . B[:, 0]; m == 1: y[j] = B[:, j] . A[0, :] (B read as
+    its transpose). `y` is C itself when that row/column is contiguous, else `scratch`.
+    """
+    cdef int64_t i, p, incy
+    cdef floating *y
+    if g.n == 1:
+        p, incy = g.m, g.rs_c
+    else:
+        p, incy = g.n, g.cs_c
+    y = c if incy == 1 else scratch
+    if floating is float:
+        if g.n == 1:
+            dt_gemv_f32[g.isa](g.m, g.k, a, g.rs_a, g.cs_a, b, g.rs_b, y)
+        else:
+            dt_gemv_f32[g.isa](g.n, g.k, b, g.cs_b, g.rs_b, a, g.cs_a, y)
+    else:
+        if g.n == 1:
+            dt_gemv_f64[g.isa](g.m, g.k, a, g.rs_a, g.cs_a, b, g.rs_b, y)
+        else:
+            dt_gemv_f64[g.isa](g.n, g.k, b, g.cs_b, g.rs_b, a, g.cs_a, y)
+    if y != c:
+        for i in range(p):
+            c[i * incy] = y[i]
+
+
+cdef int gemv_batched(const gemm_problem *g, floating *a, floating *b, floating *c,
+                      const int64_t[::1] a_off, const int64_t[::1] b_off,
+                      const int64_t[::1] c_off, int threads) except -1:
+    """C[i] = A[i] @ B[i] for m == 1 or n == 1; batch items split over threads."""
+    cdef int64_t nbatch = a_off.shape[0], bi, p = max(g.m, g.n)
+    cdef int tid
+    cdef floating *scratch
+    threads = max(1, min(<int64_t> threads, nbatch))
+    scratch = <floating *> malloc(threads * p * sizeof(floating))
+    if scratch == NULL:
+        raise MemoryError("dyntile.matmul: could not allocate the GEMV scratch vector")
+    try:
+        with nogil:
+            if threads == 1:
+                for bi in range(nbatch):
+                    gemv_one(g, a + a_off[bi], b + b_off[bi], c + c_off[bi], scratch)
+            else:
+                with parallel(num_threads=threads):
+                    tid = threadid()
+                    for bi in prange(nbatch, schedule="static"):
+                        gemv_one(g, a + a_off[bi], b + b_off[bi], c + c_off[bi],
+                                 scratch + tid * p)
+    finally:
+        free(scratch)
+    return 0
+
+
 cdef void zero_c(const gemm_problem *g, floating *c) noexcept nogil:
     """C = 0 (the k == 0 product)."""
     cdef int64_t i, j
@@ -326,6 +385,8 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
             for bi in range(nbatch):
                 zero_c(g, c + c_off[bi])
         return 0
+    if g.m == 1 or g.n == 1:
+        return gemv_batched(g, a, b, c, a_off, b_off, c_off, threads)
     threads = max(1, threads)
     counters[0] = counters[1] = 0
     raw = malloc((threads * ap_size + (threads if per_thread_items else 1) * bp_size)

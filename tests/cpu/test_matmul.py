@@ -100,6 +100,25 @@ def test_many_threads_few_rows(rng, isa, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_vector_products_every_layout(rng, isa, dtype):
+    """m == 1 / n == 1 (GEMV): contiguous rows, contiguous columns, neither; batched."""
+    mat = rand(rng, (70, 301), dtype)
+    vec = rand(rng, (2, 301), dtype)
+    for m in (mat, np.asfortranarray(mat), mat[:, ::-1], mat[::2, ::3]):
+        for v in (vec[0, :m.shape[1]], vec[:, :m.shape[1]].T[:, 1], vec[0, ::-1][:m.shape[1]]):
+            assert_matmul_close(matmul(m, v), m, v)
+            assert_matmul_close(matmul(v, m.T), v, m.T)
+            assert_matmul_close(matmul(v[None, :], m.T), v[None, :], m.T)
+            assert_matmul_close(matmul(m, v[:, None]), m, v[:, None])
+    batch = rand(rng, (5, 1, 301), dtype)
+    assert_matmul_close(matmul(batch, mat.T, threads=2), batch, mat.T)
+    assert_matmul_close(matmul(mat, batch.transpose(0, 2, 1), threads=2), mat, batch.transpose(0, 2, 1))
+    out = np.full((5, 70, 4), np.nan, dtype)[..., 1]                   # strided result rows
+    matmul(mat, batch[:, 0, :, None], out=out[..., None])
+    assert_matmul_close(out[..., None], mat, batch[:, 0, :, None])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_register_block_sizes_exactly(rng, isa, dtype):
     bs = gemm.blocking_table()[isa, np.dtype(dtype).name]
     for m, n in [(bs["mr"], bs["nr"]), (bs["mr"] - 1, bs["nr"] + 1), (2 * bs["mr"], 2 * bs["nr"] - 1)]:
