@@ -29,7 +29,8 @@ def plot_demo(path, lengths: np.ndarray, boundaries: Sequence[int], methods: Seq
         ax1.axvline(b, color="tab:red", lw=1)
     ax1.set(xlabel="tokens per sample (log)", ylabel="samples",
             title=f"lengths and the {len(boundaries)} planned bucket boundaries")
-    ax2.barh(list(methods)[::-1], [100 * f for f in padded_fractions][::-1], color="tab:blue")
+    bars = ax2.barh(list(methods)[::-1], [100 * f for f in padded_fractions][::-1], color="tab:blue")
+    ax2.bar_label(bars, fmt="%.1f%%", padding=3)
     ax2.set(xlabel="padded slots (%)", title="padding per batching method")
     fig.tight_layout()
     try:
