@@ -282,14 +282,15 @@ class BucketPlan:
 
         ``batch_size * tokens <= max_tokens`` where ``tokens`` is the bucket's
         padded element count (linear) or its square (quadratic). Each size is
-        rounded down to a multiple of ``multiple`` when that leaves at least one
-        multiple, and is at least 1. Raises ``ValueError`` naming the first bucket
+        rounded down to a multiple of ``multiple`` when that keeps at least 7/8
+        of the budget's batch (15 stays 15 rather than halving to 8; 62 becomes
+        56), and is at least 1. Raises ``ValueError`` naming the first bucket
         in which not even one sample fits.
 
         >>> BucketPlan((16, 64, 256)).batch_sizes(4096)
         (256, 64, 16)
         >>> BucketPlan((16, 64, 256)).batch_sizes(1000)
-        (56, 8, 3)
+        (56, 15, 3)
         """
         budget = operator.index(max_tokens)
         if budget < 1:
@@ -304,7 +305,8 @@ class BucketPlan:
                 raise ValueError(
                     f"max_tokens={budget} is smaller than one sample of bucket {bucket} (padded shape "
                     f"{shape}, {tokens} tokens at cost={cost or self.cost!r}); raise max_tokens to at least {tokens}")
-            out.append(bs // m * m if bs >= m else bs)
+            rounded = bs // m * m
+            out.append(rounded if rounded >= 1 and 8 * rounded >= 7 * bs else bs)
         return tuple(out)
 
     # ---- changing a plan (returns a new plan)

@@ -72,7 +72,7 @@ def test_plan_is_immutable():
 
 @pytest.mark.parametrize("budget, cost, multiple, expected", [
     (4096, "linear", 8, (256, 64, 16)),
-    (1000, "linear", 8, (56, 8, 3)),              # 3 < 8 stays 3
+    (1000, "linear", 8, (56, 15, 3)),             # 15 -> 8 would waste half the budget; 3 < 8 stays 3
     (1000, "linear", 1, (62, 15, 3)),
     (70000, "quadratic", 8, (272, 16, 1)),         # 70000 // 65536 = 1
 ])
