@@ -24,7 +24,7 @@ Block sizes and micro-kernels come from one table per ISA and dtype
 at import, from a run-time CPU check (``_set_isa`` forces one, for tests).
 
 Threads: one OpenMP parallel region per call. Every thread walks the jc loop; the
-team packs up to KGROUP_MAX KC blocks of B at once (threads claim micro-panels from
+team packs up to KGROUP_MAX (4) KC blocks of B at once (threads claim micro-panels from
 a shared counter), a barrier, then threads claim work items (an ic block through
 all those KC blocks, so each thread owns its rows of C) and pack A into their own
 buffers. Many small matrices in a batch run one matrix per thread.
@@ -51,12 +51,18 @@ cdef dict _ISA_NAMES = {"ref": DT_ISA_REF, "avx2": DT_ISA_AVX2, "avx512": DT_ISA
 # Per-matrix work (2*m*n*k flops) below which a batch runs one matrix per thread.
 cdef int64_t SMALL_GEMM_FLOPS = 1 << 22
 # KC blocks of B a team packs at once (bounds the shared packing buffer).
-cdef int64_t KGROUP_MAX = 8
+# Each ic block of a group re-reads the group's packed B from L3 once: 4 blocks
+# keep that traffic small while a K of 1024 float32 still needs a single barrier.
+cdef int64_t KGROUP_MAX = 4
+# A team splits the 3rd loop in at least this many ic blocks per thread (equal
+# numbers of MR panels; more blocks adapt better to a core shared with another
+# process, fewer re-read packed B less often).
+cdef int64_t ITEMS_PER_THREAD = 2
 
 
 # ----------------------------------------------------------------------------- packing
 
-cdef inline int64_t split_lo(int64_t count, int part, int parts) noexcept nogil:
+cdef inline int64_t split_lo(int64_t count, int64_t part, int64_t parts) noexcept nogil:
     """First item of part `part` when `count` items are split evenly in `parts`."""
     return (count * part) // parts
 
@@ -213,8 +219,9 @@ cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating 
     `bp` (packed B, `kgroup` KC blocks deep) and `counters` (two zeros) are shared by
     the team; `ap` (packed A) is this thread's own. Loop order: jc (5th loop) ->
     a group of up to `kgroup` KC blocks of B packed together (4th loop) -> work
-    items: an ic block (3rd loop), or a slice of the jr loop when m is small -> each
-    KC block of the group: pack A, macro-kernel. With kgroup == 1 this is BLIS's
+    items: an ic block of at most MC rows (3rd loop; blocks hold equal numbers of
+    MR panels), or a slice of the jr loop when m is small -> each KC block of the
+    group: pack A, macro-kernel. With kgroup == 1 this is BLIS's
     order; a team packs several KC blocks at once so that each thread owns its rows
     of C across them: one barrier per group instead of two per KC block.
     Threads claim B micro-panels to pack, then items, from the counters (rather than
@@ -224,23 +231,21 @@ cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating 
     cdef int mr = g.bs.mr, nr = g.bs.nr
     cdef int64_t m = g.m, n = g.n, k = g.k, kc = g.bs.kc
     cdef int64_t m_panels = ceil_div(m, mr), n_pb = ceil_div(k, kc)
-    cdef int64_t mc, n_ic, n_jrs, n_items, n_panels, n_pack, bp_stride
+    cdef int64_t n_ic, n_jrs, n_items, n_panels, n_pack, bp_stride
     cdef int64_t jb, jc, pg, pb, pb_lo, pb_hi, pc, ic, nc_cur, kc_cur, mc_cur
     cdef int64_t q, qq, w, ib, js, key, last_key = -1, nr_cur
     cdef int64_t own[2]
-    if nt == 1:                                           # MC from the table
+    if nt == 1:                                           # ic blocks of at most MC rows
         counters = own
         counters[0] = counters[1] = 0
-        mc = min(<int64_t> g.bs.mc, m_panels * mr)
+        n_ic = ceil_div(m_panels * mr, g.bs.mc)
         n_jrs = 1
     elif m_panels >= 2 * nt:                              # ic blocks, a few per thread
-        n_ic = min(m_panels, max(ceil_div(m, g.bs.mc), 4 * nt))
-        mc = ceil_div(m_panels, n_ic) * mr
+        n_ic = min(m_panels, max(ceil_div(m_panels * mr, g.bs.mc), ITEMS_PER_THREAD * nt))
         n_jrs = 1
     else:                                                 # few rows: slice the jr loop
-        mc = min(<int64_t> g.bs.mc, m_panels * mr)     # never past the A buffer
+        n_ic = ceil_div(m_panels * mr, g.bs.mc)
         n_jrs = 4 * nt
-    n_ic = ceil_div(m, mc)
     n_items = n_ic * n_jrs
     for jb in range(ceil_div(n, g.bs.nc)):                # 5th loop
         jc = jb * g.bs.nc
@@ -267,10 +272,10 @@ cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating 
                 counters[0] = 0
             w = claim(&counters[1], nt)
             while w < n_items:                            # 3rd loop, item by item
-                ib = w // n_jrs
+                ib = w // n_jrs                           # MR panels split evenly in n_ic
                 js = w - ib * n_jrs
-                ic = ib * mc
-                mc_cur = min(mc, m - ic)
+                ic = split_lo(m_panels, ib, n_ic) * mr
+                mc_cur = min(split_lo(m_panels, ib + 1, n_ic) * mr, m) - ic
                 for pb in range(pb_lo, pb_hi):
                     pc = pb * kc
                     kc_cur = min(kc, k - pc)
