@@ -89,8 +89,9 @@ def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len
     if name == "buckets":
         # batch_multiple=1: every bucket uses the whole token budget, like the baselines
         sampler = BucketBatchSampler(lengths, plan=plan, max_tokens=max_tokens, batch_multiple=1, shuffle=True, seed=seed)
-        collate = DynTileCollate(plan=plan, pad_values={"input_ids": 0})
-        return Batching(name, sampler, _BucketCollate(collate, plan.boundaries, sampler.batch_sizes), dynamic=False)
+        # bucket_rows: a bucket's last, partial batch keeps the bucket's shape (empty rows)
+        collate = DynTileCollate(plan=plan, pad_values={"input_ids": 0}, bucket_rows=sampler.batch_sizes)
+        return Batching(name, sampler, _BucketCollate(collate), dynamic=False)
     if name == "packing":
         seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
         sampler = PackingBatchSampler(lengths, max_tokens=max_tokens, seq_len=seq_len, overflow=pack_overflow, seed=seed)
@@ -100,26 +101,17 @@ def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len
 
 
 class _BucketCollate:
-    """``DynTileCollate`` pads ``input_ids`` to the bucket and reports ``lengths``; segments follow.
+    """``DynTileCollate`` pads ``input_ids`` to the bucket and, through ``bucket_rows``,
+    to the bucket's row count (one shape per bucket); segment ids are its mask."""
 
-    The last, partial batch of a bucket is topped up with empty rows to the bucket's
-    batch size, so a run sees exactly one shape per bucket (the rows count as padding).
-    """
-
-    def __init__(self, collate, boundaries, batch_sizes):
+    def __init__(self, collate):
         self.collate = collate
-        self.rows = dict(zip(boundaries, batch_sizes))
 
     def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
         out = self.collate(samples)
-        ids, lengths = out["input_ids"], out["lengths"]
-        extra = self.rows[ids.shape[1]] - ids.shape[0]
-        if extra > 0:
-            ids = torch.nn.functional.pad(ids, (0, 0, 0, extra))
-            lengths = torch.nn.functional.pad(lengths, (0, extra))
+        ids = out["input_ids"]
         positions = torch.arange(ids.shape[1]).expand_as(ids).contiguous()
-        return {"input_ids": ids, "position_ids": positions,
-                "segment_ids": (positions < lengths[:, None]).long()}
+        return {"input_ids": ids, "position_ids": positions, "segment_ids": out["attention_mask"].long()}
 
 
 class _PackedCollate:
