@@ -43,15 +43,19 @@ def peak_gflops(dtype: np.dtype, threads: int, ghz: float) -> float:
     return 2 * FMA_UNITS * lanes * ghz * threads
 
 
-def time_calls(fns, flops: float, repeat: int, clock=time.perf_counter) -> list[float]:
+def time_calls(fns, flops: float, repeat: int, clock=time.perf_counter,
+               settle: float = 0.0) -> list[float]:
     """Median GFLOP/s of each function, libraries interleaved so load hits all alike.
 
-    Each timed call follows an untimed call of the same function, so it does not pay
-    for the previous library's worker threads still spinning on the other core.
+    Each timed call follows ``settle`` seconds of sleep and an untimed call of the same
+    function, so it does not pay for the previous library's idle worker threads still
+    spinning on the other core (OpenBLAS spins for about 0.1 s after a call).
     """
     times = [[] for _ in fns]
     for _ in range(repeat):
         for i, fn in enumerate(fns):
+            if settle:
+                time.sleep(settle)
             fn()
             t0 = clock()
             fn()
@@ -68,6 +72,9 @@ def main(argv=None) -> None:
     p.add_argument("--torch", action="store_true", help="add a torch column")
     p.add_argument("--ghz", type=float, default=None)
     p.add_argument("--repeat", type=int, default=None, help="timed calls per cell (default by size)")
+    p.add_argument("--settle", type=float, default=0.15,
+                   help="seconds of sleep before each multi-threaded cell's calls (other "
+                        "libraries' spinning workers go idle)")
     p.add_argument("--clock", choices=["wall", "thread"], default="wall",
                    help="'thread': CPU time of the calling thread for one-thread cells "
                         "(robust to other processes time-slicing the core; two-thread "
@@ -93,7 +100,7 @@ def main(argv=None) -> None:
                 b = rng.standard_normal((k, n)).astype(dtype)
                 c1, c2 = np.empty((m, n), dtype), np.empty((m, n), dtype)
                 flops = 2.0 * m * n * k
-                repeat = args.repeat or max(5, min(200, int(2e9 / flops)))
+                repeat = args.repeat or max(5, min(200 if threads == 1 else 15, int(2e9 / flops)))
                 fns = [lambda: dyntile.matmul(a, b, out=c1, threads=threads),
                        lambda: np.matmul(a, b, out=c2)]
                 if torch is not None:
@@ -104,7 +111,7 @@ def main(argv=None) -> None:
                     torch.set_num_threads(threads)
                 with threadpool_limits(limits=threads, user_api="blas"):
                     clock = time.thread_time if args.clock == "thread" and threads == 1 else time.perf_counter
-                    rates = time_calls(fns, flops, repeat, clock)
+                    rates = time_calls(fns, flops, repeat, clock, args.settle if threads > 1 else 0.0)
                 if torch is not None:
                     torch.set_num_threads(prev_torch)
                 peak = peak_gflops(dtype, threads, ghz)

@@ -57,7 +57,7 @@ cdef int64_t KGROUP_MAX = 4
 # A team splits the 3rd loop in at least this many ic blocks per thread (equal
 # numbers of MR panels; more blocks adapt better to a core shared with another
 # process, fewer re-read packed B less often).
-cdef int64_t ITEMS_PER_THREAD = 2
+cdef int64_t ITEMS_PER_THREAD = 4
 
 
 # ----------------------------------------------------------------------------- packing
@@ -241,7 +241,8 @@ cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating 
         n_ic = ceil_div(m_panels * mr, g.bs.mc)
         n_jrs = 1
     elif m_panels >= 2 * nt:                              # ic blocks, a few per thread
-        n_ic = min(m_panels, max(ceil_div(m_panels * mr, g.bs.mc), ITEMS_PER_THREAD * nt))
+        n_ic = max(ceil_div(m_panels * mr, g.bs.mc), ITEMS_PER_THREAD * nt)
+        n_ic = min(m_panels, ceil_div(n_ic, nt) * nt)    # a multiple of the team
         n_jrs = 1
     else:                                                 # few rows: slice the jr loop
         n_ic = ceil_div(m_panels * mr, g.bs.mc)
