@@ -29,6 +29,9 @@ def openmp_flags():
 def extensions():
     omp_c, omp_l = openmp_flags()
     opt = ["-O3", "-fno-strict-aliasing"] if sys.platform != "win32" else ["/O2"]
+    # a change to a shared header or .pxd rebuilds every extension
+    depends = sorted(glob.glob(os.path.join("dyntile", "cpu", "include", "*.h"))
+                     + glob.glob(os.path.join("dyntile", "cpu", "*.pxd")))
     exts = []
     for pyx in sorted(glob.glob(os.path.join("dyntile", "cpu", "*.pyx"))):
         name = pyx[:-4].replace(os.sep, ".")
@@ -36,6 +39,7 @@ def extensions():
             Extension(
                 name,
                 [pyx],
+                depends=depends,
                 include_dirs=[np.get_include(), os.path.join("dyntile", "cpu", "include")],
                 define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
                 extra_compile_args=opt + omp_c,

@@ -36,6 +36,7 @@ _EXPORTS = {
     "tile": "dyntile.tiling",
     "untile": "dyntile.tiling",
     "matmul": "dyntile.matmul",
+    "matmul_shapes": "dyntile.matmul",
     "plan_buckets": "dyntile.planning",
     "BucketPlan": "dyntile.planning",
     "pack_lengths": "dyntile.planning",

@@ -8,14 +8,13 @@ kernel only loops.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from dyntile.dispatch import backend_of, is_torch_tensor
-from dyntile.threads import max_threads
+from dyntile.threads import in_forked_child, max_threads
 
 __all__ = ["matmul", "matmul_shapes", "MatmulShapes"]
 
@@ -26,21 +25,6 @@ PARALLEL_FLOPS = 1 << 23
 MAX_THREADS = 64
 
 _SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
-
-#: True in a process forked from the one that imported this module. GNU OpenMP's
-#: thread pool does not survive fork: a parallel region in the child waits forever
-#: for the parent's threads. Forked children (DataLoader workers) run on one thread.
-_FORKED = False
-
-
-def _mark_forked() -> None:
-    global _FORKED
-    _FORKED = True
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_mark_forked)
-
 
 class MatmulShapes(NamedTuple):
     """What a matmul of two operand shapes computes.
@@ -247,7 +231,7 @@ def _check_threads(threads, flops: int) -> int:
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
                                 or threads < 1):
         raise ValueError(f"matmul: threads should be a positive integer or None, but got {threads!r}")
-    if flops < PARALLEL_FLOPS or _FORKED:
+    if flops < PARALLEL_FLOPS or in_forked_child():
         return 1
     return min(max_threads() if threads is None else int(threads), MAX_THREADS)
 

@@ -8,15 +8,38 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["copy_threads", "max_threads"]
+__all__ = ["copy_threads", "max_threads", "in_forked_child"]
 
 #: below this many output bytes a copy kernel runs single-threaded (one core nearly saturates
 #: memory bandwidth; a second thread only helps for large copies on an idle machine)
 PARALLEL_COPY_BYTES = 32 << 20
 
 
+#: True in a process forked from the one that imported dyntile. GNU OpenMP's thread
+#: pool does not survive fork: a parallel region in the child waits forever for the
+#: parent's threads. Forked children (DataLoader workers) run every kernel on one thread.
+_FORKED = False
+
+
+def _mark_forked() -> None:
+    global _FORKED
+    _FORKED = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_mark_forked)
+
+
+def in_forked_child() -> bool:
+    """True in a process forked after dyntile was imported (OpenMP must stay off there)."""
+    return _FORKED
+
+
 def max_threads() -> int:
-    """Cores available to this process, capped by ``DYNTILE_NUM_THREADS``."""
+    """Cores available to this process, capped by ``DYNTILE_NUM_THREADS``; 1 in a
+    forked child (see :func:`in_forked_child`)."""
+    if _FORKED:
+        return 1
     try:
         n = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -31,5 +54,5 @@ def max_threads() -> int:
 
 
 def copy_threads(nbytes: int) -> int:
-    """Threads for a copy kernel writing ``nbytes``: 1 for small outputs."""
+    """Threads for a copy kernel writing ``nbytes``: 1 for small outputs (and in a forked child)."""
     return 1 if nbytes < PARALLEL_COPY_BYTES else min(4, max_threads())
