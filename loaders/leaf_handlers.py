@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections.abc
 import itertools
 import numbers
-import operator
 from typing import Any, Callable
 
 import numpy as np
@@ -34,16 +33,20 @@ def _where(key: str) -> str:
 
 
 def collate_mapping(ctx, items: list, key: str) -> dict:
-    """Dicts -> a dict of collated values; every sample must have the same keys."""
-    first = items[0].keys()
-    keys = list(first)
-    try:  # C-level loop: no generator frame per sample
-        same = not any(map(first.__ne__, map(operator.methodcaller("keys"), items)))
-    except AttributeError:
-        same = False
-    if not same:
+    """Dicts -> a dict of collated values; every sample must have the same keys.
+
+    Same size and every key of sample 0 present means the same key set; both
+    checks are C-level loops (``map(len)`` and the column lookups)."""
+    keys = list(items[0].keys())
+    n = len(keys)
+    try:
+        if any(map(n.__ne__, map(len, items))):
+            raise KeyError
+        columns = [[item[k] for item in items] for k in keys]
+    except (KeyError, TypeError, IndexError):
         _raise_key_mismatch(items, keys, key)
-    return {k: ctx.walk([item[k] for item in items], _join(key, k)) for k in keys}
+        raise TypeError(f"{_where(key)}: the samples could not be read as mappings with keys {keys}") from None
+    return {k: ctx.walk(column, _join(key, k)) for k, column in zip(keys, columns)}
 
 
 def _raise_key_mismatch(items: list, keys: list, key: str):
