@@ -56,9 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="compare batching methods on a corpus: padding, shapes, speed, recompiles",
                           description="Batch a corpus four ways (random, sorted pools, dyntile buckets, dyntile "
                                       "packing), time a DataLoader pass and a short torch.compile training run "
-                                      "of a small transformer, and print one table. With Inductor most of "
-                                      "the time is compilation (a few minutes on 2 cores); --backend "
-                                      "aot_eager or --no-compile runs in under a minute.")
+                                      "of a small transformer, and print one table. The default compile "
+                                      "backend (aot_eager) runs in about a minute on 2 cores; with "
+                                      "--backend inductor most of the time is compilation (a few minutes).")
     demo.add_argument("--data", metavar="FILE", help="lengths or token ids (.txt, .npy, .npz, .jsonl)")
     _add_data_arguments(demo)
     add_demo_arguments(demo)

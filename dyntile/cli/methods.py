@@ -70,13 +70,18 @@ class Batching:
         return torch.utils.data.DataLoader(dataset, batch_sampler=self.batch_sampler, collate_fn=self.collate_fn)
 
 
-def pack_seq_len(lengths: np.ndarray, pack_len: int, max_tokens: int, multiple: int = 8) -> int:
-    """Row length ``T`` of packed batches: ``pack_len``, no longer than the longest sample needs.
+def pack_seq_len(lengths: np.ndarray, pack_len: int | None, max_tokens: int, multiple: int = 8) -> int:
+    """Row length ``T`` of packed batches: ``pack_len`` (default: the longest sample, so
+    every sample fits one shape), no longer than the longest sample needs, within the budget.
 
     >>> pack_seq_len(np.array([3, 40]), 512, 4096), pack_seq_len(np.array([3, 900]), 512, 4096)
     (40, 512)
+    >>> pack_seq_len(np.array([3, 900]), None, 4096)
+    904
     """
-    return min(round_up(pack_len, multiple), round_up(int(lengths.max()), multiple), max_tokens // multiple * multiple)
+    longest = round_up(int(lengths.max()), multiple)
+    wanted = longest if pack_len is None else round_up(pack_len, multiple)
+    return min(wanted, longest, max_tokens // multiple * multiple)
 
 
 def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len: int, seed: int,
