@@ -33,7 +33,8 @@ to -100 too, so that a model shifting labels by one (logit ``t`` predicts label
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -68,7 +69,7 @@ def _as_tensor(v, i: int, key: str) -> torch.Tensor:
 
 def _split_sample(s, i: int, token_keys: list | None):
     """``(token leaves, other leaves)`` of sample ``i`` (a dict, or one bare sequence)."""
-    if not isinstance(s, Mapping):
+    if type(s) is not dict and not isinstance(s, Mapping):
         if not _is_token_leaf(s):
             raise TypeError(f"sample {i} should be a dict or a 1-D sequence of tokens, but got {type(s).__name__}")
         return {_DEFAULT_KEY: _as_tensor(s, i, _DEFAULT_KEY)}, {}
