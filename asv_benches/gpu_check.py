@@ -171,7 +171,7 @@ def time_gemm(cuda, rng, sizes, repeats) -> None:
     from dyntile.cuda.config import gemm_blocking
     from dyntile.cuda.gemm import gemm_kernel
     from dyntile.cuda.launch import gemm_launch
-    from dyntile.cuda.matmul import matmul
+    from dyntile.cuda.products import matmul
 
     torch = _torch_cuda()
     if torch is not None:

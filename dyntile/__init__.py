@@ -12,7 +12,7 @@ Public API (NumPy-style; NumPy arrays, lists, torch tensors and CUDA device arra
 Layers (each imports only those above it): :mod:`dyntile.shapes` (shape math),
 :mod:`dyntile.planning` (bucket plans, packing), :mod:`dyntile.cpu` (Cython kernels)
 and :mod:`dyntile.cuda` (Numba kernels), then the API modules
-(:mod:`dyntile.padding`, :mod:`dyntile.tiling`, :mod:`dyntile.matmul`) that
+(:mod:`dyntile.padding`, :mod:`dyntile.tiling`, :mod:`dyntile.linalg`) that
 validate, pick the backend via :mod:`dyntile.dispatch` and call one kernel.
 
 Importing dyntile imports NumPy only; names are loaded on first use.
@@ -35,8 +35,8 @@ _EXPORTS = {
     "padding_mask": "dyntile.masks",
     "tile": "dyntile.tiling",
     "untile": "dyntile.tiling",
-    "matmul": "dyntile.matmul",
-    "matmul_shapes": "dyntile.matmul",
+    "matmul": "dyntile.linalg",
+    "matmul_shapes": "dyntile.linalg",
     "plan_buckets": "dyntile.planning",
     "BucketPlan": "dyntile.planning",
     "pack_lengths": "dyntile.planning",

@@ -5,7 +5,7 @@
 * ``gemm`` : cache-blocked GEMM (BLIS design: pack A/B, macro-kernel, SIMD micro-kernel).
 
 Kernels take validated NumPy arrays and never inspect Python types; the API
-modules (:mod:`dyntile.padding`, :mod:`dyntile.tiling`, :mod:`dyntile.matmul`) do that.
+modules (:mod:`dyntile.padding`, :mod:`dyntile.tiling`, :mod:`dyntile.linalg`) do that.
 Importing this package fails loudly if the extensions were not built: there is no
 silent pure-Python fallback for the kernels themselves.
 """

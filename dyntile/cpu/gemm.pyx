@@ -29,7 +29,7 @@ a shared counter), a barrier, then threads claim work items (an ic block through
 all those KC blocks, so each thread owns its rows of C) and pack A into their own
 buffers. Many small matrices in a batch run one matrix per thread.
 
-Kernels take validated arrays: :func:`dyntile.matmul.matmul` checks shapes, dtypes,
+Kernels take validated arrays: :func:`dyntile.linalg.matmul` checks shapes, dtypes,
 strides and overlap, and chooses ``threads``.
 """
 from cython.parallel cimport parallel, prange, threadid

@@ -27,7 +27,7 @@ _EXPORTS = {
     "numpy_dtype": "dyntile.cuda.pad",
     "tile_into": "dyntile.cuda.tile",
     "untile_from": "dyntile.cuda.tile",
-    "matmul": "dyntile.cuda.matmul",
+    "matmul": "dyntile.cuda.products",
 }
 
 __all__ = sorted(_EXPORTS)

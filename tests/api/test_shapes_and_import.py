@@ -41,3 +41,18 @@ def test_import_loads_neither_torch_nor_numba():
 def test_unknown_attribute():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         dt.nope
+
+
+def test_exports_stay_functions_after_every_submodule_is_imported():
+    """A public name must not share its name with a submodule: importing the
+    submodule would replace the function on the package (dyntile.matmul once did)."""
+    code = ("import importlib, pkgutil, dyntile, dyntile.cuda, dyntile.planning\n"
+            "for m in pkgutil.walk_packages(dyntile.__path__, 'dyntile.'):\n"
+            "    if not m.name.startswith(('dyntile.cli', 'dyntile.__main__')):\n"
+            "        importlib.import_module(m.name)\n"
+            "import types\n"
+            "bad = [f'{p.__name__}.{n}' for p in (dyntile, dyntile.cuda, dyntile.planning)\n"
+            "       for n in p._EXPORTS if isinstance(getattr(p, n), types.ModuleType)]\n"
+            "print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import dyntile
 from dyntile.cpu import gemm
-from dyntile.matmul import matmul, matmul_shapes
+from dyntile.linalg import matmul, matmul_shapes
 
 DTYPES = [np.float32, np.float64]
 
@@ -49,7 +49,7 @@ def rand(rng, shape, dtype):
 @pytest.fixture(autouse=True)
 def threads_mean_threads(monkeypatch):
     """Small test products run on the thread count they ask for (no small-size cutoff)."""
-    monkeypatch.setattr(dyntile.matmul, "PARALLEL_FLOPS", 0)
+    monkeypatch.setattr(dyntile.linalg, "PARALLEL_FLOPS", 0)
 
 
 @pytest.fixture
@@ -175,13 +175,13 @@ def test_views_are_read_without_copies(rng, monkeypatch):
     a = rand(rng, (40, 30), np.float32)[::-1].T
     b = rand(rng, (50, 80), np.float32)[:, ::2].T[::-1]
     seen = []
-    real = dyntile.matmul._KERNELS[np.dtype(np.float32)]
+    real = dyntile.linalg._KERNELS[np.dtype(np.float32)]
 
     def spy(a_arg, b_arg, *args):
         seen.append((a_arg, b_arg))
         return real(a_arg, b_arg, *args)
 
-    monkeypatch.setitem(dyntile.matmul._KERNELS, np.dtype(np.float32), spy)
+    monkeypatch.setitem(dyntile.linalg._KERNELS, np.dtype(np.float32), spy)
     assert_matmul_close(matmul(a, b), a, b)
     assert seen[0][0] is a and seen[0][1] is b
 
@@ -203,10 +203,10 @@ def test_broadcast_batches(rng, dtype, a_shape, b_shape):
 def test_threads_is_a_cap_and_small_products_use_one(rng, monkeypatch):
     from dyntile.threads import max_threads
 
-    monkeypatch.setattr(dyntile.matmul, "PARALLEL_FLOPS", 1 << 23)
+    monkeypatch.setattr(dyntile.linalg, "PARALLEL_FLOPS", 1 << 23)
     seen = []
-    real = dyntile.matmul._KERNELS[np.dtype(np.float64)]
-    monkeypatch.setitem(dyntile.matmul._KERNELS, np.dtype(np.float64),
+    real = dyntile.linalg._KERNELS[np.dtype(np.float64)]
+    monkeypatch.setitem(dyntile.linalg._KERNELS, np.dtype(np.float64),
                         lambda *args: seen.append(args[-1]) or real(*args))
     small, big = rand(rng, (8, 8), np.float64), rand(rng, (300, 300), np.float64)
     matmul(small, small, threads=2)

@@ -1,4 +1,4 @@
-"""``dyntile.matmul``: :func:`numpy.matmul` on dyntile's own cache-blocked GEMM.
+"""``dyntile.linalg``: ``dyntile.matmul``, :func:`numpy.matmul` on dyntile's own cache-blocked GEMM.
 
 float32 and float64 products run on the Cython kernel (:mod:`dyntile.cpu.gemm`);
 other dtypes follow NumPy's promotion and go to :func:`numpy.matmul`. CUDA device
