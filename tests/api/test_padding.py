@@ -213,26 +213,11 @@ def test_compiled_kernel_is_used():
 def test_threaded_copy_in_forked_child_does_not_hang(monkeypatch):
     """A DataLoader worker forked after a threaded copy must still finish its copies
     (GNU OpenMP's pool does not survive fork: dyntile runs one thread there)."""
-    import os
-    import signal
-    import time
-
     from dyntile import threads
+    from forking import check_in_forked_child
 
     monkeypatch.setattr(threads, "PARALLEL_COPY_BYTES", 1)
     arrays = [np.arange(n, dtype=np.float32) for n in range(1, 200)]
-    expected, _ = dt.pad_batch(arrays)
-    pid = os.fork()
-    if pid == 0:                                   # child: exit 0 only if correct
-        ok = np.array_equal(dt.pad_batch(arrays)[0], expected) and threads.max_threads() == 1
-        os._exit(0 if ok else 1)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            assert os.waitstatus_to_exitcode(status) == 0
-            return
-        time.sleep(0.02)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail("pad_batch in a forked child hung (OpenMP thread pool after fork)")
+    expected, _ = dt.pad_batch(arrays)                 # threaded in the parent
+    check_in_forked_child(lambda: np.array_equal(dt.pad_batch(arrays)[0], expected)
+                          and threads.max_threads() == 1, "pad_batch")

@@ -5,9 +5,7 @@ Error bound: the standard forward bound for a length-K dot product,
 """
 import itertools
 import os
-import signal
 import sys
-import time
 import types
 
 import numpy as np
@@ -16,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dyntile
+from forking import check_in_forked_child
 from dyntile.cpu import gemm
 from dyntile.linalg import matmul, matmul_shapes
 
@@ -401,21 +400,8 @@ def test_forked_child_does_not_hang(rng):
     forked after a threaded product must still finish its own products."""
     a, b = rand(rng, (300, 200), np.float64), rand(rng, (200, 250), np.float64)
     expected = matmul(a, b, threads=2)
-    pid = os.fork()
-    if pid == 0:                                   # child: exit 0 only if correct
-        ok = np.array_equal(matmul(a, b, threads=2), expected)
-        ok &= np.array_equal(matmul(a[None], b, threads=2)[0], expected)
-        os._exit(0 if ok else 1)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            assert os.waitstatus_to_exitcode(status) == 0
-            return
-        time.sleep(0.02)
-    os.kill(pid, signal.SIGKILL)
-    os.waitpid(pid, 0)
-    pytest.fail("matmul in a forked child hung (OpenMP thread pool after fork)")
+    check_in_forked_child(lambda: np.array_equal(matmul(a, b, threads=2), expected)
+                          and np.array_equal(matmul(a[None], b, threads=2)[0], expected), "matmul")
 
 
 def test_set_isa_rejects_unknown():
