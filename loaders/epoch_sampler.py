@@ -8,6 +8,7 @@ rebuilding the epoch's list and skipping by slicing (nothing is replayed).
 """
 from __future__ import annotations
 
+import abc
 import operator
 from typing import Iterator
 
@@ -28,7 +29,7 @@ def check_seed(seed) -> int:
     return s
 
 
-class EpochBatchSampler(torch.utils.data.Sampler):
+class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
     """Base of the deterministic, resumable, rank-aware batch samplers.
 
     Subclasses set up their data, call ``super().__init__`` and define
@@ -45,8 +46,14 @@ class EpochBatchSampler(torch.utils.data.Sampler):
         self._yielded = 0
         self._loaded = False
 
-    def batches(self, epoch: int) -> list[list[int]]:  # pragma: no cover - defined by subclasses
-        raise NotImplementedError
+    @abc.abstractmethod
+    def batches(self, epoch: int) -> list[list[int]]:
+        """This rank's batches of ``epoch``, in order (a pure function of the sampler's
+        data, ``seed``, ``epoch`` and ``num_replicas``)."""
+
+    @abc.abstractmethod
+    def __len__(self) -> int:
+        """Batches of the current epoch on this rank."""
 
     # ---- Sampler protocol
 
