@@ -30,17 +30,23 @@ def padding_mask(lengths, shape, *, side: str = "right"):
     n = n.astype(np.int64, copy=False).reshape(len(n), -1) if n.ndim else n.reshape(1, 1)
     if n.shape[1] != len(shape):
         raise ValueError(f"lengths give {n.shape[1]} sizes per sample but shape={shape} has {len(shape)} axes")
-    if n.size and (n.min() < 0 or (n > np.array(shape)).any()):
-        b, a = np.argwhere((n < 0) | (n > np.array(shape)))[0]
-        raise ValueError(f"lengths[{b}] has size {n[b, a]} along axis {a}, outside 0..{shape[a]}")
-    if len(shape) == 1:
+    if len(shape) == 1:  # the kernel checks the range itself
         mask = np.empty((len(n), shape[0]), np.uint8)
-        _pad.mask_rows(np.ascontiguousarray(n[:, 0]), mask, side == "left")
+        bad = _pad.mask_rows(np.ascontiguousarray(n[:, 0]), mask, side == "left")
+        if bad >= 0:
+            _raise_out_of_range(n, shape)
         mask = mask.view(np.bool_)
     else:
+        if n.size and (n.min() < 0 or (n > np.array(shape)).any()):
+            _raise_out_of_range(n, shape)
         mask = np.ones((len(n),) + shape, np.bool_)
         for a, size in enumerate(shape):
             pos = np.arange(size).reshape((1,) * (a + 1) + (size,) + (1,) * (len(shape) - a - 1))
             k = n[:, a].reshape((-1,) + (1,) * len(shape))
             mask &= (pos < k) if side == "right" else (pos >= size - k)
     return wrap_like(mask, torch_like)
+
+
+def _raise_out_of_range(n: np.ndarray, shape: tuple) -> None:
+    b, a = np.argwhere((n < 0) | (n > np.array(shape)))[0]
+    raise ValueError(f"lengths[{b}] has size {n[b, a]} along axis {a}, outside 0..{shape[a]}")

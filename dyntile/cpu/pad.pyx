@@ -263,16 +263,21 @@ def pad_pointers(const Py_ssize_t[::1] ptrs, const int64_t[:, ::1] shapes, const
 def mask_rows(const int64_t[::1] lengths, uint8_t[:, ::1] out, bint left):
     """``out[b, t] = 1`` where position ``t`` holds data of a sample of length
     ``lengths[b]`` (the first ``lengths[b]`` positions, or the last ones if ``left``),
-    else 0: two ``memset`` calls per row. Lengths are clipped to ``[0, T]`` by the caller."""
-    cdef Py_ssize_t b, n, B = out.shape[0], T = out.shape[1]
-    if T == 0:
-        return
+    else 0: two ``memset`` calls per row. Returns -1, or the first ``b`` whose length
+    is outside ``[0, T]`` (nothing written then)."""
+    cdef Py_ssize_t b, n, B = out.shape[0], T = out.shape[1], bad = -1
     with nogil:
         for b in range(B):
-            n = lengths[b]
-            if left:
-                memset(&out[b, 0], 0, T - n)
-                memset(&out[b, 0] + (T - n), 1, n)
-            else:
-                memset(&out[b, 0], 1, n)
-                memset(&out[b, 0] + n, 0, T - n)
+            if lengths[b] < 0 or lengths[b] > T:
+                bad = b
+                break
+        if bad < 0:
+            for b in range(B):
+                n = lengths[b]
+                if left:
+                    memset(&out[b, 0], 0, T - n)
+                    memset(&out[b, 0] + (T - n), 1, n)
+                else:
+                    memset(&out[b, 0], 1, n)
+                    memset(&out[b, 0] + n, 0, T - n)
+    return bad
