@@ -24,7 +24,7 @@ from dyntile.lazy import lazy_exports
 
 _EXPORTS = {
     "pad_into": "dyntile.cuda.pad",
-    "numpy_dtype": "dyntile.cuda.pad",
+    "numpy_dtype": "dyntile.cuda.runtime",
     "tile_into": "dyntile.cuda.tile",
     "untile_from": "dyntile.cuda.tile",
     "matmul": "dyntile.cuda.products",

@@ -22,7 +22,7 @@ import numpy as np
 
 from .config import copy_block
 from .launch import copy_launch
-from .runtime import allocate, as_device, cuda, is_device_array
+from .runtime import as_device, cuda, is_device_array, numpy_dtype, output
 
 __all__ = ["pad_into", "pad_kernel", "pad_pyfunc", "numpy_dtype"]
 
@@ -67,14 +67,6 @@ def pad_pyfunc(flat, meta, out, fill, left):
 def pad_kernel():
     """The jitted pad kernel (compiled per dtype and layout on first launch)."""
     return cuda.jit(pad_pyfunc)
-
-
-def numpy_dtype(dtype) -> np.dtype:
-    """NumPy dtype of a NumPy, Numba or torch dtype (``torch.float32 -> float32``)."""
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(dtype, torch.dtype):
-        return torch.empty(0, dtype=dtype).numpy().dtype
-    return np.dtype(dtype)
 
 
 def _meta_table(shapes: list[tuple[int, ...]], padded: tuple[int, ...]) -> tuple[np.ndarray, int]:
@@ -185,14 +177,7 @@ def pad_into(samples, out_shape, dtype, fill, left: bool, out=None):
         if len(s) != len(padded) or any(a > p for a, p in zip(s, padded)):
             raise ValueError(f"sample {i} of shape {s} does not fit the padded sample shape {padded}; "
                              f"pad_into never cuts")
-    if out is None:
-        like = samples[0] if on_device and on_device[0] else None
-        result, dest = allocate(out_shape, dtype, like)
-    else:
-        result, dest = out, as_device(out, "out")
-        if tuple(dest.shape) != out_shape or numpy_dtype(dest.dtype) != dtype:
-            raise ValueError(f"out should have shape {out_shape} and dtype {dtype}, but got "
-                             f"{tuple(dest.shape)} {numpy_dtype(dest.dtype)}")
+    result, dest = output(out, out_shape, dtype, samples[0] if on_device and on_device[0] else None)
     if math.prod(out_shape) == 0:
         return result
     if len(padded) == 0:

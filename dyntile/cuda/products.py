@@ -15,8 +15,7 @@ import numpy as np
 from .config import gemm_blocking
 from .gemm import gemm_kernel
 from .launch import gemm_launch
-from .pad import numpy_dtype
-from .runtime import allocate, as_batched, as_device, contiguous, cuda
+from .runtime import as_batched, as_device, contiguous, cuda, numpy_dtype, output
 
 __all__ = ["matmul"]
 
@@ -57,13 +56,7 @@ def matmul(a, b, out=None):
 
     shapes = matmul_shapes(tuple(ad.shape), tuple(bd.shape))
     batch, M, K, N, out_shape = shapes.batch, shapes.m, shapes.k, shapes.n, shapes.out_shape
-    if out is None:
-        result, dest = allocate(out_shape, dta, a)
-    else:
-        result, dest = out, as_device(out, "out")
-        if tuple(dest.shape) != out_shape or numpy_dtype(dest.dtype) != dta:
-            raise ValueError(f"out should have shape {out_shape} and dtype {dta}, but got "
-                             f"{tuple(dest.shape)} {numpy_dtype(dest.dtype)}")
+    result, dest = output(out, out_shape, dta, a)
     total = math.prod(batch)
     if total * M * N == 0:
         return result

@@ -85,10 +85,30 @@ def contiguous(x):
     return y
 
 
+def numpy_dtype(dtype) -> np.dtype:
+    """NumPy dtype of a NumPy, Numba or torch dtype (``torch.float32 -> float32``)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(dtype, torch.dtype):
+        return torch.empty(0, dtype=dtype).numpy().dtype
+    return np.dtype(dtype)
+
+
+def output(out, out_shape: tuple, dtype, like=None, what: str = "the result"):
+    """``(result, device view)`` to write a result of ``out_shape``/``dtype`` into: the
+    user's ``out`` (checked) or a fresh allocation of ``like``'s kind."""
+    if out is None:
+        return allocate(out_shape, dtype, like)
+    dest = as_device(out, "out")
+    if tuple(dest.shape) != tuple(out_shape) or numpy_dtype(dest.dtype) != dtype:
+        raise ValueError(f"out should have shape {tuple(out_shape)} and dtype {dtype} for {what}, but got "
+                         f"{tuple(dest.shape)} {numpy_dtype(dest.dtype)}")
+    return out, dest
+
+
 def as_batched(x, tail: int):
     """View device array ``x`` of shape ``(..., *core)`` (``core``: its last ``tail``
-    axes) as ``(prod(...), *core)``, copying only when the leading axes of a
-    non-contiguous array cannot be merged: ``(2, 3, 4, 5)`` with ``tail=2`` gives
+    axes) as ``(prod(...), *core)``, copying only a non-contiguous array (Numba
+    reshapes C-contiguous device arrays only): ``(2, 3, 4, 5)`` with ``tail=2`` gives
     ``(6, 4, 5)`` and ``(4, 5)`` gives ``(1, 4, 5)``.
     """
     lead = x.shape[:x.ndim - tail]
@@ -98,7 +118,5 @@ def as_batched(x, tail: int):
     new_shape = (math.prod(lead), *core)
     if x.size == 0:
         return cuda.device_array(new_shape, x.dtype)
-    try:
-        return x.reshape(new_shape)
-    except (NotImplementedError, ValueError, AttributeError):
-        return contiguous(x).reshape(new_shape)
+    # Numba device arrays reshape only when C-contiguous; anything else is copied first
+    return contiguous(x).reshape(new_shape)

@@ -13,8 +13,7 @@ import math
 
 from .config import copy_block
 from .launch import copy_launch
-from .pad import numpy_dtype
-from .runtime import allocate, as_batched, as_device, cuda
+from .runtime import as_batched, as_device, cuda, numpy_dtype, output
 
 __all__ = ["tile_into", "untile_from", "tile_pyfunc", "untile_pyfunc"]
 
@@ -70,16 +69,6 @@ def _writable_view(dest, shape3):
     return None
 
 
-def _destination(out, like, shape, dtype, name):
-    if out is None:
-        return allocate(shape, dtype, like)
-    dest = as_device(out, "out")
-    if tuple(dest.shape) != tuple(shape) or numpy_dtype(dest.dtype) != dtype:
-        raise ValueError(f"out should have shape {tuple(shape)} and dtype {dtype} for {name}, but got "
-                         f"{tuple(dest.shape)} {numpy_dtype(dest.dtype)}")
-    return out, dest
-
-
 def tile_into(x, tile, fill, out=None):
     """Device array ``x`` of shape ``(..., M, N)`` in tiled layout ``(..., gm, gn, tm, tn)``.
 
@@ -98,7 +87,7 @@ def tile_into(x, tile, fill, out=None):
     gm, gn = -(-M // tm), -(-N // tn)
     dtype = numpy_dtype(xd.dtype)
     shape = (*lead, gm, gn, tm, tn)
-    result, dest = _destination(out, x, shape, dtype, "tile")
+    result, dest = output(out, shape, dtype, x, "tile")
     if math.prod(shape) == 0:
         return result
     B = math.prod(lead)
@@ -131,7 +120,7 @@ def untile_from(t, shape, out=None):
                          f"ceil(M/tm)={-(-M // tm)} x ceil(N/tn)={-(-N // tn)} tiles, t has {gm} x {gn}")
     dtype = numpy_dtype(td.dtype)
     out_shape = (*lead, M, N)
-    result, dest = _destination(out, t, out_shape, dtype, "untile")
+    result, dest = output(out, out_shape, dtype, t, "untile")
     if math.prod(out_shape) == 0:
         return result
     B = math.prod(lead)
