@@ -4,7 +4,6 @@ from __future__ import annotations
 import collections
 import pickle
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,7 +16,6 @@ import loaders.collate as collate_module
 from dyntile.planning import BucketPlan, plan_buckets
 from loaders import DynTileCollate
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 Point = collections.namedtuple("Point", "x y")
 
 
@@ -295,14 +293,9 @@ def test_pack_hook_delegates_to_collate_packed():
 # ------------------------------------------------------------------ real tokens
 
 
-def test_real_docstring_tokens_with_plan():
-    path = DATA / "tokens_cpython_docstrings_sample.npz"
-    if not path.exists():
-        pytest.skip(f"real data not found at {path}")
-    z = np.load(path)
-    ids, offsets = z["ids"], z["offsets"]
-    seqs = [ids[offsets[j]:offsets[j + 1]] for j in range(64)]
-    plan = plan_buckets(np.diff(offsets), max_buckets=8)
+def test_real_docstring_tokens_with_plan(docstring_tokens):
+    seqs = docstring_tokens[:64]
+    plan = plan_buckets(np.array([len(s) for s in docstring_tokens]), max_buckets=8)
     out = DynTileCollate(plan, pad_values={"input_ids": 0})([{"input_ids": torch.from_numpy(s)} for s in seqs])
     T = plan.round_up(max(len(s) for s in seqs))[0]
     np.testing.assert_array_equal(out["input_ids"].numpy(), reference_pad(seqs, T, 0, False))
