@@ -72,6 +72,9 @@ def as_numpy(x, what: str = "array"):
     if is_torch_tensor(x):
         if x.is_cuda:
             raise TypeError(f"{what} is a CUDA tensor; use CUDA arrays for every input of the call")
+        if not x.is_cpu:
+            raise TypeError(f"{what} is a tensor on device {x.device.type!r}; dyntile takes CPU tensors, "
+                            f"NumPy arrays and CUDA arrays")
         if x.layout != sys.modules["torch"].strided:
             raise TypeError(f"{what} is a {x.layout} torch tensor; only dense (strided) tensors are accepted")
         x = x.detach()

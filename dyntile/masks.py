@@ -24,18 +24,16 @@ def padding_mask(lengths, shape, *, side: str = "right"):
     """
     if side not in ("right", "left"):
         raise ValueError(f"side should be 'right' or 'left', but got {side!r}")
+    if type(shape) is int and type(lengths) is np.ndarray and lengths.dtype == np.int64 and lengths.ndim == 1:
+        return _mask_rows(lengths, shape, side)  # the common case (a collate's lengths), kept cheap
     torch_like = is_torch_tensor(lengths)
     n, _ = as_numpy(lengths, what="lengths")
     shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
     n = n.astype(np.int64, copy=False).reshape(len(n), -1) if n.ndim else n.reshape(1, 1)
     if n.shape[1] != len(shape):
         raise ValueError(f"lengths give {n.shape[1]} sizes per sample but shape={shape} has {len(shape)} axes")
-    if len(shape) == 1:  # the kernel checks the range itself
-        mask = np.empty((len(n), shape[0]), np.uint8)
-        bad = _pad.mask_rows(np.ascontiguousarray(n[:, 0]), mask, side == "left")
-        if bad >= 0:
-            _raise_out_of_range(n, shape)
-        mask = mask.view(np.bool_)
+    if len(shape) == 1:
+        mask = _mask_rows(n[:, 0], shape[0], side)
     else:
         if n.size and (n.min() < 0 or (n > np.array(shape)).any()):
             _raise_out_of_range(n, shape)
@@ -45,6 +43,14 @@ def padding_mask(lengths, shape, *, side: str = "right"):
             k = n[:, a].reshape((-1,) + (1,) * len(shape))
             mask &= (pos < k) if side == "right" else (pos >= size - k)
     return wrap_like(mask, torch_like)
+
+
+def _mask_rows(lengths: np.ndarray, T: int, side: str) -> np.ndarray:
+    """``(B, T)`` mask of int64 lengths ``(B,)``: two memsets per row (the kernel checks the range)."""
+    mask = np.empty((len(lengths), T), np.uint8)
+    if _pad.mask_rows(np.ascontiguousarray(lengths), mask, side == "left") >= 0:
+        _raise_out_of_range(lengths.reshape(-1, 1), (T,))
+    return mask.view(np.bool_)
 
 
 def _raise_out_of_range(n: np.ndarray, shape: tuple) -> None:

@@ -7,6 +7,7 @@ Nothing is ever cut: a target smaller than the data is an error.
 """
 from __future__ import annotations
 
+import operator
 import sys
 from typing import Sequence
 
@@ -210,6 +211,11 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
     samples = _as_list(arrays)
     if not samples:
         raise ValueError("pad_batch needs at least one array, but got an empty sequence")
+    if axes is None and shape is None and out is None and dtype is None and device is None \
+            and type(samples[0]) is not np.ndarray and is_torch_tensor(samples[0]):
+        result = _pad_token_rows(samples, multiple, plan, fill, left)
+        if result is not None:
+            return result
     shapes, dt, bad = _pad.describe(samples)
     torch_like, token = False, None
     if bad == -1 and dt is not None and (dtype is None or np.dtype(dtype) == dt) and device is None \
@@ -261,6 +267,70 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
     lengths = shapes[:, 0].copy() if shapes.shape[1] == 1 else shapes
     batch = out if out is not None else wrap_like(buf, True, token)
     return batch, torch.from_numpy(lengths)
+
+
+#: (torch dtype, fill type, fill, multiple or plan) -> (numpy dtype, token, fill bits, size_of):
+#: what :func:`_pad_token_rows` would otherwise work out again for every batch
+_TOKEN_ROWS: dict = {}
+
+
+def _token_rows_setup(tdtype, multiple, plan, fill):
+    """``(numpy dtype, token, fill bits, size_of)`` for 1-D tensors of ``tdtype``, or
+    ``None`` for dtypes the kernel does not move (complex: its conjugate bit)."""
+    key = (tdtype, type(fill), fill, multiple if plan is None else plan)
+    try:
+        return _TOKEN_ROWS[key]
+    except KeyError:
+        pass
+    except TypeError:             # an unhashable fill (a 0-d array): work it out uncached
+        key = None
+    dt, token = torch_numpy_dtype(tdtype)
+    bits = None if tdtype.is_complex else kernel_fill_bits(fill, dt, token)
+    if bits is None:
+        setup = None
+    elif plan is not None:
+        setup = (dt, token, bits, lambda n: plan.round_up(n)[0])
+    else:
+        m = _shapes.check_multiple(multiple)
+        setup = (dt, token, bits, lambda n: -(-n // m) * m)
+    if key is not None:
+        if len(_TOKEN_ROWS) >= 256:
+            _TOKEN_ROWS.clear()
+        _TOKEN_ROWS[key] = setup
+    return setup
+
+
+def _pad_token_rows(samples, multiple, plan, fill, left):
+    """1-D CPU tensors (token ids, labels), the hot case of a collate.
+
+    ``torch.cat`` gathers the rows in one C++ loop (Python-level reads of each
+    tensor's pointer and strides cost more than its copy of the data); the
+    kernel then pads them from that buffer. ``None`` sends the batch to the
+    general path (other ranks, devices or dtypes), which explains any error.
+    """
+    x0 = samples[0]
+    if x0.dim() != 1 or (plan is not None and plan.ndim != 1):
+        return None
+    setup = _token_rows_setup(x0.dtype, multiple, plan, fill)
+    if setup is None:
+        return None
+    dt, token, bits, size_of = setup
+    torch = sys.modules["torch"]
+    try:
+        flat = torch.cat(samples)
+    except (RuntimeError, TypeError):           # ranks, devices, non-tensors: the general path says which
+        return None
+    # cat promotes dtypes and skips legacy empty 1-D tensors, so check both
+    if flat.dim() != 1 or not flat.is_cpu or flat.layout is not torch.strided \
+            or list(map(_DTYPE, samples)).count(x0.dtype) != len(samples):
+        return None
+    lengths = list(map(torch.Tensor.numel, samples))
+    batch, lengths = _pad.pad_flat_rows(flat.data_ptr(), flat.shape[0], lengths, dt, size_of, bits, left, copy_threads)
+    batch = torch.from_numpy(batch)
+    return (batch if token is None else batch.view(token)), torch.from_numpy(lengths)
+
+
+_DTYPE = operator.attrgetter("dtype")
 
 
 def _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out):

@@ -270,14 +270,18 @@ class _Batch:
             return self.pad(items, shapes, key)
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
-        lengths = (lengths.numpy() if isinstance(lengths, torch.Tensor) else np.asarray(lengths)).reshape(-1, 1)
-        self._record(key, lengths, (0,), batch)
+        lengths = lengths.numpy() if isinstance(lengths, torch.Tensor) else np.asarray(lengths)
+        self._record(key, lengths[:, None], (0,), batch, int(lengths.sum()))
         return batch
 
-    def _record(self, key: str, shapes: np.ndarray, axes: tuple, out: torch.Tensor) -> None:
+    def _record(self, key: str, shapes: np.ndarray, axes: tuple, out: torch.Tensor, real: int | None = None) -> None:
+        """Note a padded leaf: its sample sizes ``shapes`` ``(B', d)`` (for masks and
+        lengths), and its counts (``real``: data elements, if the caller knows them)."""
         shape = tuple(out.shape)
         self.padded[key] = (shapes, axes, shape)
-        self.real += int(shapes.sum() if shapes.shape[1] == 1 else shapes.prod(axis=1).sum())
+        if real is None:
+            real = int(shapes.prod(axis=1).sum())
+        self.real += real
         self.total += out.numel()
         self.shapes.append((key, shape))
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections.abc
 import itertools
 import numbers
+import operator
 from typing import Any, Callable
 
 import numpy as np
@@ -35,14 +36,14 @@ def _where(key: str) -> str:
 def collate_mapping(ctx, items: list, key: str) -> dict:
     """Dicts -> a dict of collated values; every sample must have the same keys.
 
-    Same size and every key of sample 0 present means the same key set; both
-    checks are C-level loops (``map(len)`` and the column lookups)."""
+    Every key of sample 0 present (the column lookups raise otherwise) and as many
+    keys in all as ``B`` times sample 0's means the same key set; both checks are
+    C-level loops (``map(itemgetter)`` and ``map(len)``)."""
     keys = list(items[0].keys())
-    n = len(keys)
     try:
-        if any(map(n.__ne__, map(len, items))):
+        columns = [list(map(operator.itemgetter(k), items)) for k in keys]
+        if sum(map(len, items)) != len(keys) * len(items):
             raise KeyError
-        columns = [[item[k] for item in items] for k in keys]
     except (KeyError, TypeError, IndexError):
         _raise_key_mismatch(items, keys, key)
         raise TypeError(f"{_where(key)}: the samples could not be read as mappings with keys {keys}") from None

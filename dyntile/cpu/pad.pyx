@@ -12,7 +12,9 @@ except for the cheap checks in ``describe`` that decide the fast path.
 """
 cimport numpy as cnp
 from cython.parallel cimport prange
-from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from cpython.list cimport PyList_GET_ITEM
+from libc.stdint cimport int64_t, intptr_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 import numpy as np
@@ -157,7 +159,7 @@ def describe_tensors(list samples, tensor_type):
     Returns ``(shapes, strides, ptrs, dtype, bad)``: int64 ``(B, ndim)`` sizes and byte
     strides, data pointers, the first tensor's torch dtype, and ``bad`` = -1 when
     every item is a dense CPU tensor of that rank and dtype (not complex), else the
-    index of the first item that is not.
+    index of the first item that is not (CUDA, meta and other devices included).
     """
     cdef Py_ssize_t n = len(samples), i, k, width
     cdef int nd
@@ -177,7 +179,7 @@ def describe_tensors(list samples, tensor_type):
     cdef Py_ssize_t[::1] pt = ptrs
     for i in range(n):
         t = samples[i]
-        if not isinstance(t, tensor_type) or t.dtype is not dtype0 or t.is_cuda:
+        if not isinstance(t, tensor_type) or t.dtype is not dtype0 or not t.is_cpu:
             return shapes, strides, ptrs, dtype0, i
         size = t.shape
         try:  # sparse, nested and mkldnn layouts have no strides or data pointer
@@ -258,6 +260,89 @@ def pad_pointers(const Py_ssize_t[::1] ptrs, const int64_t[:, ::1] shapes, const
             with gil:
                 raise ValueError(f"pad kernel handles element widths 1, 2, 4, 8; got {width}")
     return out
+
+
+cdef inline void _pad_row(elem_t* dst, const char* src, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t T,
+                          bint left, elem_t fill) noexcept nogil:
+    """One padded row of ``T`` elements from ``n`` source elements ``stride`` bytes apart."""
+    cdef Py_ssize_t lo = T - n if left else 0
+    if lo > 0:
+        fill_n(dst, lo, fill)
+    _copy_row(dst + lo, src, n, stride)
+    if lo + n < T:
+        fill_n(dst + lo + n, T - lo - n, fill)
+
+
+cdef void _pad_rows(elem_t* out, Py_ssize_t T, Py_ssize_t n, const int64_t* lens, const int64_t* starts,
+                    const char* flat, bint left, elem_t fill, int num_threads) noexcept nogil:
+    """Row ``b`` of ``out`` from the ``lens[b]`` elements at element ``starts[b]`` of ``flat``."""
+    cdef Py_ssize_t b
+    if num_threads > 1:
+        for b in prange(n, num_threads=num_threads, schedule="static"):
+            _pad_row(out + b * T, flat + starts[b] * sizeof(elem_t), lens[b], sizeof(elem_t), T, left, fill)
+    else:
+        for b in range(n):
+            _pad_row(out + b * T, flat + starts[b] * sizeof(elem_t), lens[b], sizeof(elem_t), T, left, fill)
+
+
+def pad_flat_rows(intptr_t flat, Py_ssize_t flat_size, list lengths, cnp.dtype dtype, size_of,
+                  unsigned long long fill_bits, bint left, threads_for):
+    """Pad B rows stored back to back in one contiguous buffer (e.g. ``torch.cat`` of
+    the samples) into a new ``(B, T)`` array of ``dtype``.
+
+    ``flat``: address of ``flat_size`` elements of ``dtype``; ``lengths``: B Python
+    ints summing to ``flat_size``; ``size_of(max_len)`` -> ``T`` (may raise);
+    ``threads_for(nbytes)`` -> kernel threads. Returns ``(out, lengths int64 (B,))``.
+    """
+    cdef Py_ssize_t n = len(lengths), i
+    cdef int64_t maxlen = 0, total = 0, T
+    cdef int width = dtype.itemsize
+    cdef cnp.npy_intp dims[2]
+    dims[0] = n
+    lengths_a = cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
+    cdef int64_t* lens = <int64_t*>cnp.PyArray_DATA(lengths_a)
+    cdef int64_t* starts = <int64_t*>malloc((n + 1) * sizeof(int64_t))
+    if starts == NULL:
+        raise MemoryError()
+    try:
+        for i in range(n):
+            lens[i] = <object>PyList_GET_ITEM(lengths, i)
+            if lens[i] < 0:
+                raise ValueError(f"lengths[{i}] is negative ({lens[i]})")
+            starts[i] = total
+            total += lens[i]
+            if lens[i] > maxlen:
+                maxlen = lens[i]
+        if total != flat_size:
+            raise ValueError(f"lengths sum to {total}, but the buffer holds {flat_size} elements")
+        T = size_of(maxlen)
+        if T < maxlen:
+            raise ValueError(f"padded length {T} is shorter than the longest sample ({maxlen})")
+        dims[1] = T
+        out = cnp.PyArray_EMPTY(2, dims, dtype.num, 0)
+        if n and T:
+            _pad_rows_any(cnp.PyArray_DATA(out), T, n, lens, starts, <const char*>flat, left, fill_bits, width,
+                          threads_for(n * T * width))
+        return out, lengths_a
+    finally:
+        free(starts)
+
+
+cdef int _pad_rows_any(void* out, Py_ssize_t T, Py_ssize_t n, const int64_t* lens, const int64_t* starts,
+                       const char* flat, bint left, unsigned long long fill_bits, int width, int num_threads) except -1:
+    """:func:`_pad_rows` for an element width of 1, 2, 4 or 8 bytes."""
+    if width not in (1, 2, 4, 8):
+        raise ValueError(f"pad kernel handles element widths 1, 2, 4, 8; got {width}")
+    with nogil:
+        if width == 1:
+            _pad_rows(<uint8_t*>out, T, n, lens, starts, flat, left, <uint8_t>fill_bits, num_threads)
+        elif width == 2:
+            _pad_rows(<uint16_t*>out, T, n, lens, starts, flat, left, <uint16_t>fill_bits, num_threads)
+        elif width == 4:
+            _pad_rows(<uint32_t*>out, T, n, lens, starts, flat, left, <uint32_t>fill_bits, num_threads)
+        else:
+            _pad_rows(<uint64_t*>out, T, n, lens, starts, flat, left, <uint64_t>fill_bits, num_threads)
+    return 0
 
 
 def mask_rows(const int64_t[::1] lengths, uint8_t[:, ::1] out, bint left):

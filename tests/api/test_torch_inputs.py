@@ -57,3 +57,44 @@ def test_torch_out_and_errors():
         dt.pad_batch([torch.ones(3), torch.ones(2, 2)])
     with pytest.raises(TypeError, match="sparse|strided"):
         dt.pad_batch([torch.ones(3).to_sparse()])
+
+
+def test_token_rows_never_promote_or_hide_samples():
+    """1-D tensors take a torch.cat route; cat promotes dtypes and skips empty 1-D
+    tensors, so the route must hand those batches to the checks of the general path."""
+    with pytest.raises(TypeError, match="sample 1 has dtype int32"):
+        dt.pad_batch([torch.arange(3), torch.arange(2, dtype=torch.int32)], promote=False)
+    batch, _ = dt.pad_batch([torch.arange(3, dtype=torch.int32), torch.arange(2)])
+    assert batch.dtype == torch.int64 and batch.tolist() == [[0, 1, 2, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0, 0, 0]]
+    with pytest.raises(ValueError, match="same number of dimensions"):
+        dt.pad_batch([torch.ones(0), torch.ones(2, 2)])
+
+
+@pytest.mark.parametrize("samples", [[torch.ones(3, device="meta")],
+                                     [torch.arange(3.0), torch.ones(2, device="meta")],
+                                     [torch.ones(2, 2), torch.ones(2, 2, device="meta")]])
+def test_tensors_on_other_devices_are_refused(samples):
+    # meta tensors have no data: reading their pointer would crash the copy kernel
+    with pytest.raises(TypeError, match="device 'meta'"):
+        dt.pad_batch(samples)
+
+
+def test_token_rows_with_a_plan_threads_and_lengths(monkeypatch):
+    from dyntile import threads
+    from dyntile.planning import BucketPlan
+
+    g = torch.Generator().manual_seed(1)
+    seqs = [torch.randint(-5, 5, (int(n),), generator=g) for n in torch.randint(0, 30, (13,), generator=g)]
+    seqs[0] = torch.randint(0, 9, (29,), generator=g)
+    plan = BucketPlan((8, 32, 64))
+    monkeypatch.setattr(threads, "PARALLEL_COPY_BYTES", 0)     # the parallel kernel, on any size
+    for side in ("right", "left"):
+        batch, lengths = dt.pad_batch(seqs, plan=plan, fill=-100, side=side)
+        ref = pad_sequence(seqs, batch_first=True, padding_value=-100, padding_side=side)
+        width = ref.shape[1]
+        assert batch.shape == (13, 32)
+        part = batch[:, :width] if side == "right" else batch[:, 32 - width:]
+        assert torch.equal(part, ref) and bool((batch == -100).sum() == 13 * 32 - lengths.sum())
+        assert lengths.tolist() == [len(s) for s in seqs]
+    with pytest.raises(ValueError, match="largest boundary"):
+        dt.pad_batch([torch.arange(65)], plan=plan)
