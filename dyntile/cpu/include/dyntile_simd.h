@@ -28,6 +28,14 @@ static inline int dt_cpu_has_avx512(void)
         && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw")
         && __builtin_cpu_supports("avx512vl");
 }
+/* prefetch (into L1) every cache line of the `bytes` bytes at p; unaligned rows of
+   C (NumPy's are usually 16 bytes off a line) span one line more than bytes / 64 */
+static inline void dt_prefetch_row_t0(const void *p, int bytes)
+{
+    const char *first = (const char *)p, *last = first + bytes - 1;
+    for (const char *q = first; q <= last; q += 64) _mm_prefetch(q, _MM_HINT_T0);
+    _mm_prefetch(last, _MM_HINT_T0);
+}
 #else
 #define DT_HAVE_X86 0
 static inline int dt_cpu_has_avx2_fma(void) { return 0; }

@@ -29,7 +29,7 @@ DT_TARGET_AVX2 static void dt_ukernel_avx2_##SUFFIX(int64_t kc, const T *restric
     for (int i = 0; i < ROWS; i++) {                                                    \
         c0[i] = _mm256_setzero_##S();                                                   \
         c1[i] = _mm256_setzero_##S();                                                   \
-        _mm_prefetch((const char *)(c + i * rs_c), _MM_HINT_T0);                        \
+        dt_prefetch_row_t0(c + i * rs_c, NR * (int)sizeof(T));                          \
     }                                                                                   \
     _Pragma("GCC unroll 4")                                                             \
     for (int64_t p = 0; p < kc; p++) {   /* c[i] += a[p, i] * b[p, :] */                \
