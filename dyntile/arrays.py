@@ -89,7 +89,7 @@ def as_numpy(x, what: str = "array"):
         arr = np.asarray(x)
     except (ValueError, TypeError) as e:
         raise TypeError(f"{what} could not be read as a numeric array: {e}") from None
-    if arr.dtype == object:
+    if arr.dtype == object or arr.dtype.kind in "USV":
         raise TypeError(
             f"{what} is not a numeric array (it converts to dtype=object, e.g. a ragged nested "
             f"list or non-numbers); pass NumPy arrays, torch tensors or flat lists of numbers")

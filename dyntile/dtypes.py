@@ -46,11 +46,14 @@ def promote_samples(strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np
     """The batch dtype for samples ``strong`` (index, dtype) and list samples ``weak``.
 
     ``dtype`` given: every sample must cast to it with ``same_kind`` casting.
+    List samples are weakly typed (bool, int64 or float64 by their values, as
+    ``numpy.asarray`` reads them; an empty list has no type) and must fit the dtype
+    of the array samples exactly.
     Raises ``TypeError`` naming the first sample that cannot join the batch.
     """
     if dtype is not None:
         dtype = np.dtype(dtype)
-        for i, d in strong + [(i, a.dtype) for i, a in weak]:
+        for i, d in strong + [(i, a.dtype) for i, a in weak if a.size]:
             if not np.can_cast(d, dtype, "same_kind"):
                 raise TypeError(f"sample {i} has dtype {d}, which cannot be cast to dtype={dtype} "
                                 f"(same_kind casting)")
@@ -63,8 +66,8 @@ def promote_samples(strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np
                 raise TypeError(
                     f"samples have dtypes {others} that do not promote safely: sample {i} ({d}) "
                     f"would be rounded in {result}; cast the samples to one dtype or pass dtype=")
-    else:
-        result = np.result_type(*[a.dtype for _, a in weak])
+    else:  # lists only: empty lists carry no type; a batch of only empty lists is int64
+        result = np.result_type(*[a.dtype for _, a in weak if a.size] or [np.int64])
     for i, a in weak:
         if a.dtype != result:
             with np.errstate(all="ignore"):

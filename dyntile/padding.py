@@ -15,10 +15,11 @@ import numpy as np
 
 from dyntile import shapes as _shapes
 from dyntile.arrays import as_numpy, check_out, torch_numpy_dtype, wrap_like
+from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.dtypes import promote_samples
-from dyntile.fill import check_fill, kernel_fill_bits
+from dyntile.fill import check_fill, fill_bits, kernel_fill_bits
 from dyntile.threads import copy_threads
 
 __all__ = ["pad_batch", "pad_to"]
@@ -72,7 +73,8 @@ def _normalize(samples: list, dtype, promote: bool = True):
         arrays.append(a)
     if not promote and dtype is None and len({d for _, d in strong}) > 1:
         i, d = next((i, d) for i, d in strong if d != strong[0][1])
-        raise TypeError(f"sample {i} has dtype {d}, but sample {strong[0][0]} has {strong[0][1]}; "
+        j = strong[0][0]
+        raise TypeError(f"sample {i} has dtype {samples[i].dtype}, but sample {j} has {samples[j].dtype}; "
                         f"promote=False needs one dtype (cast the samples, or pass dtype=)")
     dt = promote_samples(strong, weak, dtype)
     arrays = [a if a.dtype == dt else a.astype(dt, casting="unsafe") for a in arrays]
@@ -216,6 +218,10 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
         result = _pad_token_rows(samples, multiple, plan, fill, left)
         if result is not None:
             return result
+    if type(samples[0]) is list and dtype is None and device is None:
+        result = _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out)
+        if result is not None:
+            return result
     shapes, dt, bad = _pad.describe(samples)
     torch_like, token = False, None
     if bad == -1 and dt is not None and (dtype is None or np.dtype(dtype) == dt) and device is None \
@@ -331,6 +337,24 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
 
 
 _DTYPE = operator.attrgetter("dtype")
+
+
+def _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out):
+    """Lists of Python numbers (token ids from a tokenizer), read without building an
+    array per list. ``None`` sends the batch to the general path (other element
+    types, ints beyond int64), which explains any error."""
+    lengths, dt = _number_lists.scan(samples)
+    if dt is None:
+        return None
+    shapes = lengths.reshape(-1, 1)
+    target = (len(samples),) + _target_shape(shapes, multiple, axes, shape, plan)
+    dest = np.empty(target, dt) if out is None else check_out(out, target, dt, "this batch")
+    buf = dest if dest.flags.c_contiguous else np.empty(target, dt)
+    if _number_lists.pad_into(samples, buf, fill_bits(fill, dt), left) != -1:
+        return None
+    if buf is not dest:
+        dest[...] = buf
+    return (dest if out is None else out), lengths
 
 
 def _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out):

@@ -238,39 +238,43 @@ class _Batch:
     def walk(self, items: list, key: str):
         return handler_for(type(items[0]), key)(self, items, key)
 
+    def in_pad_keys(self, key: str) -> bool:
+        return key in self.c.pad_keys or key.rsplit(".", 1)[-1] in self.c.pad_keys
+
     def is_ragged(self, key: str, shapes: np.ndarray) -> bool:
-        return key in self.c.pad_keys or key.rsplit(".", 1)[-1] in self.c.pad_keys \
-            or bool((shapes != shapes[0]).any())
+        return self.in_pad_keys(key) or bool((shapes != shapes[0]).any())
 
     def counts(self) -> dict:
         return {"real_elements": self.real, "padded_elements": self.total, "shapes": self.shapes,
                 "truncated_samples": self.truncated, "plan_extensions": self.extended}
 
-    def can_pad_directly(self, key: str, x0) -> bool:
-        """True when one ``pad_batch`` call can plan, allocate and copy a leaf by itself:
-        a 1-D leaf named in ``pad_keys``, a 1-axis plan (or none), no batch padding,
-        pinning or tiling (those need the shape before the copy)."""
+    def direct(self) -> bool:
+        """True when one ``pad_batch`` call can plan, allocate and copy a 1-D leaf by
+        itself: a 1-axis plan (or none), no batch padding, pinning or tiling (those
+        need the shape before the copy)."""
         c = self.c
-        return (c.batch_multiple is None and c.bucket_rows is None and not c._pin and c.tile is None and x0.ndim == 1
-                and (c.plan is None or c.plan.ndim == 1)
-                and (key in c.pad_keys or key.rsplit(".", 1)[-1] in c.pad_keys))
+        return (c.batch_multiple is None and c.bucket_rows is None and not c._pin and c.tile is None
+                and (c.plan is None or c.plan.ndim == 1))
 
-    def pad_direct(self, items: list, key: str) -> torch.Tensor:
-        """Fast route of :meth:`pad`: ``pad_batch`` finds the lengths, the size and the buffer."""
+    def pad_direct(self, items: list, key: str) -> torch.Tensor | None:
+        """Fast route for 1-D leaves of one type: ``pad_batch`` finds the lengths, the
+        size and the buffer. A leaf whose samples all have one length and whose key is
+        not in ``pad_keys`` is stacked instead (not ragged: no padding). ``None`` when
+        ``pad_batch`` refuses the leaf: the caller's full route then names the sample
+        and applies the overflow policy."""
         c = self.c
         try:
             batch, lengths = pad_batch(items, multiple=c.multiple, plan=c.plan, fill=c.fill_for(key), side=c.side,
                                        promote=False)
-        except TypeError as e:
-            raise TypeError(f"key {key!r}: {e}") from None
-        except ValueError:
-            # over the plan's largest boundary (or a bad fill): the full route names the
-            # sample and applies the overflow policy
-            shapes = np.fromiter((x.shape[0] for x in items), np.int64, count=len(items)).reshape(-1, 1)
-            return self.pad(items, shapes, key)
+        except (TypeError, ValueError):
+            return None
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
         lengths = lengths.numpy() if isinstance(lengths, torch.Tensor) else np.asarray(lengths)
+        if not self.in_pad_keys(key):
+            n = int(lengths[0]) if len(lengths) else 0
+            if (lengths == n).all():                 # not ragged: the samples, stacked
+                return (batch[:, :n] if c.side == "right" else batch[:, batch.shape[1] - n:]).contiguous()
         self._record(key, lengths[:, None], (0,), batch, int(lengths.sum()))
         return batch
 

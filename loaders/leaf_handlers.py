@@ -95,8 +95,10 @@ def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
     direct route leaves all of that to one ``pad_batch`` call.
     """
     x0 = items[0]
-    if ctx.can_pad_directly(key, x0):  # pad_batch(promote=False) checks types and dtypes itself
-        return ctx.pad_direct(items, key)
+    if x0.ndim == 1 and ctx.direct() and _one_type(items):  # pad_batch(promote=False) checks dtypes itself
+        out = ctx.pad_direct(items, key)
+        if out is not None:
+            return out
     kind, dtype = type(x0), x0.dtype
     if len({(type(x), x.dtype) for x in items}) > 1:
         _raise_mixed(items, kind, dtype, key)
@@ -121,6 +123,10 @@ def _raise_mixed(items: list, kind: type, dtype, key: str):
                     f"every sample's value of one key needs one type and dtype")
 
 
+def _one_type(items: list) -> bool:
+    return list(map(type, items)).count(type(items[0])) == len(items)
+
+
 def _stack(items: list) -> torch.Tensor:
     if isinstance(items[0], torch.Tensor):
         return torch.stack(items)
@@ -128,7 +134,21 @@ def _stack(items: list) -> torch.Tensor:
 
 
 def collate_number_lists(ctx, items: list, key: str) -> torch.Tensor:
-    """Lists of numbers (1-D sequences) -> one padded tensor (int64, float64 or bool)."""
+    """Lists of numbers (1-D sequences) -> one padded tensor (bool, int64 or float64,
+    as ``numpy.asarray`` reads them; empty lists carry no type)."""
+    if ctx.direct() and _one_type(items):  # pad_batch reads the lists of Python numbers itself
+        out = ctx.pad_direct(items, key)
+        if out is not None:
+            return out
+    arrays = _number_arrays(items, key)
+    shapes = np.array([len(a) for a in arrays], dtype=np.int64).reshape(-1, 1)
+    if not ctx.is_ragged(key, shapes):
+        return torch.from_numpy(np.stack(arrays))
+    return ctx.pad(arrays, shapes, key)
+
+
+def _number_arrays(items: list, key: str) -> list:
+    """One array per list of numbers, all of the batch's dtype (views of one buffer)."""
     lengths = [len(x) for x in items]
     flat = np.array(list(itertools.chain.from_iterable(items)))
     if flat.dtype.kind not in "biuf":
@@ -139,11 +159,7 @@ def collate_number_lists(ctx, items: list, key: str) -> torch.Tensor:
             raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds "
                             f"{next(type(v).__name__ for v in items[i] if not _is_number(v))}")
     ends = np.cumsum(lengths).tolist()
-    arrays = [flat[e - n:e] for e, n in zip(ends, lengths)]
-    shapes = np.array(lengths, dtype=np.int64).reshape(-1, 1)
-    if not ctx.is_ragged(key, shapes):
-        return torch.from_numpy(np.stack(arrays))
-    return ctx.pad(arrays, shapes, key)
+    return [flat[e - n:e] for e, n in zip(ends, lengths)]
 
 
 def collate_numbers(ctx, items: list, key: str) -> torch.Tensor:

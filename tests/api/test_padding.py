@@ -221,3 +221,40 @@ def test_threaded_copy_in_forked_child_does_not_hang(monkeypatch):
     expected, _ = dt.pad_batch(arrays)                 # threaded in the parent
     check_in_forked_child(lambda: np.array_equal(dt.pad_batch(arrays)[0], expected)
                           and threads.max_threads() == 1, "pad_batch")
+
+
+_NUMBERS = {"bool": st.booleans(), "int": st.integers(-2**63, 2**63 - 1),
+            "float": st.floats(allow_nan=True, allow_infinity=True)}
+
+
+@settings(max_examples=60, deadline=None)
+@given(kinds=st.lists(st.sampled_from(sorted(_NUMBERS)), min_size=1, max_size=3, unique=True),
+       data=st.data(), side=st.sampled_from(["right", "left"]), multiple=st.integers(1, 5))
+def test_number_lists_match_numpy_asarray(kinds, data, side, multiple):
+    """Lists of Python numbers are read directly; the result equals padding each
+    ``numpy.asarray(list)`` (bool < int64 < float64; empty lists carry no type)."""
+    element = st.one_of(*[_NUMBERS[k] for k in kinds])
+    lists = data.draw(st.lists(st.lists(element, max_size=9), min_size=1, max_size=6))
+    batch, lengths = dt.pad_batch(lists, multiple=multiple, side=side, fill=1)
+    typed = [np.asarray(x) for x in lists if x]
+    want = np.result_type(*[a.dtype for a in typed]) if typed else np.dtype(np.int64)
+    assert batch.dtype == want
+    T = -(-max(map(len, lists)) // multiple) * multiple
+    ref = pad_reference([np.asarray(x, want) for x in lists], (T,), 1, side == "left", want)
+    np.testing.assert_array_equal(batch, ref)
+    np.testing.assert_array_equal(lengths, [len(x) for x in lists])
+
+
+def test_number_lists_hand_over_to_the_general_path():
+    # NumPy scalars and int subclasses are not read directly, but still padded
+    batch, _ = dt.pad_batch([[np.int32(3), 4], [True]], multiple=1)
+    np.testing.assert_array_equal(batch, [[3, 4], [1, 0]])
+    # ints beyond int64 are never wrapped: NumPy's reading (here float64) decides
+    batch, _ = dt.pad_batch([[2**63, 1]], multiple=1)
+    assert batch.dtype == np.float64 and batch[0, 0] == 2.0**63
+    with pytest.raises(TypeError, match="sample 1"):
+        dt.pad_batch([[1, 2], [1, "x"]])
+    # out= and plans take the same route
+    out = np.full((2, 16), 9)[:, ::2]
+    res, _ = dt.pad_batch([[1, 2], []], out=out, fill=-1)
+    assert res is out and out.tolist() == [[1, 2] + [-1] * 6, [-1] * 8]

@@ -62,7 +62,7 @@ def test_torch_out_and_errors():
 def test_token_rows_never_promote_or_hide_samples():
     """1-D tensors take a torch.cat route; cat promotes dtypes and skips empty 1-D
     tensors, so the route must hand those batches to the checks of the general path."""
-    with pytest.raises(TypeError, match="sample 1 has dtype int32"):
+    with pytest.raises(TypeError, match="sample 1 has dtype torch.int32, but sample 0 has torch.int64"):
         dt.pad_batch([torch.arange(3), torch.arange(2, dtype=torch.int32)], promote=False)
     batch, _ = dt.pad_batch([torch.arange(3, dtype=torch.int32), torch.arange(2)])
     assert batch.dtype == torch.int64 and batch.tolist() == [[0, 1, 2, 0, 0, 0, 0, 0], [0, 1, 0, 0, 0, 0, 0, 0]]
