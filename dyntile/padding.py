@@ -275,34 +275,35 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
     return batch, torch.from_numpy(lengths)
 
 
-#: (torch dtype, fill type, fill, multiple or plan) -> (numpy dtype, token, fill bits, size_of):
-#: what :func:`_pad_token_rows` would otherwise work out again for every batch
-_TOKEN_ROWS: dict = {}
+#: (dtype, token, fill type, fill, multiple or plan) -> (fill bits, size_of): what the
+#: one-call row routes (:func:`_pad_token_rows`, :func:`_pad_number_lists`) would
+#: otherwise work out again for every batch
+_ROW_SETUP: dict = {}
 
 
-def _token_rows_setup(tdtype, multiple, plan, fill):
-    """``(numpy dtype, token, fill bits, size_of)`` for 1-D tensors of ``tdtype``, or
-    ``None`` for dtypes the kernel does not move (complex: its conjugate bit)."""
-    key = (tdtype, type(fill), fill, multiple if plan is None else plan)
+def _row_setup(dt: np.dtype, token, multiple, plan, fill):
+    """``(fill bits, size_of)`` for rows of ``dt`` (``token``: a torch-only dtype it
+    carries), ``size_of(longest)`` giving the padded length; ``None`` for dtypes the
+    kernels do not move."""
+    key = (dt, token, type(fill), fill, multiple if plan is None else plan)
     try:
-        return _TOKEN_ROWS[key]
+        return _ROW_SETUP[key]
     except KeyError:
         pass
     except TypeError:             # an unhashable fill (a 0-d array): work it out uncached
         key = None
-    dt, token = torch_numpy_dtype(tdtype)
-    bits = None if tdtype.is_complex else kernel_fill_bits(fill, dt, token)
+    bits = kernel_fill_bits(fill, dt, token)
     if bits is None:
         setup = None
     elif plan is not None:
-        setup = (dt, token, bits, lambda n: plan.round_up(n)[0])
+        setup = (bits, lambda n: plan.round_up(n)[0])
     else:
         m = _shapes.check_multiple(multiple)
-        setup = (dt, token, bits, lambda n: -(-n // m) * m)
+        setup = (bits, lambda n: -(-n // m) * m)
     if key is not None:
-        if len(_TOKEN_ROWS) >= 256:
-            _TOKEN_ROWS.clear()
-        _TOKEN_ROWS[key] = setup
+        if len(_ROW_SETUP) >= 256:
+            _ROW_SETUP.clear()
+        _ROW_SETUP[key] = setup
     return setup
 
 
@@ -315,12 +316,13 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
     general path (other ranks, devices or dtypes), which explains any error.
     """
     x0 = samples[0]
-    if x0.dim() != 1 or (plan is not None and plan.ndim != 1):
+    if x0.dim() != 1 or (plan is not None and plan.ndim != 1) or x0.dtype.is_complex:  # complex: conj bits
         return None
-    setup = _token_rows_setup(x0.dtype, multiple, plan, fill)
+    dt, token = torch_numpy_dtype(x0.dtype)
+    setup = _row_setup(dt, token, multiple, plan, fill)
     if setup is None:
         return None
-    dt, token, bits, size_of = setup
+    bits, size_of = setup
     torch = sys.modules["torch"]
     try:
         flat = torch.cat(samples)
@@ -337,12 +339,22 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
 
 
 _DTYPE = operator.attrgetter("dtype")
+_INT64 = np.dtype(np.int64)
 
 
 def _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out):
     """Lists of Python numbers (token ids from a tokenizer), read without building an
     array per list. ``None`` sends the batch to the general path (other element
     types, ints beyond int64), which explains any error."""
+    if axes is None and shape is None and out is None and (plan is None or plan.ndim == 1):
+        try:
+            bits, size_of = _row_setup(_INT64, None, multiple, plan, fill)
+        except (TypeError, ValueError):   # e.g. fill=0.5 (fine for float lists): the two-pass route checks
+            bits = None
+        if bits is not None:
+            result = _number_lists.pad_ints(samples, size_of, bits, left)    # token ids: one pass
+            if result is not None:
+                return result
     lengths, dt = _number_lists.scan(samples)
     if dt is None:
         return None

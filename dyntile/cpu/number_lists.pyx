@@ -115,3 +115,47 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
                         return i
         base += T * width
     return -1
+
+
+def pad_ints(list samples, size_of, unsigned long long fill_bits, bint left):
+    """One pass for the common case, lists of exact Python ints (token ids): returns
+    ``(out int64 (B, T), lengths int64 (B,))`` with ``T = size_of(longest)``, or
+    ``None`` as soon as an element is anything else (a bool, a float, an int outside
+    int64, another type) or a sample is not a list: the caller then :func:`scan`\\ s.
+    """
+    cdef Py_ssize_t n = len(samples), i, j, m, lo, T, maxlen = 0
+    cdef cnp.npy_intp dims[2]
+    cdef int overflow = 0
+    cdef PyObject* v
+    cdef list row
+    dims[0] = n
+    lengths = cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
+    cdef int64_t* lens = <int64_t*>cnp.PyArray_DATA(lengths)
+    for i in range(n):
+        obj = <object>PyList_GET_ITEM(samples, i)
+        if not PyList_CheckExact(obj):
+            return None
+        lens[i] = PyList_GET_SIZE(obj)
+        if lens[i] > maxlen:
+            maxlen = lens[i]
+    T = size_of(maxlen)
+    if T < maxlen:
+        raise ValueError(f"padded length {T} is shorter than the longest sample ({maxlen})")
+    dims[1] = T
+    out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
+    cdef int64_t* dst = <int64_t*>cnp.PyArray_DATA(out)
+    for i in range(n):
+        row = <list>PyList_GET_ITEM(samples, i)
+        m = lens[i]
+        lo = T - m if left else 0
+        fill_n(<uint64_t*>dst, lo, fill_bits)
+        fill_n(<uint64_t*>dst + lo + m, T - lo - m, fill_bits)
+        for j in range(m):
+            v = PyList_GET_ITEM(row, j)
+            if not PyLong_CheckExact(<object>v):
+                return None
+            dst[lo + j] = PyLong_AsLongLongAndOverflow(<object>v, &overflow)
+            if overflow:
+                return None
+        dst += T
+    return out, lengths

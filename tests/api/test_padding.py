@@ -254,6 +254,11 @@ def test_number_lists_hand_over_to_the_general_path():
     assert batch.dtype == np.float64 and batch[0, 0] == 2.0**63
     with pytest.raises(TypeError, match="sample 1"):
         dt.pad_batch([[1, 2], [1, "x"]])
+    # a fill only a float batch can hold does not stop the int route's hand-over
+    batch, _ = dt.pad_batch([[1.5, 2], [3.0]], fill=0.5, multiple=1)
+    np.testing.assert_array_equal(batch, [[1.5, 2.0], [3.0, 0.5]])
+    with pytest.raises(ValueError, match="integral fill"):
+        dt.pad_batch([[1, 2], [3]], fill=0.5)
     # out= and plans take the same route
     out = np.full((2, 16), 9)[:, ::2]
     res, _ = dt.pad_batch([[1, 2], []], out=out, fill=-1)
