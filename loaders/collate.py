@@ -275,7 +275,7 @@ class _Batch:
             n = int(lengths[0]) if len(lengths) else 0
             if (lengths == n).all():                 # not ragged: the samples, stacked
                 return (batch[:, :n] if c.side == "right" else batch[:, batch.shape[1] - n:]).contiguous()
-        self._record(key, lengths[:, None], (0,), batch, int(lengths.sum()))
+        self._record(key, lengths[:, None], (0,), batch, int(np.add.reduce(lengths)))
         return batch
 
     def _record(self, key: str, shapes: np.ndarray, axes: tuple, out: torch.Tensor, real: int | None = None) -> None:
