@@ -318,6 +318,8 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
     x0 = samples[0]
     if x0.dim() != 1 or (plan is not None and plan.ndim != 1) or x0.dtype.is_complex:  # complex: conj bits
         return None
+    if len(samples) * x0.numel() > _CAT_ELEMENTS:    # long rows: the extra copy would cost more than it saves
+        return None
     dt, token = torch_numpy_dtype(x0.dtype)
     setup = _row_setup(dt, token, multiple, plan, fill)
     if setup is None:
@@ -339,6 +341,9 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
 
 
 _DTYPE = operator.attrgetter("dtype")
+#: batches of about this many elements or more (judged by the first sample) skip the
+#: torch.cat route: its copy and buffer then outweigh the per-tensor reads it saves
+_CAT_ELEMENTS = 1 << 20
 _INT64 = np.dtype(np.int64)
 
 

@@ -11,7 +11,8 @@ a log-normal stand-in), leaves given as torch tensors or as Python lists:
   ``pad_to_multiple_of=8``; only when ``transformers`` is installed);
 * ``CollateSpeedup.track_speedup`` -- dyntile time over reference time, measured
   side by side in one process (medians of interleaved repeats; lower is better,
-  like every asv track); targets: at most 1/3 against ``pad_sequence`` and 1/100
+  like every asv track), on random and length-grouped batches (a bucketing sampler's),
+  tensor and list leaves; targets: at most 1/3 against ``pad_sequence`` and 1/100
   against ``hf``;
 * ``CollateMemory.peakmem_collate`` -- peak memory of one large collate.
 
@@ -123,14 +124,14 @@ class Collate:
 
 
 class CollateSpeedup:
-    params = [["pad_sequence", "hf"]]
-    param_names = ["reference"]
+    params = [["pad_sequence", "hf"], ["random", "grouped"], ["tensors", "lists"]]
+    param_names = ["reference", "order", "leaves"]
     timeout = 300
 
-    def setup(self, reference):
-        lengths, self.batches = make_batches("tensors")
-        self.ours = make_collate("dyntile", "tensors", lengths)
-        self.ref = make_collate(reference, "tensors", lengths)
+    def setup(self, reference, order, leaves):
+        lengths, self.batches = make_batches(leaves, order=order)
+        self.ours = make_collate("dyntile", leaves, lengths)
+        self.ref = make_collate(reference, leaves, lengths)
         self.repeat = 5 if reference == "hf" else 15
 
     def _seconds(self, fn) -> float:
@@ -139,7 +140,7 @@ class CollateSpeedup:
             fn(b)
         return time.perf_counter() - t0
 
-    def track_speedup(self, reference):
+    def track_speedup(self, reference, order, leaves):
         ours, ref = [], []
         for _ in range(self.repeat):                    # interleaved: fair on a busy machine
             ours.append(self._seconds(self.ours))

@@ -6,11 +6,14 @@ torch = pytest.importorskip("torch")
 from torch.nn.utils.rnn import pad_sequence  # noqa: E402
 
 import dyntile as dt  # noqa: E402
+from dyntile import padding  # noqa: E402
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bfloat16, torch.float16, torch.bool, torch.uint8])
 @pytest.mark.parametrize("side", ["right", "left"])
-def test_pad_batch_matches_pad_sequence(dtype, side):
+@pytest.mark.parametrize("cat_elements", [1 << 20, 0])  # 1-D batches through torch.cat, or read tensor by tensor
+def test_pad_batch_matches_pad_sequence(dtype, side, cat_elements, monkeypatch):
+    monkeypatch.setattr(padding, "_CAT_ELEMENTS", cat_elements)
     g = torch.Generator().manual_seed(0)
     seqs = [(torch.randn(int(n), generator=g) * 10).to(dtype) for n in torch.randint(0, 40, (9,), generator=g)]
     seqs[3] = seqs[3].flip(0)  # negative-stride-like view
