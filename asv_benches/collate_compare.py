@@ -7,9 +7,10 @@ given as dicts of ``input_ids`` and ``labels``:
 * ``pad_sequence``: ``torch.nn.utils.rnn.pad_sequence`` per key + a mask built
   from the lengths (the hand-written collate most code uses);
 * ``default_collate``-style ``torch.stack`` is impossible on ragged data, so not shown;
-* ``hf_padding``: Hugging Face ``DataCollatorWithPadding(pad_to_multiple_of=8)``
-  (only when ``transformers`` is installed; it pads ``input_ids``, and ``labels``
-  through a tokenizer-free path, so we give it ``input_ids`` + ``attention_mask``);
+* Hugging Face ``DataCollatorWithPadding(pad_to_multiple_of=8)`` (only when
+  ``transformers`` is installed): it pads ``input_ids`` and builds the mask but
+  does not pad ragged ``labels``, so it runs in tables of its own on samples of
+  ``input_ids`` alone, next to dyntile on the same samples;
 * ``dyntile``: ``DynTileCollate`` (no plan: batch max rounded up to 8; and with an
   8-bucket plan).
 
@@ -51,19 +52,23 @@ def main(argv=None) -> None:
     p.add_argument("--repeat", type=int, default=7)
     args = p.parse_args(argv)
     torch.set_num_threads(1)            # as in DataLoader workers, where a collate_fn runs
-    for kind, order in (("tensors", "random"), ("tensors", "grouped"), ("lists", "random")):
-        L, batches = make_batches(kind, args.batches, args.batch, order=order)
+    cases = [(kind, order, labels) for labels in (True, False)
+             for kind, order in (("tensors", "random"), ("tensors", "grouped"), ("lists", "random"), ("lists", "grouped"))]
+    for kind, order, labels in cases:
+        L, batches = make_batches(kind, args.batches, args.batch, order=order, labels=labels)
         plan = plan_buckets(L, max_buckets=8)
-        methods = {
-            "dyntile (multiple=8)": DynTileCollate(pad_values={"input_ids": 0, "labels": -100}),
-            "dyntile (8-bucket plan)": DynTileCollate(plan, pad_values={"input_ids": 0, "labels": -100}),
-        }
-        if kind == "tensors":
+        pads = {"input_ids": 0, "labels": -100} if labels else {"input_ids": 0}
+        methods = {"dyntile (multiple=8)": DynTileCollate(pad_values=pads),
+                   "dyntile (8-bucket plan)": DynTileCollate(plan, pad_values=pads)}
+        if labels and kind == "tensors":
             methods["pad_sequence + mask"] = pad_sequence_collate
-        try:
-            methods["HF DataCollatorWithPadding(8)"] = hf_collate()
-        except NotImplementedError:                     # transformers is not installed
-            pass
+        elif not labels:
+            try:
+                methods["HF DataCollatorWithPadding(8)"] = hf_collate()
+            except NotImplementedError:                 # transformers is not installed
+                continue
+        if len(methods) == 2:
+            continue
         for fn in methods.values():                      # warm up
             fn(batches[0])
         results = {name: [] for name in methods}
@@ -71,7 +76,8 @@ def main(argv=None) -> None:
             for name, fn in methods.items():
                 results[name].append(measure(fn, batches, 1))
         base = statistics.median(results["dyntile (multiple=8)"])
-        print(f"\n{kind}, {order} batches: {args.batches} batches of {args.batch} dict samples (input_ids, labels)")
+        keys = "input_ids, labels" if labels else "input_ids"
+        print(f"\n{kind}, {order} batches: {args.batches} batches of {args.batch} dict samples ({keys})")
         print(f"{'method':34s} {'us/batch':>10s} {'batches/s':>10s} {'dyntile speedup':>16s}")
         for name, ts in results.items():
             t = statistics.median(ts)

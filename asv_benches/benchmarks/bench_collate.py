@@ -8,7 +8,8 @@ a log-normal stand-in), leaves given as torch tensors or as Python lists:
   max rounded to 8), ``dyntile_plan`` (8-bucket plan), ``pad_sequence``
   (``torch.nn.utils.rnn.pad_sequence`` per key + lengths + mask: the hand-written
   collate; tensors only) and ``hf`` (Hugging Face ``DataCollatorWithPadding``,
-  ``pad_to_multiple_of=8``; only when ``transformers`` is installed);
+  ``pad_to_multiple_of=8``, on ``input_ids`` alone: it does not pad ragged labels;
+  only when ``transformers`` is installed);
 * ``CollateSpeedup.track_speedup`` -- dyntile time over reference time, measured
   side by side in one process (medians of interleaved repeats; lower is better,
   like every asv track), on random and length-grouped batches (a bucketing sampler's),
@@ -40,8 +41,9 @@ LIBRARIES = ["dyntile", "dyntile_plan", "pad_sequence", "hf"]
 
 
 def make_batches(leaves: str, n_batches: int = N_BATCHES, batch: int = BATCH, seed: int = 0,
-                 order: str = "random"):
-    """``n_batches`` lists of ``batch`` dict samples (``input_ids``, ``labels``).
+                 order: str = "random", labels: bool = True):
+    """``n_batches`` lists of ``batch`` dict samples (``input_ids``, and ``labels``
+    unless ``labels=False``).
 
     ``leaves``: ``"tensors"`` or ``"lists"`` (Python ints, as tokenizers give them).
     ``order="random"``: each batch draws lengths from the whole corpus (random
@@ -60,9 +62,12 @@ def make_batches(leaves: str, n_batches: int = N_BATCHES, batch: int = BATCH, se
         for n in row:
             ids = torch.from_numpy(rng.integers(1, 30522, int(n)))
             if leaves == "lists":
-                samples.append({"input_ids": ids.tolist(), "labels": ids.tolist()})
+                sample = {"input_ids": ids.tolist(), "labels": ids.tolist()}
             else:
-                samples.append({"input_ids": ids, "labels": ids.clone()})
+                sample = {"input_ids": ids, "labels": ids.clone()}
+            if not labels:
+                del sample["labels"]
+            samples.append(sample)
         batches.append(samples)
     return L, batches
 
@@ -79,7 +84,11 @@ def pad_sequence_collate(samples):
 
 
 def hf_collate():
-    """``DataCollatorWithPadding(pad_to_multiple_of=8)`` with a tiny word-level tokenizer."""
+    """``DataCollatorWithPadding(pad_to_multiple_of=8)`` with a tiny word-level tokenizer.
+
+    It pads ``input_ids`` (and builds ``attention_mask``) but not ragged ``labels``,
+    so it is compared on samples of ``input_ids`` only (``make_batches(labels=False)``),
+    with dyntile given the same samples."""
     try:
         from tokenizers import Tokenizer, models
         from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
@@ -87,8 +96,7 @@ def hf_collate():
         raise NotImplementedError("transformers is not installed") from None
     tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, "[UNK]")),
                                   pad_token="[PAD]", unk_token="[UNK]")
-    hf = DataCollatorWithPadding(tok, pad_to_multiple_of=8, return_tensors="pt")
-    return lambda samples: hf([{"input_ids": s["input_ids"]} for s in samples])
+    return DataCollatorWithPadding(tok, pad_to_multiple_of=8, return_tensors="pt")
 
 
 def make_collate(library: str, leaves: str, lengths):
@@ -115,7 +123,7 @@ class Collate:
     param_names = ["library", "leaves"]
 
     def setup(self, library, leaves):
-        lengths, self.batches = make_batches(leaves, n_batches=1)
+        lengths, self.batches = make_batches(leaves, n_batches=1, labels=library != "hf")
         self.collate = make_collate(library, leaves, lengths)
         self.collate(self.batches[0])                     # warm caches and lazy imports
 
@@ -129,7 +137,7 @@ class CollateSpeedup:
     timeout = 300
 
     def setup(self, reference, order, leaves):
-        lengths, self.batches = make_batches(leaves, order=order)
+        lengths, self.batches = make_batches(leaves, order=order, labels=reference != "hf")
         self.ours = make_collate("dyntile", leaves, lengths)
         self.ref = make_collate(reference, leaves, lengths)
         self.repeat = 5 if reference == "hf" else 15
