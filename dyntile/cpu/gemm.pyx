@@ -75,6 +75,11 @@ cdef inline int64_t ceil_div(int64_t a, int64_t b) noexcept nogil:
     return (a + b - 1) // b
 
 
+cdef inline int64_t balanced_kc(int64_t k, int64_t kc_max) noexcept nogil:
+    """KC that splits k into equal blocks of at most kc_max (no short last block)."""
+    return ceil_div(k, ceil_div(k, kc_max)) if k > 0 else kc_max
+
+
 
 cdef void pack_a(int isa, int64_t mc_cur, int64_t kc_cur, const floating *a, int64_t rs_a,
                  int64_t cs_a, int mr, floating *ap) noexcept nogil:
@@ -435,6 +440,7 @@ cdef gemm_problem make_problem(int isa, int dtype, int64_t m, int64_t n, int64_t
     g.rs_c, g.cs_c = c_strides
     g.isa = isa
     g.bs = dt_gemm_blocking[isa][dtype]
+    g.bs.kc = <int> balanced_kc(k, g.bs.kc)
     return g
 
 
@@ -513,6 +519,7 @@ def packing_buffer_bytes(str dtype, int64_t m, int64_t n, int64_t k, int threads
     ``threads`` packed A blocks (MC x KC) and one packed B block (KC x NC, times the
     KC blocks a team packs at once)."""
     cdef dt_gemm_blocksizes bs = dt_gemm_blocking[_isa][DT_F32 if dtype == "float32" else DT_F64]
+    bs.kc = <int> balanced_kc(k, bs.kc)
     cdef int64_t kc = min(<int64_t> bs.kc, k)
     cdef int64_t item = 4 if dtype == "float32" else 8
     cdef int64_t kgroup = min(ceil_div(k, bs.kc), KGROUP_MAX) if threads > 1 else 1

@@ -5,6 +5,9 @@
  * Cache blocks (BLIS names): the MR x KC micro-panel of packed A stays in L1 while
  * the macro-kernel sweeps it over the KC x NC packed block of B, which stays in L2;
  * the MC x KC packed block of A is the unit a thread packs (L2/L3).
+ * KC is the most: the driver splits k into equal blocks of at most KC (no short last
+ * block). float64 AVX-512 takes a deep KC (its A micro-panel, 35 KiB, leaves L1 little
+ * room for the B stream) because every KC block is one more pass over C in L3.
  * MC is a multiple of MR and NC of NR (tests/cpu/test_gemm_blocking.py checks it).
  * Tuned with asv_benches/gemm_compare.py on a 2-core Xeon (48 KiB L1d, 2 MiB L2).
  * Kernels read MR/NR from the DT_*_MR/NR macros below and nothing else.
@@ -50,7 +53,7 @@ static const dt_gemm_blocksizes dt_gemm_blocking[DT_ISA_COUNT][DT_DTYPE_COUNT] =
     },
     [DT_ISA_AVX512] = {
         [DT_F32] = {DT_AVX512_F32_MR, DT_AVX512_F32_NR, 336, 256, 1024},
-        [DT_F64] = {DT_AVX512_F64_MR, DT_AVX512_F64_NR, 168, 192, 768},
+        [DT_F64] = {DT_AVX512_F64_MR, DT_AVX512_F64_NR, 168, 320, 512},
     },
 };
 
