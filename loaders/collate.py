@@ -151,10 +151,15 @@ class DynTileCollate:
             raise KeyError(f"mask_from={self.mask_from!r} is not a padded leaf of this batch; "
                            f"padded leaves: {list(ctx.padded)}")
         lengths, axes, shape = leaf
+        if isinstance(lengths, torch.Tensor):        # the (B,) lengths of pad_batch (direct route)
+            sizes = lengths.numpy()[:, None]
+        else:
+            sizes = lengths
+            lengths = torch.from_numpy(sizes[:, 0] if sizes.shape[1] == 1 else sizes)
         if self.mask_key is not None and self.mask_key not in out:
-            out[self.mask_key] = self._mask(lengths, axes, shape)
+            out[self.mask_key] = self._mask(sizes, axes, shape)
         if self.lengths_key is not None and self.lengths_key not in out:
-            out[self.lengths_key] = torch.from_numpy(lengths[:, 0] if lengths.shape[1] == 1 else lengths)
+            out[self.lengths_key] = lengths
 
     def _mask(self, lengths: np.ndarray, axes: tuple, shape: tuple) -> torch.Tensor:
         """``(B, *padded sizes)``: true where every padded axis is inside the data."""
@@ -231,7 +236,7 @@ class _Batch:
 
     def __init__(self, collate: DynTileCollate):
         self.c = collate
-        self.padded: dict[str, tuple] = {}           # key -> (lengths (B', d), axes, out shape)
+        self.padded: dict[str, tuple] = {}           # key -> (sizes, axes, out shape): see _record
         self.real = self.total = self.truncated = self.extended = 0
         self.shapes: list = []
 
@@ -270,17 +275,19 @@ class _Batch:
             return None
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
-        lengths = lengths.numpy() if isinstance(lengths, torch.Tensor) else np.asarray(lengths)
-        if not self.in_pad_keys(key):
-            n = int(lengths[0]) if len(lengths) else 0
-            if (lengths == n).all():                 # not ragged: the samples, stacked
-                return (batch[:, :n] if c.side == "right" else batch[:, batch.shape[1] - n:]).contiguous()
-        self._record(key, lengths[:, None], (0,), batch, int(np.add.reduce(lengths)))
+        if not isinstance(lengths, torch.Tensor):
+            lengths = torch.from_numpy(lengths)
+        sizes = lengths.tolist()
+        if not self.in_pad_keys(key) and sizes.count(sizes[0]) == len(sizes):  # not ragged: the samples, stacked
+            n = sizes[0]
+            return (batch[:, :n] if c.side == "right" else batch[:, batch.shape[1] - n:]).contiguous()
+        self._record(key, lengths, (0,), batch, sum(sizes))
         return batch
 
-    def _record(self, key: str, shapes: np.ndarray, axes: tuple, out: torch.Tensor, real: int | None = None) -> None:
-        """Note a padded leaf: its sample sizes ``shapes`` ``(B', d)`` (for masks and
-        lengths), and its counts (``real``: data elements, if the caller knows them)."""
+    def _record(self, key: str, shapes, axes: tuple, out: torch.Tensor, real: int | None = None) -> None:
+        """Note a padded leaf: its sample sizes (for masks and lengths: ``(B', d)``
+        int64, or the ``(B,)`` torch lengths of a 1-D leaf), and its counts (``real``:
+        data elements, if the caller knows them)."""
         shape = tuple(out.shape)
         self.padded[key] = (shapes, axes, shape)
         if real is None:
