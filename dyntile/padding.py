@@ -172,6 +172,9 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
     ----------
     arrays : sequence of B arrays of one rank ``d >= 1``
         NumPy arrays, CPU torch tensors, lists of numbers, or CUDA device arrays.
+        Lists are weakly typed: bool, int64 or float64 by their values (as
+        ``numpy.asarray`` reads them; an empty list has no type), and beside arrays
+        they take the arrays' dtype if it holds their values exactly.
     multiple : int
         Each padded axis goes to the batch maximum rounded up to this multiple.
     axes : int or sequence of int, optional
