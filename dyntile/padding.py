@@ -48,8 +48,16 @@ def _normalize(samples: list, dtype, promote: bool = True):
     torch_like = False
     token = None
     ndim = None
+    first_kind = None  # promote=False: (index, kind) of the first tensor or array
     for i, x in enumerate(samples):
         is_t = is_torch_tensor(x)
+        if not promote and dtype is None and (is_t or isinstance(x, np.ndarray)):
+            kind = "a torch tensor" if is_t else "a NumPy array"
+            if first_kind is None:
+                first_kind = (i, kind)
+            elif kind != first_kind[1]:
+                raise TypeError(f"sample {i} is {kind}, but sample {first_kind[0]} is {first_kind[1]}; "
+                                f"promote=False needs one kind (lists of numbers may join either)")
         a, tok = as_numpy(x, what=f"sample {i}")
         if is_t:
             if torch_like and tok != token:
@@ -193,8 +201,9 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
         Output dtype (samples cast with ``same_kind``). Default: the samples' common
         dtype; mixed dtypes must promote without rounding.
     promote : bool
-        ``False``: array samples of different dtypes raise ``TypeError`` naming the
-        sample instead of promoting (lists of numbers still take the batch dtype).
+        ``False``: array samples of different dtypes, or torch tensors beside NumPy
+        arrays, raise ``TypeError`` naming the sample instead of promoting (lists of
+        numbers still take the batch dtype).
     out : array, optional
         Destination of shape ``(B, *padded)`` and the batch dtype.
     device : "cuda", optional

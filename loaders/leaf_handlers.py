@@ -95,7 +95,7 @@ def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
     direct route leaves all of that to one ``pad_batch`` call.
     """
     x0 = items[0]
-    if x0.ndim == 1 and ctx.direct() and _one_type(items):  # pad_batch(promote=False) checks dtypes itself
+    if x0.ndim == 1 and ctx.direct():  # pad_batch(promote=False) checks kinds and dtypes itself
         out = ctx.pad_direct(items, key)
         if out is not None:
             return out
@@ -123,10 +123,6 @@ def _raise_mixed(items: list, kind: type, dtype, key: str):
                     f"every sample's value of one key needs one type and dtype")
 
 
-def _one_type(items: list) -> bool:
-    return list(map(type, items)).count(type(items[0])) == len(items)
-
-
 def _stack(items: list) -> torch.Tensor:
     if isinstance(items[0], torch.Tensor):
         return torch.stack(items)
@@ -136,7 +132,7 @@ def _stack(items: list) -> torch.Tensor:
 def collate_number_lists(ctx, items: list, key: str) -> torch.Tensor:
     """Lists of numbers (1-D sequences) -> one padded tensor (bool, int64 or float64,
     as ``numpy.asarray`` reads them; empty lists carry no type)."""
-    if ctx.direct() and _one_type(items):  # pad_batch reads the lists of Python numbers itself
+    if ctx.direct():  # pad_batch reads the lists of Python numbers itself
         out = ctx.pad_direct(items, key)
         if out is not None:
             return out
@@ -151,13 +147,12 @@ def _number_arrays(items: list, key: str) -> list:
     """One array per list of numbers, all of the batch's dtype (views of one buffer)."""
     lengths = [len(x) for x in items]
     flat = np.array(list(itertools.chain.from_iterable(items)))
-    if flat.dtype.kind not in "biuf":
-        if flat.size == 0:
-            flat = flat.astype(np.int64)
-        else:
-            i = next(i for i, x in enumerate(items) if not all(_is_number(v) for v in x))
-            raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds "
-                            f"{next(type(v).__name__ for v in items[i] if not _is_number(v))}")
+    if flat.size == 0:                          # empty lists carry no type (as in pad_batch)
+        flat = flat.astype(np.int64)
+    elif flat.dtype.kind not in "biuf":
+        i = next(i for i, x in enumerate(items) if not all(_is_number(v) for v in x))
+        raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds "
+                        f"{next(type(v).__name__ for v in items[i] if not _is_number(v))}")
     ends = np.cumsum(lengths).tolist()
     return [flat[e - n:e] for e, n in zip(ends, lengths)]
 

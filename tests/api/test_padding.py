@@ -263,3 +263,13 @@ def test_number_lists_hand_over_to_the_general_path():
     out = np.full((2, 16), 9)[:, ::2]
     res, _ = dt.pad_batch([[1, 2], []], out=out, fill=-1)
     assert res is out and out.tolist() == [[1, 2] + [-1] * 6, [-1] * 8]
+
+
+def test_promote_false_keeps_tensors_and_arrays_apart():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TypeError, match="sample 2 is a NumPy array, but sample 0 is a torch tensor; promote=False"):
+        dt.pad_batch([torch.arange(3), [1, 2], np.arange(2)], promote=False)
+    batch, _ = dt.pad_batch([torch.arange(3), [1, 2]], promote=False)   # lists join either kind
+    assert batch.tolist() == [[0, 1, 2, 0, 0, 0, 0, 0], [1, 2, 0, 0, 0, 0, 0, 0]]
+    batch, _ = dt.pad_batch([torch.arange(3), np.arange(2)])           # promote=True mixes them
+    assert isinstance(batch, torch.Tensor)
