@@ -55,7 +55,8 @@ class CollateStats:
         self.padded_elements += int(batch_stats["padded_elements"])
         self.truncated_samples += int(batch_stats.get("truncated_samples", 0))
         self.plan_extensions += int(batch_stats.get("plan_extensions", 0))
-        self.shapes.update([(key, tuple(shape)) for key, shape in batch_stats["shapes"]])
+        for key, shape in batch_stats["shapes"]:
+            self.shapes[(key, tuple(shape))] += 1
 
     def as_dict(self) -> dict:
         """Plain-Python summary (for logging)."""
