@@ -11,7 +11,7 @@ its general, explaining path.
 cimport numpy as cnp
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
 from cpython.list cimport PyList_CheckExact, PyList_GET_ITEM, PyList_GET_SIZE
-from cpython.long cimport PyLong_AsDouble, PyLong_CheckExact
+from cpython.long cimport PyLong_AsDouble, PyLong_Check, PyLong_CheckExact
 from cpython.object cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint64_t
 
@@ -102,7 +102,10 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
     if typenum not in (cnp.NPY_BOOL, cnp.NPY_INT64, cnp.NPY_FLOAT64):
         raise TypeError(f"out should be bool, int64 or float64, not {out.dtype}")
     for i in range(n):
-        row = <list>PyList_GET_ITEM(samples, i)
+        obj = <object>PyList_GET_ITEM(samples, i)
+        if not PyList_CheckExact(obj):
+            raise TypeError(f"sample {i} should be a list (checked by scan)")
+        row = <list>obj
         m = PyList_GET_SIZE(row)
         if m > T:
             raise ValueError(f"sample {i} has {m} elements, more than out's {T} columns")
@@ -116,12 +119,16 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
             fill_n(<uint64_t*>base + lo + m, T - lo - m, fill_bits)
             for j in range(m):
                 v = PyList_GET_ITEM(row, j)
-                if typenum == cnp.NPY_INT64:
+                # ints (bools included) convert without running Python code, which could
+                # change the lists under this loop; anything else: scan was not obeyed
+                if PyFloat_CheckExact(<object>v) and typenum == cnp.NPY_FLOAT64:
+                    (<double*>base)[lo + j] = PyFloat_AS_DOUBLE(<object>v)
+                elif not PyLong_Check(<object>v):
+                    raise TypeError(f"sample {i} holds a {type(<object>v).__name__} (checked by scan)")
+                elif typenum == cnp.NPY_INT64:
                     (<int64_t*>base)[lo + j] = PyLong_AsLongLongAndOverflow(<object>v, &overflow)
                     if overflow:
                         return i
-                elif PyFloat_CheckExact(<object>v):
-                    (<double*>base)[lo + j] = PyFloat_AS_DOUBLE(<object>v)
                 else:
                     try:
                         (<double*>base)[lo + j] = PyLong_AsDouble(<object>v)
@@ -158,8 +165,13 @@ def pad_ints(list samples, size_of, unsigned long long fill_bits, bint left):
     dims[1] = T
     out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
     cdef int64_t* dst = <int64_t*>cnp.PyArray_DATA(out)
+    if PyList_GET_SIZE(samples) != n:    # size_of ran Python code: another thread may have changed the lists
+        raise RuntimeError("the list of samples changed while being padded")
     for i in range(n):
-        row = <list>PyList_GET_ITEM(samples, i)
+        obj = <object>PyList_GET_ITEM(samples, i)
+        if not PyList_CheckExact(obj) or PyList_GET_SIZE(obj) != lens[i]:
+            raise RuntimeError(f"sample {i} changed while being padded")
+        row = <list>obj
         m = lens[i]
         lo = T - m if left else 0
         fill_n(<uint64_t*>dst, lo, fill_bits)
