@@ -21,20 +21,6 @@ from dyntile.cpu.elements cimport fill_n
 
 cnp.import_array()
 
-cdef extern from *:
-    """
-    #if defined(__GNUC__) || defined(__clang__)
-    #define DYNTILE_PREFETCH(p) __builtin_prefetch(p)
-    #else
-    #define DYNTILE_PREFETCH(p) ((void)0)
-    #endif
-    """
-    void DYNTILE_PREFETCH(const void* p) noexcept nogil
-
-#: elements ahead whose objects are prefetched: each int is its own heap object,
-#: mostly out of cache, so the loads of several are put in flight at once
-DEF AHEAD = 16
-
 cdef extern from "Python.h":
     long long PyLong_AsLongLongAndOverflow(object obj, int* overflow) except? -1
     PyObject* Py_True
@@ -177,8 +163,6 @@ def pad_ints(list samples, size_of, unsigned long long fill_bits, bint left):
         fill_n(<uint64_t*>dst, lo, fill_bits)
         fill_n(<uint64_t*>dst + lo + m, T - lo - m, fill_bits)
         for j in range(m):
-            if j + AHEAD < m:
-                DYNTILE_PREFETCH(PyList_GET_ITEM(row, j + AHEAD))
             v = PyList_GET_ITEM(row, j)
             if not PyLong_CheckExact(<object>v):
                 return None
