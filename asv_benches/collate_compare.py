@@ -14,6 +14,10 @@ given as dicts of ``input_ids`` and ``labels``:
 * ``dyntile``: ``DynTileCollate`` (no plan: batch max rounded up to 8; and with an
   8-bucket plan).
 
+Last, the same two-key comparison against ``pad_sequence`` on samples built just
+before each collate (as a ``DataLoader`` worker's ``__getitem__`` makes them): the
+caches are then cold for both, which costs dyntile's per-tensor reads more.
+
 Run: ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python asv_benches/collate_compare.py``
 (medians of interleaved repeats; ratios are what to read on a busy machine).
 """
@@ -43,6 +47,27 @@ def measure(fn, batches, repeat: int) -> float:
             fn(b)
         times.append((time.perf_counter() - t0) / len(batches))
     return statistics.median(times)
+
+
+def fresh_ratio(batches, ours, reference, repeat: int) -> tuple[float, float, float]:
+    """``(our us/batch, reference us/batch, reference time / our time)`` when every
+    collate gets samples built just before it (``torch.tensor`` per leaf, as a
+    ``Dataset.__getitem__`` in a ``DataLoader`` worker makes them); only the collate is
+    timed, the two collates alternate which goes first, medians over ``repeat`` passes."""
+    pairs = (("ours", ours), ("reference", reference))
+    totals = {"ours": [], "reference": []}
+    for _ in range(repeat):
+        t = dict.fromkeys(totals, 0.0)
+        for i, b in enumerate(batches):
+            for name, fn in (pairs if i % 2 else pairs[::-1]):
+                fresh = [{k: torch.tensor(v) for k, v in s.items()} for s in b]
+                t0 = time.perf_counter()
+                fn(fresh)
+                t[name] += time.perf_counter() - t0
+        for name in totals:
+            totals[name].append(t[name] / len(batches) * 1e6)
+    ours_us, ref_us = statistics.median(totals["ours"]), statistics.median(totals["reference"])
+    return ours_us, ref_us, ref_us / ours_us
 
 
 def main(argv=None) -> None:
@@ -82,6 +107,13 @@ def main(argv=None) -> None:
         for name, ts in results.items():
             t = statistics.median(ts)
             print(f"{name:34s} {t * 1e6:10.1f} {1 / t:10.0f} {t / base:15.1f}x")
+
+    for order in ("random", "grouped"):
+        _, lists = make_batches("lists", args.batches, args.batch, order=order)
+        ours, ref, ratio = fresh_ratio(lists, DynTileCollate(pad_values={"input_ids": 0, "labels": -100}),
+                                       pad_sequence_collate, args.repeat)
+        print(f"\nfresh samples, {order} batches (built just before each collate; input_ids, labels): "
+              f"dyntile {ours:.1f} us, pad_sequence + mask {ref:.1f} us: {ratio:.1f}x")
 
 
 if __name__ == "__main__":
