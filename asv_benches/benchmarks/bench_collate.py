@@ -13,8 +13,9 @@ a log-normal stand-in), leaves given as torch tensors or as Python lists:
 * ``CollateSpeedup.track_speedup`` -- dyntile time over reference time, measured
   side by side in one process (medians of interleaved repeats; lower is better,
   like every asv track), on random and length-grouped batches (a bucketing sampler's),
-  tensor and list leaves; targets: at most 1/3 against ``pad_sequence`` and 1/100
-  against ``hf``;
+  and on grouped batches built just before each collate (``fresh``: a ``DataLoader``
+  worker's case), tensor and list leaves; targets: at most 1/3 against
+  ``pad_sequence`` and 1/100 against ``hf``;
 * ``CollateMemory.peakmem_collate`` -- peak memory of one large collate.
 
 torch runs single-threaded here, as it does in ``DataLoader`` workers (which set
@@ -132,27 +133,57 @@ class Collate:
 
 
 class CollateSpeedup:
-    params = [["pad_sequence", "hf"], ["random", "grouped"], ["tensors", "lists"]]
+    """``order="fresh"``: length-grouped batches whose samples are built just before
+    each collate (``torch.tensor`` per leaf, or new int objects for lists), as a
+    ``Dataset.__getitem__`` in a ``DataLoader`` worker makes them; only the collates
+    are timed. Caches are then cold for both collates."""
+
+    params = [["pad_sequence", "hf"], ["random", "grouped", "fresh"], ["tensors", "lists"]]
     param_names = ["reference", "order", "leaves"]
     timeout = 300
 
     def setup(self, reference, order, leaves):
-        lengths, self.batches = make_batches(leaves, order=order, labels=reference != "hf")
+        lengths, self.batches = make_batches(leaves, order="grouped" if order == "fresh" else order,
+                                             labels=reference != "hf")
         self.ours = make_collate("dyntile", leaves, lengths)
         self.ref = make_collate(reference, leaves, lengths)
         self.repeat = 5 if reference == "hf" else 15
+        self.fresh = order == "fresh"
+
+    def _build(self, samples: list) -> list:
+        if isinstance(samples[0]["input_ids"], torch.Tensor):
+            return [{k: torch.tensor(v.tolist()) for k, v in s.items()} for s in samples]
+        return [{k: [x + 0 for x in v] for k, v in s.items()} for s in samples]
 
     def _seconds(self, fn) -> float:
+        """One pass over the batches (as collate_compare.py times them)."""
         t0 = time.perf_counter()
         for b in self.batches:
             fn(b)
         return time.perf_counter() - t0
 
+    def _fresh_seconds(self) -> tuple[float, float]:
+        """One pass, each collate on samples built for it just before (untimed); the
+        two collates take turns going first."""
+        pairs = ((0, self.ours), (1, self.ref))
+        t = [0.0, 0.0]
+        for i, b in enumerate(self.batches):
+            for side, fn in (pairs if i % 2 else pairs[::-1]):
+                samples = self._build(b)
+                t0 = time.perf_counter()
+                fn(samples)
+                t[side] += time.perf_counter() - t0
+        return t[0], t[1]
+
     def track_speedup(self, reference, order, leaves):
         ours, ref = [], []
         for _ in range(self.repeat):                    # interleaved: fair on a busy machine
-            ours.append(self._seconds(self.ours))
-            ref.append(self._seconds(self.ref))
+            if self.fresh:
+                o, r = self._fresh_seconds()
+            else:
+                o, r = self._seconds(self.ours), self._seconds(self.ref)
+            ours.append(o)
+            ref.append(r)
         return statistics.median(ours) / statistics.median(ref)
 
     track_speedup.unit = "dyntile time / reference time"
