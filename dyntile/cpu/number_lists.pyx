@@ -3,10 +3,10 @@
 
 Tokenizers hand out token ids as Python lists of ints. Turning each list into an
 array first (``numpy.asarray``: ~1 us per list plus ~20 ns per element) costs far
-more than the padding; these two passes read the ``int``/``float``/``bool``
-objects directly. Only *exact* Python numbers qualify (no NumPy scalars, no int
-subclasses): anything else makes :func:`scan` answer ``None`` and the caller takes
-its general, explaining path.
+more than the padding. :func:`pad_ints` reads lists of ints in one pass;
+:func:`scan` + :func:`pad_into` handle bools, floats and mixes in two. Only *exact*
+Python numbers qualify (no NumPy scalars, no int subclasses): anything else makes
+them answer ``None`` and the caller takes its general, explaining path.
 """
 cimport numpy as cnp
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
