@@ -74,6 +74,8 @@ DT_TARGET_AVX512 static void dt_pack_a_panel_avx512_f32(int64_t mr_cur, int64_t 
         for (int64_t p0 = 0; p0 < kc; p0 += 16) {
             const int64_t w = kc - p0 < 16 ? kc - p0 : 16;
             const __mmask16 cols = (__mmask16)((1u << w) - 1u);
+            for (int i = 0; i < mr_cur; i++)   /* rows stream from L3/DRAM: fetch ahead */
+                _mm_prefetch((const char *)(a + i * rs_a + p0 + 32), _MM_HINT_T0);
             for (int i = 0; i < 16; i++)
                 r[i] = i < mr_cur ? _mm512_maskz_loadu_ps(cols, a + i * rs_a + p0) : _mm512_setzero_ps();
             dt_transpose16x16_ps(r);
@@ -106,6 +108,8 @@ DT_TARGET_AVX512 static void dt_pack_a_panel_avx512_f64(int64_t mr_cur, int64_t 
         for (int64_t p0 = 0; p0 < kc; p0 += 8) {
             const int64_t w = kc - p0 < 8 ? kc - p0 : 8;
             const __mmask8 cols = (__mmask8)((1u << w) - 1u);
+            for (int i = 0; i < mr_cur; i++)   /* rows stream from L3/DRAM: fetch ahead */
+                _mm_prefetch((const char *)(a + i * rs_a + p0 + 16), _MM_HINT_T0);
             for (int i = 0; i < 8; i++) {
                 lo[i] = i < mr_cur ? _mm512_maskz_loadu_pd(cols, a + i * rs_a + p0) : _mm512_setzero_pd();
                 hi[i] = i + 8 < mr_cur ? _mm512_maskz_loadu_pd(cols, a_hi + i * rs_a + p0) : _mm512_setzero_pd();
