@@ -453,7 +453,9 @@ def pack_rows(lengths, shapes, *, overflow: str = "second_shape") -> PackedBatch
     ``T`` takes ``(L - 1) // T`` full rows and opens one more for its last chunk.
     The batch is ``shapes[1] = (B2, T2)`` when it holds a sample longer than ``T``
     (``overflow="second_shape"``), else ``shapes[0] = (B, T)``. ``indices`` of the
-    result are positions in ``lengths``. For every batch ``b`` of
+    result are positions in ``lengths``. The pieces lie back to back: in sample
+    order, each row filled from offset 0 with no gap, so a batch's tokens in sample
+    order are its rows' contents without their padding tails. For every batch ``b`` of
     :func:`pack_lengths`, ``pack_rows(lengths[b.sample_order], shapes)`` gives the
     same rows, offsets and shape (indices relative to ``b.sample_order``).
     ``ValueError`` if the samples need more than ``B`` rows.
@@ -474,6 +476,19 @@ def pack_rows(lengths, shapes, *, overflow: str = "second_shape") -> PackedBatch
             i = int(np.argmax(L))
             raise ValueError(f"sample {i} has length {longest}, longer than the rows of {T} tokens "
                              f"(shapes={shapes}, overflow={overflow!r})")
+    if longest <= T:                 # no sample to split (the common case): a lean scan
+        rows, offs = [], []
+        row, used = -1, T + 1        # no row open yet
+        for n in L.tolist():
+            if used + n > T:
+                row, used = row + 1, 0
+            rows.append(row)
+            offs.append(used)
+            used += n
+        if row >= B:
+            _raise_too_many_rows(L, row, T, B, shapes)
+        return PackedBatch((B, T), np.arange(L.size, dtype=np.int64), np.array(rows, dtype=np.int64),
+                           np.array(offs, dtype=np.int64), L.astype(np.int64, copy=True), np.zeros(L.size, np.int64))
     idx, rows, offs, sizes, starts = [], [], [], [], []
     row, used = -1, T + 1  # no row open yet
     for i, n in enumerate(L.tolist()):
@@ -490,8 +505,12 @@ def pack_rows(lengths, shapes, *, overflow: str = "second_shape") -> PackedBatch
         idx.append(i), rows.append(row), offs.append(used), sizes.append(n), starts.append(start)
         used += n
     if row >= B:
-        raise ValueError(f"these {L.size} samples ({int(L.sum())} tokens) need {row + 1} rows of {T} tokens, "
-                         f"more than the {B} rows of a batch; were they yielded by a packing sampler with "
-                         f"the same shapes={shapes}?")
+        _raise_too_many_rows(L, row, T, B, shapes)
     a = [np.asarray(v, dtype=np.int64) for v in (idx, rows, offs, sizes, starts)]
     return PackedBatch((B, T), *a)
+
+
+def _raise_too_many_rows(L: np.ndarray, row: int, T: int, B: int, shapes) -> None:
+    raise ValueError(f"these {L.size} samples ({int(L.sum())} tokens) need {row + 1} rows of {T} tokens, "
+                     f"more than the {B} rows of a batch; were they yielded by a packing sampler with "
+                     f"the same shapes={shapes}?")

@@ -221,6 +221,24 @@ def test_pack_rows_decoder_reference():
     assert isinstance(d, PackedBatch) and d.row_splits.tolist() == [0, 2, 5, 6, 6]
 
 
+@settings(max_examples=60, deadline=None)
+@given(L=st.lists(st.integers(0, 30), min_size=1, max_size=40), T=st.sampled_from([8, 16]),
+       overflow=st.sampled_from(["split", "second_shape"]))
+def test_pack_rows_pieces_lie_back_to_back(L, T, overflow):
+    """The samples' tokens in order are the rows' contents without their padding tails
+    (what collate_packed relies on to pad each leaf with one pad_jagged call)."""
+    shapes = [(64, T)] if overflow == "split" else [(64, T), (64, 32)]
+    d = pack_rows(L, shapes, overflow=overflow)
+    B, T = d.shape
+    assert np.all(np.diff(d.indices) >= 0) and np.all(np.diff(d.rows) >= 0)
+    token_slots = [np.arange(r * T + o, r * T + o + n) for r, o, n in zip(d.rows, d.offsets, d.sizes)]
+    used = np.bincount(d.rows, weights=d.sizes, minlength=B).astype(int)
+    row_prefixes = [np.arange(r * T, r * T + used[r]) for r in range(B)]
+    np.testing.assert_array_equal(np.concatenate(token_slots), np.concatenate(row_prefixes))
+    within = [np.arange(st, st + n) for st, n in zip(d.starts, d.sizes)]  # each sample's tokens in order
+    np.testing.assert_array_equal(np.concatenate(within), np.concatenate([np.arange(n) for n in L]))
+
+
 def test_real_lengths_padding_and_shapes():
     path = DATA / "lengths_cpython_docstrings.npy"
     if not path.exists():
