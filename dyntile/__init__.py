@@ -4,6 +4,7 @@ Public API (NumPy-style; NumPy arrays, lists, torch tensors and CUDA device arra
 
     batch, lengths = dyntile.pad_batch(arrays, multiple=8)   # ragged list -> (B, *shape)
     y = dyntile.pad_to(x, shape)                             # one array -> shape
+    batch, lengths = dyntile.pad_jagged(values, lengths)     # rows back to back -> (B, T)
     t = dyntile.tile(x, (8, 128))                            # (..., M, N) -> (..., gm, gn, 8, 128)
     x = dyntile.untile(t, (M, N))
     c = dyntile.matmul(a, b)                                 # numpy.matmul semantics
@@ -12,8 +13,9 @@ Public API (NumPy-style; NumPy arrays, lists, torch tensors and CUDA device arra
 Layers (each imports only those above it): :mod:`dyntile.shapes` (shape math),
 :mod:`dyntile.planning` (bucket plans, packing), :mod:`dyntile.cpu` (Cython kernels)
 and :mod:`dyntile.cuda` (Numba kernels), then the API modules
-(:mod:`dyntile.padding`, :mod:`dyntile.tiling`, :mod:`dyntile.linalg`) that
-validate, pick the backend via :mod:`dyntile.dispatch` and call one kernel.
+(:mod:`dyntile.padding`, :mod:`dyntile.jagged`, :mod:`dyntile.tiling`,
+:mod:`dyntile.linalg`) that validate, pick the backend via :mod:`dyntile.dispatch`
+and call one kernel.
 
 Importing dyntile imports NumPy only; names are loaded on first use.
 """
@@ -32,6 +34,7 @@ _EXPORTS = {
     "tiled_shape": "dyntile.shapes",
     "pad_batch": "dyntile.padding",
     "pad_to": "dyntile.padding",
+    "pad_jagged": "dyntile.jagged",
     "padding_mask": "dyntile.masks",
     "tile": "dyntile.tiling",
     "untile": "dyntile.tiling",

@@ -337,19 +337,30 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
     if setup is None:
         return None
     bits, size_of = setup
+    rows = cat_token_rows(samples)
+    if rows is None:
+        return None
+    flat, lengths = rows
+    batch, lengths = _pad.pad_flat_rows(flat.data_ptr(), flat.shape[0], lengths, dt, size_of, bits, left, copy_threads)
+    torch = sys.modules["torch"]
+    batch = torch.from_numpy(batch)
+    return (batch if token is None else batch.view(token)), torch.from_numpy(lengths)
+
+
+def cat_token_rows(samples: list):
+    """``(flat, lengths)`` for 1-D CPU tensors of one dtype: ``torch.cat`` of them
+    (one C++ loop) and their lengths as a list of ints; ``None`` for anything else
+    (other ranks, devices, layouts, mixed dtypes, non-tensors)."""
     torch = sys.modules["torch"]
     try:
         flat = torch.cat(samples)
-    except (RuntimeError, TypeError):           # ranks, devices, non-tensors: the general path says which
+    except (RuntimeError, TypeError):
         return None
     # cat promotes dtypes and skips legacy empty 1-D tensors, so check both
     if flat.dim() != 1 or not flat.is_cpu or flat.layout is not torch.strided \
-            or list(map(_DTYPE, samples)).count(x0.dtype) != len(samples):
+            or list(map(_DTYPE, samples)).count(samples[0].dtype) != len(samples):
         return None
-    lengths = list(map(torch.Tensor.numel, samples))
-    batch, lengths = _pad.pad_flat_rows(flat.data_ptr(), flat.shape[0], lengths, dt, size_of, bits, left, copy_threads)
-    batch = torch.from_numpy(batch)
-    return (batch if token is None else batch.view(token)), torch.from_numpy(lengths)
+    return flat, list(map(torch.Tensor.numel, samples))
 
 
 _DTYPE = operator.attrgetter("dtype")

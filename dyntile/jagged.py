@@ -1,0 +1,118 @@
+"""Jagged API: rows stored back to back (``values`` + ``lengths``) -> one dense, padded batch.
+
+The layout ``torch.cat`` of a batch's samples gives, and the one FBGEMM's jagged
+tensors and packed token streams use: ``values`` ``(N, *rest)`` holds ``B`` rows, row
+``i`` being the next ``lengths[i]`` entries along axis 0. :func:`pad_jagged` is the
+padded inverse of that ``cat``: one allocation and one copy kernel
+(:func:`dyntile.cpu.pad.pad_flat_rows`), no per-row array objects.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import sys
+
+import numpy as np
+
+from dyntile import shapes as _shapes
+from dyntile.arrays import as_numpy, wrap_like
+from dyntile.cpu import pad as _pad
+from dyntile.dispatch import is_torch_tensor
+from dyntile.fill import kernel_fill_bits
+from dyntile.padding import _check_side, pad_batch
+from dyntile.threads import copy_threads
+
+__all__ = ["pad_jagged"]
+
+
+def _row_lengths(lengths) -> list:
+    """``lengths`` as a list of non-negative Python ints (a list of ints passes as is)."""
+    if type(lengths) is not list or not all(type(n) is int for n in lengths):
+        arr, _ = as_numpy(lengths, what="lengths")
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise TypeError(f"lengths should be a 1-D sequence of integers, but got shape {arr.shape} "
+                            f"and dtype {arr.dtype}")
+        lengths = arr.tolist()
+    for i, n in enumerate(lengths):
+        if n < 0:
+            raise ValueError(f"lengths[{i}] is negative ({n})")
+    return lengths
+
+
+def _padded_length(longest: int, multiple, shape, plan, rest: tuple) -> int:
+    """``T``: ``shape[0]``, the plan's boundary, or ``longest`` rounded up to ``multiple``."""
+    if shape is not None:
+        dims = shape if isinstance(shape, (tuple, list)) or np.ndim(shape) else (shape,)
+        target = tuple(operator.index(s) for s in dims)
+        if len(target) not in (1, 1 + len(rest)) or (len(target) > 1 and target[1:] != rest):
+            raise ValueError(f"shape should be (T,) or (T, {', '.join(map(str, rest))}) for values with "
+                             f"rows of shape {rest}, but got {target}")
+        if target[0] < longest:
+            raise ValueError(f"shape {target} is shorter than the longest row ({longest}); "
+                             f"pad_jagged never cuts")
+        return target[0]
+    if plan is not None:
+        if plan.ndim != 1:
+            raise ValueError(f"pad_jagged pads one axis, but the plan has {plan.ndim} axes")
+        return plan.round_up(longest)[0]
+    m = _shapes.check_multiple(multiple)
+    return -(-longest // m) * m
+
+
+def pad_jagged(values, lengths, *, multiple: int = 8, shape=None, plan=None, fill=0, side: str = "right"):
+    """Pad ``B`` rows stored back to back into one dense ``(B, T, *rest)`` batch.
+
+    Parameters
+    ----------
+    values : ``(N, *rest)`` NumPy array or CPU torch tensor
+        The rows, one after another along axis 0 (e.g. ``torch.cat`` of the samples).
+    lengths : ``B`` non-negative integers summing to ``N``
+        Row ``i`` is ``values[o_i : o_i + lengths[i]]``, ``o_i = sum(lengths[:i])``.
+    multiple, plan, shape
+        ``T``: the longest row rounded up to ``multiple`` (default), to the 1-axis
+        ``plan``'s boundary, or ``shape[0]`` (``shape`` is ``(T,)`` or ``(T, *rest)``).
+        Never cuts: a ``T`` shorter than a row is an error.
+    fill : scalar
+        Value written in the padding; must be storable in the dtype.
+    side : {"right", "left"}
+        Where padding goes ("left": each row's data ends at ``T``).
+
+    Returns
+    -------
+    batch : ``(B, T, *rest)`` of ``values``' dtype and kind (torch in, torch out).
+    lengths : int64 ``(B,)`` (a tensor for torch ``values``).
+
+    >>> batch, lengths = pad_jagged(np.arange(1, 6), [3, 0, 2], multiple=4)
+    >>> batch
+    array([[1, 2, 3, 0],
+           [0, 0, 0, 0],
+           [4, 5, 0, 0]])
+    """
+    left = _check_side(side)
+    torch_like = is_torch_tensor(values)
+    arr, token = as_numpy(values, what="values")
+    if arr.ndim == 0:
+        raise ValueError("values should have shape (N, *rest), but got a 0-d array")
+    if not arr.dtype.isnative:  # the kernel copies raw bytes into a native-order output
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    rows = _row_lengths(lengths)
+    if sum(rows) != arr.shape[0]:
+        raise ValueError(f"lengths sum to {sum(rows)}, but values has {arr.shape[0]} rows along axis 0")
+    rest = tuple(arr.shape[1:])
+    T = _padded_length(max(rows, default=0), multiple, shape, plan, rest)
+    bits = kernel_fill_bits(fill, arr.dtype, token)
+    if bits is None and not rows:
+        batch = np.empty((0, T) + rest, arr.dtype)
+    elif bits is None:          # a dtype the width-typed kernels do not move: one row view per sample
+        ends = np.cumsum(rows).tolist()
+        batch, _ = pad_batch([arr[e - n:e] for n, e in zip(rows, ends)], shape=(T,) + rest, fill=fill, side=side)
+    else:                       # each row is lengths[i] * R contiguous elements; pad it to T * R
+        R = math.prod(rest)
+        flat = np.ascontiguousarray(arr)
+        batch, _ = _pad.pad_flat_rows(flat.ctypes.data, flat.size, [n * R for n in rows] if R != 1 else rows,
+                                      flat.dtype, lambda _longest: T * R, bits, left, copy_threads)
+        batch = batch.reshape((len(rows), T) + rest)
+    out_lengths = np.array(rows, dtype=np.int64)
+    if torch_like:
+        return wrap_like(batch, True, token), sys.modules["torch"].from_numpy(out_lengths)
+    return batch, out_lengths
