@@ -3,7 +3,9 @@
 The samples arrive in the order a :class:`~loaders.packing_sampler.PackingBatchSampler`
 yields them; :func:`dyntile.planning.packing.pack_rows` (the decoder of the packer
 the sampler used) recovers the rows from their lengths, so the layout here is the
-sampler's layout. Each ragged leaf is copied with one ``cat`` and one indexed write.
+sampler's layout. Each ragged leaf is copied with one ``cat`` and one
+:func:`dyntile.pad_jagged` (the pieces lie back to back in the rows, so the
+concatenated samples are the rows' contents without their padding tails).
 
 Output (``n`` samples, ``B`` rows of ``T`` tokens; ``P`` pieces = samples, or chunks
 of split samples):
@@ -33,13 +35,16 @@ to -100 too, so that a model shifting labels by one (logit ``t`` predicts label
 """
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
+from dyntile import pad_jagged
 from dyntile.fill import check_fill
+from dyntile.padding import cat_token_rows
 from dyntile.planning.packing import PackedBatch, pack_rows
 
 __all__ = ["collate_packed"]
@@ -93,28 +98,76 @@ def _sample_length(tokens: dict, i: int) -> int:
 
 def _fill_value(key: str, dtype: torch.dtype, pad_values: Mapping, label_keys) -> Any:
     fill = pad_values.get(key, IGNORE_INDEX if key in label_keys else 0)
-    try:
-        np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    except TypeError:  # bfloat16 and friends: check as float32
-        np_dtype = np.dtype(np.float32)
+    np_dtype = _NUMPY_DTYPES.get(dtype)
+    if np_dtype is None:
+        try:
+            np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+        except TypeError:  # bfloat16 and friends: check as float32
+            np_dtype = np.dtype(np.float32)
+        _NUMPY_DTYPES[dtype] = np_dtype
     check_fill(fill, np_dtype, f"pad value {fill!r} for key {key!r}")
     return fill
 
 
-def _layout(packed: PackedBatch):
-    """Per-token flat destinations and per-token piece ids, vectorised."""
-    B, T = packed.shape
-    sizes = packed.sizes
-    piece = np.repeat(np.arange(sizes.size), sizes)
-    within = np.arange(piece.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    dst = (packed.rows * T + packed.offsets)[piece] + within
-    return piece, within, dst
+_NUMPY_DTYPES: dict = {}   # torch dtype -> the NumPy dtype its fill values are checked in
 
 
-def _cu_seqlens(packed: PackedBatch) -> np.ndarray:
+def _tensor_columns(samples: Sequence):
+    """The common case, read with C-level loops: dicts whose values are all 1-D CPU
+    tensors, one dtype per key and one length per sample.
+    ``(keys, {key: flat tensor (all samples back to back)}, lengths list)``, or
+    ``None``: the general path then reads (and checks) the samples one by one."""
+    s0 = samples[0]
+    if type(s0) is not dict or not s0:
+        return None
+    if any(type(v) is not torch.Tensor or v.dim() != 1 for v in s0.values()):
+        return None
+    keys = sorted(s0)
+    try:
+        columns = [list(map(operator.itemgetter(k), samples)) for k in keys]
+        if sum(map(len, samples)) != len(keys) * len(samples):
+            return None
+    except (KeyError, TypeError):
+        return None
+    flats, lengths = {}, None
+    for key, column in zip(keys, columns):
+        rows = cat_token_rows(column)
+        if rows is None or (lengths is not None and rows[1] != lengths):   # the general path names the sample
+            return None
+        flats[key], lengths = rows[0].detach(), rows[1]
+    return keys, flats, lengths
+
+
+def _general_columns(samples: Sequence):
+    """Any accepted samples: ``(keys, {key: flat tensor}, lengths list, split)``, where
+    ``split`` holds each sample's ``(token leaves, other leaves)``."""
+    split = [_split_sample(samples[0], 0, None)]
+    keys = sorted(split[0][0])
+    split += [_split_sample(s, i, keys) for i, s in enumerate(samples[1:], 1)]
+    lengths = [_sample_length(tok, i) for i, (tok, _) in enumerate(split)]
+    flats = {}
+    for key in keys:
+        parts = [tok[key] for tok, _ in split]
+        rest = tuple(parts[0].shape[1:])
+        for i, p in enumerate(parts):
+            if tuple(p.shape[1:]) != rest:
+                raise ValueError(f"sample {i} key {key!r} has shape {tuple(p.shape)}, but sample 0 has "
+                                 f"(L, {', '.join(map(str, rest))}); only the first axis may differ")
+        # empty lists read as float64: leave empty parts out of the dtype decision
+        flats[key] = torch.cat([p for p in parts if p.shape[0]] or parts)
+    return keys, flats, lengths, split
+
+
+def _row_fill(packed: PackedBatch) -> np.ndarray:
+    """int64 ``(B,)``: tokens in each row. :func:`pack_rows` lays the pieces out back
+    to back in sample order (rows in order, offsets 0, size, ...), so the samples'
+    tokens, concatenated, are the rows' contents without their padding tails."""
+    return np.bincount(packed.rows, weights=packed.sizes, minlength=packed.shape[0]).astype(np.int64)
+
+
+def _cu_seqlens(packed: PackedBatch, used: np.ndarray) -> np.ndarray:
     B, T = packed.shape
     starts = packed.rows * T + packed.offsets
-    used = np.bincount(packed.rows, weights=packed.sizes, minlength=B).astype(np.int64)
     pad_rows = np.flatnonzero(used < T)
     bounds = np.concatenate((starts, pad_rows * T + used[pad_rows]))
     bounds = bounds[np.argsort(bounds, kind="stable")]  # pieces before a padding tail at the same place
@@ -144,48 +197,45 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
         raise ValueError("collate_packed needs at least one sample, but got an empty batch")
     pad_values = dict(pad_values or {})
     label_keys = tuple(label_keys)
-    split = [_split_sample(samples[0], 0, None)]
-    keys = sorted(split[0][0])
-    split += [_split_sample(s, i, keys) for i, s in enumerate(samples[1:], 1)]
-    lengths = np.array([_sample_length(tok, i) for i, (tok, _) in enumerate(split)], dtype=np.int64)
+    fast = _tensor_columns(samples)
+    if fast is not None:
+        (keys, flats, lengths), split = fast, None
+    else:
+        keys, flats, lengths, split = _general_columns(samples)
+    lengths = np.array(lengths, dtype=np.int64)
     packed = pack_rows(lengths, shapes, overflow=overflow)
     B, T = packed.shape
-    piece, within, dst = _layout(packed)
-    dst_t = torch.from_numpy(dst)
+    used = _row_fill(packed)
+    rows = used.tolist()
 
     out: dict[str, Any] = {}
     for key in keys:
-        parts = [tok[key] for tok, _ in split]
-        rest = tuple(parts[0].shape[1:])
-        for i, p in enumerate(parts):
-            if tuple(p.shape[1:]) != rest:
-                raise ValueError(f"sample {i} key {key!r} has shape {tuple(p.shape)}, but sample 0 has "
-                                 f"(L, {', '.join(map(str, rest))}); only the first axis may differ")
-        # empty lists read as float64: leave empty parts out of the dtype decision
-        flat = torch.cat([p for p in parts if p.shape[0]] or parts)
+        flat = flats[key]
         fill = _fill_value(key, flat.dtype, pad_values, label_keys)
-        dense = torch.full((B * T, *rest), fill, dtype=flat.dtype)
-        dense[dst_t] = flat
+        dense, _ = pad_jagged(flat, rows, shape=(T,), fill=fill)
         if key in label_keys and mask_boundary_labels:
             first = packed.rows * T + packed.offsets
-            dense[torch.from_numpy(first[packed.sizes > 0])] = IGNORE_INDEX
-        out[key] = dense.view(B, T, *rest)
+            dense.view(B * T, *dense.shape[2:]).index_fill_(0, torch.from_numpy(first[packed.sizes > 0]),
+                                                            IGNORE_INDEX)
+        out[key] = dense
 
-    position = np.zeros(B * T, np.int64)
-    position[dst] = within + packed.starts[piece]
-    seg_in_row = np.arange(packed.rows.size) - packed.row_splits[packed.rows] + 1
-    segment = np.zeros(B * T, np.int32)
-    segment[dst] = seg_in_row[piece]
-    cu = _cu_seqlens(packed)
-    out["position_ids"] = torch.from_numpy(position.reshape(B, T))
-    out["segment_ids"] = torch.from_numpy(segment.reshape(B, T))
+    # per token of the flat stream: position within its sample, segment number in its row
+    P = packed.sizes.size
+    piece_start = np.cumsum(packed.sizes) - packed.sizes
+    position = np.arange(int(packed.sizes.sum()), dtype=np.int64) - np.repeat(piece_start - packed.starts,
+                                                                               packed.sizes)
+    seg_in_row = (np.arange(P) - packed.row_splits[packed.rows] + 1).astype(np.int32)
+    segment = np.repeat(seg_in_row, packed.sizes)
+    cu = _cu_seqlens(packed, used)
+    out["position_ids"] = torch.from_numpy(pad_jagged(position, rows, shape=(T,))[0])
+    out["segment_ids"] = torch.from_numpy(pad_jagged(segment, rows, shape=(T,))[0])
     out["cu_seqlens"] = torch.from_numpy(cu)
     out["max_seqlen"] = int(np.diff(cu).max())
     if attention_mask:
         seg = out["segment_ids"]
         out["attention_mask"] = seg[:, :, None] == seg[:, None, :]
     out["lengths"] = torch.from_numpy(lengths)
-    for key in sorted({k for _, o in split for k in o}):
+    for key in sorted({k for _, o in split or () for k in o}):
         values = [o.get(key) for _, o in split]
         try:
             out[key] = torch.as_tensor(np.asarray(values)) if all(
