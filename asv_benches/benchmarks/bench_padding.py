@@ -12,6 +12,8 @@ references):
   reference's (lower is better, at most 1 is the target);
 * ``PadBatchFrames`` -- ragged ``(T_i, 80)`` float32 spectrogram frames -> ``(B, T, 80)``;
 * ``PadBatchInto`` -- the copy alone, into a preallocated ``out=`` buffer;
+* ``PadJagged``    -- rows stored back to back -> ``(B, T)``; references: torch's
+  jagged nested tensor ``to_padded_tensor`` and ``pad_sequence`` of the rows' views;
 * ``PadTo``        -- one array up to a shape; reference ``np.pad``;
 * ``Tile`` / ``Untile`` -- ``(..., M, N) <-> (..., gm, gn, tm, tn)``; reference
   ``np.pad`` + reshape + transpose (+ copy to contiguous); ``peakmem_`` shows the
@@ -260,6 +262,49 @@ class PadBatchInto:
             out[...] = 0
             for i, s in enumerate(self.samples):
                 out[i, : len(s)] = s
+
+
+def _jagged_runner(library: str, lengths: list):
+    """``run(values) -> (B, T)`` for rows stored back to back in int64 ``values``."""
+    if library == "dyntile":
+        return lambda values: dyntile.pad_jagged(values, lengths)[0]
+    t = _torch()
+    if library == "torch-nested":       # a jagged nested tensor, then its dense padding
+        offsets = t.from_numpy(np.concatenate(([0], np.cumsum(lengths))))
+        return lambda values: t.nested.nested_tensor_from_jagged(values, offsets=offsets).to_padded_tensor(0)
+    if library == "torch-pad-sequence":  # views of each row, then pad_sequence
+        return lambda values: t.nn.utils.rnn.pad_sequence(list(values.split(lengths)), batch_first=True)
+    raise ValueError(f"unknown library {library!r}")
+
+
+class PadJagged:
+    """Rows stored back to back (``torch.cat`` of the samples, a packed token stream)
+    -> ``(B, T)``: ``dyntile.pad_jagged`` against torch's jagged nested tensor
+    (``nested_tensor_from_jagged(...).to_padded_tensor``) and ``pad_sequence`` of the
+    rows' views. int64 CPU tensors, ``BxL`` batch x mean length."""
+
+    params = [["dyntile", "torch-nested", "torch-pad-sequence"], ["64x200", "16x2000"]]
+    param_names = ["library", "batch"]
+
+    def setup(self, library, batch):
+        t = _torch()
+        b, mean = (int(v) for v in batch.split("x"))
+        rng = np.random.default_rng(SEED)
+        lengths = _lengths(b, mean, rng).tolist()
+        self.run = _jagged_runner(library, lengths)
+        starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+        buf = t.from_numpy(rng.integers(1, 30000, sum(lengths) + PAGE))
+        for shift in range(0, PAGE // 8, ALIGN // 8):   # keep every row off the 4K-aliasing offset
+            self.values = buf[shift:shift + sum(lengths)]
+            out = self.run(self.values)
+            src = self.values.data_ptr() + 8 * starts
+            dst = out.data_ptr() + out.stride(0) * 8 * np.arange(b)
+            if not ((dst - src) % PAGE == BAD_DELTA).any():
+                return
+        raise RuntimeError("could not place the rows away from the 4K-aliasing offset")
+
+    def time_pad_jagged(self, library, batch):
+        self.run(self.values)
 
 
 class PadTo:
