@@ -3,8 +3,9 @@
 
 Tokenizers hand out token ids as Python lists of ints. Turning each list into an
 array first (``numpy.asarray``: ~1 us per list plus ~20 ns per element) costs far
-more than the padding. :func:`pad_ints` reads lists of ints in one pass;
-:func:`scan` + :func:`pad_into` handle bools, floats and mixes in two. Only *exact*
+more than the padding. :func:`pad_ints` reads lists of ints in one pass (and
+:func:`concat_ints` puts them back to back, unpadded); :func:`scan` +
+:func:`pad_into` handle bools, floats and mixes in two. Only *exact*
 Python numbers qualify (no NumPy scalars, no int subclasses): anything else makes
 them answer ``None`` and the caller takes its general, explaining path.
 """
@@ -171,3 +172,43 @@ def pad_ints(list samples, size_of, unsigned long long fill_bits, bint left):
                 return None
         dst += T
     return out, lengths
+
+
+def concat_ints(list samples):
+    """Lists of exact Python ints, back to back: ``(values int64 (N,), lengths int64 (B,))``
+    in one pass, or ``None`` as soon as a sample is not a list or an element is
+    anything else (a bool, a float, an int outside int64, another type).
+    """
+    cdef Py_ssize_t n = len(samples), i, j, m, total = 0
+    cdef cnp.npy_intp dim = n
+    cdef int overflow = 0
+    cdef PyObject* v
+    cdef list row
+    lengths = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
+    cdef int64_t* lens = <int64_t*>cnp.PyArray_DATA(lengths)
+    for i in range(n):
+        obj = <object>PyList_GET_ITEM(samples, i)
+        if not PyList_CheckExact(obj):
+            return None
+        lens[i] = PyList_GET_SIZE(obj)
+        total += lens[i]
+    dim = total
+    values = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
+    cdef int64_t* dst = <int64_t*>cnp.PyArray_DATA(values)
+    if PyList_GET_SIZE(samples) != n:    # allocating may run a collection (finalizers): re-check
+        raise RuntimeError("the list of samples changed while being read")
+    for i in range(n):
+        obj = <object>PyList_GET_ITEM(samples, i)
+        if not PyList_CheckExact(obj) or PyList_GET_SIZE(obj) != lens[i]:
+            raise RuntimeError(f"sample {i} changed while being read")
+        row = <list>obj
+        m = lens[i]
+        for j in range(m):
+            v = PyList_GET_ITEM(row, j)
+            if not PyLong_CheckExact(<object>v):
+                return None
+            dst[j] = PyLong_AsLongLongAndOverflow(<object>v, &overflow)
+            if overflow:
+                return None
+        dst += m
+    return values, lengths
