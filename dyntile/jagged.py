@@ -1,10 +1,13 @@
-"""Jagged API: rows stored back to back (``values`` + ``lengths``) -> one dense, padded batch.
+"""Jagged API: samples <-> rows stored back to back (``values`` + ``lengths``) -> a padded batch.
 
 The layout ``torch.cat`` of a batch's samples gives, and the one FBGEMM's jagged
 tensors and packed token streams use: ``values`` ``(N, *rest)`` holds ``B`` rows, row
-``i`` being the next ``lengths[i]`` entries along axis 0. :func:`pad_jagged` is the
-padded inverse of that ``cat``: one allocation and one copy kernel
-(:func:`dyntile.cpu.pad.pad_flat_rows`), no per-row array objects.
+``i`` being the next ``lengths[i]`` entries along axis 0.
+
+* :func:`concat_rows` -- samples (lists of numbers, arrays, tensors) -> that form;
+  token-id lists and 1-D tensors in one C-level pass;
+* :func:`pad_jagged` -- that form -> ``(B, T, *rest)``: one allocation and one copy
+  kernel (:func:`dyntile.cpu.pad.pad_flat_rows`), no per-row array objects.
 """
 from __future__ import annotations
 
@@ -16,13 +19,61 @@ import numpy as np
 
 from dyntile import shapes as _shapes
 from dyntile.arrays import as_numpy, wrap_like
+from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import is_torch_tensor
 from dyntile.fill import kernel_fill_bits
-from dyntile.padding import _check_side, pad_batch
+from dyntile.padding import _as_list, _check_side, _normalize, cat_token_rows, pad_batch
 from dyntile.threads import copy_threads
 
-__all__ = ["pad_jagged"]
+__all__ = ["concat_rows", "pad_jagged"]
+
+
+def concat_rows(samples):
+    """Put ``B`` samples back to back along axis 0: ``(values, lengths)``.
+
+    Parameters
+    ----------
+    samples : sequence of ``B`` arrays ``(L_i, *rest)``
+        Lists of numbers, NumPy arrays or CPU torch tensors, with one ``rest``. Types
+        follow :func:`pad_batch`: the common dtype, lists weakly typed (bool, int64
+        or float64 by their values; an empty list has no type).
+
+    Returns
+    -------
+    values : ``(sum L_i, *rest)`` (torch if any sample is a tensor).
+    lengths : int64 ``(B,)`` (a tensor for torch output).
+
+    The jagged form :func:`pad_jagged` takes: ``pad_jagged(*concat_rows(s))`` pads
+    like ``pad_batch(s)``. Lists of Python ints and 1-D CPU tensors of one dtype are
+    read in one C-level pass.
+
+    >>> values, lengths = concat_rows([[1, 2, 3], [], [4, 5]])
+    >>> values, lengths
+    (array([1, 2, 3, 4, 5]), array([3, 0, 2]))
+    """
+    samples = _as_list(samples)
+    if not samples:
+        raise ValueError("concat_rows needs at least one sample, but got an empty sequence")
+    x0 = samples[0]
+    if type(x0) is list:
+        hit = _number_lists.concat_ints(samples)
+        if hit is not None:
+            return hit
+    elif is_torch_tensor(x0) and x0.dim() == 1:
+        hit = cat_token_rows(samples)
+        if hit is not None:
+            torch = sys.modules["torch"]
+            return hit[0].detach(), torch.tensor(hit[1], dtype=torch.int64)
+    arrays, shapes, _, torch_like, token = _normalize(samples, None)
+    bad = np.flatnonzero((shapes[:, 1:] != shapes[0, 1:]).any(axis=1))
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"sample {i} has shape {tuple(shapes[i].tolist())}, but sample 0 has (L, "
+                         f"{', '.join(map(str, shapes[0, 1:]))}); only the first axis may differ")
+    lengths = shapes[:, 0].copy()
+    values = wrap_like(np.concatenate(arrays), torch_like, token)
+    return values, (sys.modules["torch"].from_numpy(lengths) if torch_like else lengths)
 
 
 def _row_lengths(lengths) -> list:

@@ -65,7 +65,7 @@ def _normalize(samples: list, dtype, promote: bool = True):
                                 f"the torch samples before it; cast them to one dtype")
             torch_like, token = True, tok
         if a.ndim == 0:
-            raise ValueError(f"sample {i} is a scalar (0-d, value {a.item()!r}); pad_batch pads arrays of "
+            raise ValueError(f"sample {i} is a scalar (0-d, value {a.item()!r}); samples are arrays of "
                              f"at least 1 dimension (use numpy.stack for scalars)")
         if ndim is None:
             ndim = a.ndim

@@ -113,3 +113,52 @@ def test_non_native_byte_order():
 def test_bad_input(values, lengths, kw, exc, match):
     with pytest.raises(exc, match=match):
         dt.pad_jagged(values, lengths, **kw)
+
+
+# --------------------------------------------------------------------------- concat_rows
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(0, 12), min_size=1, max_size=10),
+       kind=st.sampled_from(["int-lists", "float-lists", "numpy", "torch", "torch-2d"]))
+def test_concat_rows_matches_concatenate_and_round_trips(lengths, kind):
+    rng = np.random.default_rng(sum(lengths))
+    arrays = [rng.integers(-2 ** 40, 2 ** 40, (n, 3) if kind == "torch-2d" else n) for n in lengths]
+    if kind == "float-lists":
+        samples = [(a / 7).tolist() for a in arrays]
+    elif kind == "int-lists":
+        samples = [a.tolist() for a in arrays]
+    elif kind == "numpy":
+        samples = [a[::-1] for a in arrays]                     # negative strides
+    else:
+        samples = [torch.from_numpy(a) for a in arrays]
+    values, out_lengths = dt.concat_rows(samples)
+    expect = np.concatenate([np.asarray(s, dtype=np.float64 if kind == "float-lists" else np.int64) for s in samples])
+    assert isinstance(values, torch.Tensor) == kind.startswith("torch")
+    np.testing.assert_array_equal(np.asarray(values), expect)
+    assert np.asarray(out_lengths).tolist() == lengths
+    batch, _ = dt.pad_jagged(values, out_lengths, multiple=4, fill=-1)   # the round trip pad_batch makes
+    np.testing.assert_array_equal(np.asarray(batch), np.asarray(dt.pad_batch(samples, multiple=4, fill=-1, axes=0)[0]))
+
+
+def test_concat_rows_types_follow_pad_batch():
+    assert dt.concat_rows([[1, 2], [True]])[0].dtype == np.int64             # bools join ints
+    assert dt.concat_rows([[1], [], [2.5]])[0].dtype == np.float64
+    assert dt.concat_rows([[], []])[0].dtype == np.int64                     # empty lists: no type
+    assert dt.concat_rows([np.arange(2, dtype=np.int16), [3]])[0].dtype == np.int16
+    values, lengths = dt.concat_rows([torch.arange(2, dtype=torch.int32), torch.arange(3)])
+    assert values.dtype == torch.int64 and lengths.tolist() == [2, 3]     # tensors promote like pad_batch
+    values, _ = dt.concat_rows([torch.zeros(2, dtype=torch.bfloat16), torch.ones(1, dtype=torch.bfloat16)])
+    assert values.dtype == torch.bfloat16 and values.tolist() == [0, 0, 1]
+
+
+@pytest.mark.parametrize("samples, exc, match", [
+    ([], ValueError, "at least one sample"),
+    ([np.zeros((2, 3)), np.zeros((1, 4))], ValueError, r"sample 1 has shape \(1, 4\).*only the first axis"),
+    ([[1], 3], ValueError, "sample 1 is a scalar"),
+    ([[1], ["a"]], TypeError, "not a numeric array"),
+    ([np.zeros(2), np.zeros((2, 2))], ValueError, "same number of dimensions"),
+])
+def test_concat_rows_bad_input(samples, exc, match):
+    with pytest.raises(exc, match=match):
+        dt.concat_rows(samples)
