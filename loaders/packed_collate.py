@@ -3,9 +3,9 @@
 The samples arrive in the order a :class:`~loaders.packing_sampler.PackingBatchSampler`
 yields them; :func:`dyntile.planning.packing.pack_rows` (the decoder of the packer
 the sampler used) recovers the rows from their lengths, so the layout here is the
-sampler's layout. Each ragged leaf is copied with one ``cat`` and one
-:func:`dyntile.pad_jagged` (the pieces lie back to back in the rows, so the
-concatenated samples are the rows' contents without their padding tails).
+sampler's layout. Each ragged leaf takes one :func:`dyntile.concat_rows` (its samples
+back to back) and one :func:`dyntile.pad_jagged`: the pieces lie back to back in
+the rows, so the concatenated samples are the rows' contents without their tails.
 
 Output (``n`` samples, ``B`` rows of ``T`` tokens; ``P`` pieces = samples, or chunks
 of split samples):
@@ -42,9 +42,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from dyntile import pad_jagged
+from dyntile import concat_rows, pad_jagged
 from dyntile.fill import check_fill
-from dyntile.padding import cat_token_rows
 from dyntile.planning.packing import PackedBatch, pack_rows
 
 __all__ = ["collate_packed"]
@@ -61,27 +60,15 @@ def _is_token_leaf(v) -> bool:
     return isinstance(v, (list, tuple))
 
 
-def _as_tensor(v, i: int, key: str) -> torch.Tensor:
-    if isinstance(v, torch.Tensor):
-        return v.detach()
-    try:
-        t = torch.as_tensor(np.asarray(v) if not isinstance(v, np.ndarray) else v)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"sample {i} key {key!r}: expected a 1-D sequence of numbers, but got "
-                        f"{type(v).__name__} ({e})") from None
-    return t
-
-
 def _split_sample(s, i: int, token_keys: list | None):
     """``(token leaves, other leaves)`` of sample ``i`` (a dict, or one bare sequence)."""
     if type(s) is not dict and not isinstance(s, Mapping):
         if not _is_token_leaf(s):
             raise TypeError(f"sample {i} should be a dict or a 1-D sequence of tokens, but got {type(s).__name__}")
-        return {_DEFAULT_KEY: _as_tensor(s, i, _DEFAULT_KEY)}, {}
+        return {_DEFAULT_KEY: s}, {}
     tokens, other = {}, {}
     for k, v in s.items():
         (tokens if _is_token_leaf(v) else other)[k] = v
-    tokens = {k: _as_tensor(v, i, k) for k, v in tokens.items()}
     if token_keys is not None and sorted(tokens) != token_keys:
         raise KeyError(f"sample {i} has token keys {sorted(tokens)}, but sample 0 has {token_keys}")
     if not tokens:
@@ -89,11 +76,41 @@ def _split_sample(s, i: int, token_keys: list | None):
     return tokens, other
 
 
-def _sample_length(tokens: dict, i: int) -> int:
-    lens = {k: int(t.shape[0]) for k, t in tokens.items()}
-    if len(set(lens.values())) > 1:
-        raise ValueError(f"sample {i}: token keys should have one length, but got {lens}")
-    return next(iter(lens.values()))
+def _token_columns(samples: Sequence):
+    """The common case, read with C-level loops: dicts whose values are all token
+    sequences (lists, arrays, tensors) under one set of keys. ``(keys, columns)``, or
+    ``None``: the general path then reads (and checks) the samples one by one."""
+    s0 = samples[0]
+    if type(s0) is not dict or not s0 or not all(map(_is_token_leaf, s0.values())):
+        return None
+    keys = sorted(s0)
+    try:
+        columns = [list(map(operator.itemgetter(k), samples)) for k in keys]
+        if sum(map(len, samples)) != len(keys) * len(samples):
+            return None
+    except (KeyError, TypeError):
+        return None
+    return keys, columns
+
+
+def _flat_tokens(keys: list, columns: list) -> tuple[dict, list]:
+    """``({key: values tensor (N, *rest)}, lengths)``: each key's samples back to back
+    (:func:`dyntile.concat_rows`), every key with the same length per sample."""
+    flats, lens_of = {}, {}
+    for key, column in zip(keys, columns):
+        try:
+            values, lens = concat_rows(column)
+        except (TypeError, ValueError) as e:
+            raise type(e)(f"key {key!r}: {e}") from None
+        flats[key] = torch.from_numpy(values) if isinstance(values, np.ndarray) else values
+        lens_of[key] = lens.tolist()
+    lengths = lens_of[keys[0]]
+    for key in keys[1:]:
+        if lens_of[key] != lengths:
+            i = next(i for i, (a, b) in enumerate(zip(lens_of[key], lengths)) if a != b)
+            raise ValueError(f"sample {i}: token keys should have one length, but got "
+                             f"{ {k: lens[i] for k, lens in lens_of.items()} }")
+    return flats, lengths
 
 
 def _fill_value(key: str, dtype: torch.dtype, pad_values: Mapping, label_keys) -> Any:
@@ -110,52 +127,6 @@ def _fill_value(key: str, dtype: torch.dtype, pad_values: Mapping, label_keys) -
 
 
 _NUMPY_DTYPES: dict = {}   # torch dtype -> the NumPy dtype its fill values are checked in
-
-
-def _tensor_columns(samples: Sequence):
-    """The common case, read with C-level loops: dicts whose values are all 1-D CPU
-    tensors, one dtype per key and one length per sample.
-    ``(keys, {key: flat tensor (all samples back to back)}, lengths list)``, or
-    ``None``: the general path then reads (and checks) the samples one by one."""
-    s0 = samples[0]
-    if type(s0) is not dict or not s0:
-        return None
-    if any(type(v) is not torch.Tensor or v.dim() != 1 for v in s0.values()):
-        return None
-    keys = sorted(s0)
-    try:
-        columns = [list(map(operator.itemgetter(k), samples)) for k in keys]
-        if sum(map(len, samples)) != len(keys) * len(samples):
-            return None
-    except (KeyError, TypeError):
-        return None
-    flats, lengths = {}, None
-    for key, column in zip(keys, columns):
-        rows = cat_token_rows(column)
-        if rows is None or (lengths is not None and rows[1] != lengths):   # the general path names the sample
-            return None
-        flats[key], lengths = rows[0].detach(), rows[1]
-    return keys, flats, lengths
-
-
-def _general_columns(samples: Sequence):
-    """Any accepted samples: ``(keys, {key: flat tensor}, lengths list, split)``, where
-    ``split`` holds each sample's ``(token leaves, other leaves)``."""
-    split = [_split_sample(samples[0], 0, None)]
-    keys = sorted(split[0][0])
-    split += [_split_sample(s, i, keys) for i, s in enumerate(samples[1:], 1)]
-    lengths = [_sample_length(tok, i) for i, (tok, _) in enumerate(split)]
-    flats = {}
-    for key in keys:
-        parts = [tok[key] for tok, _ in split]
-        rest = tuple(parts[0].shape[1:])
-        for i, p in enumerate(parts):
-            if tuple(p.shape[1:]) != rest:
-                raise ValueError(f"sample {i} key {key!r} has shape {tuple(p.shape)}, but sample 0 has "
-                                 f"(L, {', '.join(map(str, rest))}); only the first axis may differ")
-        # empty lists read as float64: leave empty parts out of the dtype decision
-        flats[key] = torch.cat([p for p in parts if p.shape[0]] or parts)
-    return keys, flats, lengths, split
 
 
 def _row_fill(packed: PackedBatch) -> np.ndarray:
@@ -197,11 +168,15 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
         raise ValueError("collate_packed needs at least one sample, but got an empty batch")
     pad_values = dict(pad_values or {})
     label_keys = tuple(label_keys)
-    fast = _tensor_columns(samples)
+    fast = _token_columns(samples)
     if fast is not None:
-        (keys, flats, lengths), split = fast, None
+        (keys, columns), split = fast, None
     else:
-        keys, flats, lengths, split = _general_columns(samples)
+        split = [_split_sample(samples[0], 0, None)]
+        keys = sorted(split[0][0])
+        split += [_split_sample(s, i, keys) for i, s in enumerate(samples[1:], 1)]
+        columns = [[tok[key] for tok, _ in split] for key in keys]
+    flats, lengths = _flat_tokens(keys, columns)
     lengths = np.array(lengths, dtype=np.int64)
     packed = pack_rows(lengths, shapes, overflow=overflow)
     B, T = packed.shape

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dyntile.planning.packing import pack_rows
-from loaders.packed_collate import _tensor_columns, collate_packed
+from loaders.packed_collate import _token_columns, collate_packed
 from loaders.packing_sampler import PackingBatchSampler
 
 
@@ -71,26 +71,32 @@ def test_dense_and_metadata_match_reference(lengths, shapes, overflow):
     assert out["lengths"].tolist() == list(lengths)
 
 
-def test_tensor_dicts_take_the_fast_route_with_the_same_result():
-    """Dicts of 1-D tensors (read with C-level loops) give what the general route gives."""
+def test_dicts_of_tensors_arrays_and_lists_give_one_result():
+    """Dicts of token sequences go column by column (C-level reads); every kind of
+    leaf gives the same batch, and a dict with other leaves takes the general route."""
     rng = np.random.default_rng(3)
     seqs = ragged([5, 0, 7, 3, 8, 2], seed=3)
-    as_np = [{"input_ids": s, "labels": s.copy(), "w": rng.standard_normal(len(s)).astype(np.float32)} for s in seqs]
+    as_np = [{"input_ids": s, "labels": s.copy(), "w": rng.standard_normal(len(s))} for s in seqs]
     as_torch = [{k: torch.from_numpy(v) for k, v in d.items()} for d in as_np]
-    assert _tensor_columns(as_torch) is not None and _tensor_columns(as_np) is None  # the two routes
-    slow, fast = (collate_packed(x, [(6, 8)], attention_mask=True) for x in (as_np, as_torch))
-    assert slow.keys() == fast.keys()
-    for k in slow:
-        if isinstance(slow[k], torch.Tensor):
-            assert slow[k].dtype == fast[k].dtype and torch.equal(slow[k], fast[k]), k
-    assert slow["max_seqlen"] == fast["max_seqlen"] and slow["packing"].same_as(fast["packing"])
-    # a tensor of another dtype or length in one sample leaves the fast route: same promotion, same errors
+    as_lists = [{k: v.tolist() for k, v in d.items()} for d in as_np]
+    assert all(_token_columns(x) is not None for x in (as_np, as_torch, as_lists))
+    assert _token_columns([dict(d, id=i) for i, d in enumerate(as_np)]) is None
+    outs = [collate_packed(x, [(6, 8)], attention_mask=True) for x in (as_np, as_torch, as_lists)]
+    for out in outs[1:]:
+        assert out.keys() == outs[0].keys()
+        for k, v in outs[0].items():
+            if isinstance(v, torch.Tensor):
+                assert v.dtype == out[k].dtype and torch.equal(v, out[k]), k
+        assert out["max_seqlen"] == outs[0]["max_seqlen"] and out["packing"].same_as(outs[0]["packing"])
+    # a tensor of another dtype in one sample promotes; another length is named
     mixed = [dict(d) for d in as_torch]
     mixed[2]["input_ids"] = mixed[2]["input_ids"].to(torch.int32)
     assert collate_packed(mixed, [(6, 8)])["input_ids"].dtype == torch.int64
     mixed[4]["labels"] = mixed[4]["labels"][:-1]
     with pytest.raises(ValueError, match="sample 4: token keys should have one length"):
         collate_packed(mixed, [(6, 8)])
+    with pytest.raises(ValueError, match="key 'input_ids': sample 1 is a scalar"):
+        collate_packed([{"input_ids": [1, 2]}, {"input_ids": 3}], [(6, 8)])
 
 
 def test_inputs_of_every_kind():
@@ -100,12 +106,13 @@ def test_inputs_of_every_kind():
                [7, 8, 9],                           # list
                np.zeros(0, np.int32)]               # zero-size
     out = collate_packed(samples, [(2, 8)])
-    assert out["input_ids"].dtype == torch.int64  # int32 arrays + a list of Python ints promote
+    # lists are weakly typed, as in pad_batch and DynTileCollate: small ints join int32 arrays
+    assert out["input_ids"].dtype == torch.int32
     as_np = [np.asarray(s, dtype=np.int64) for s in samples]
     np.testing.assert_array_equal(out["input_ids"].numpy(), reference_dense(as_np, out["packing"], 0))
     assert out["lengths"].tolist() == [5, 4, 3, 0]
-    same = collate_packed(samples[:2], [(2, 8)])
-    assert same["input_ids"].dtype == torch.int32
+    with pytest.raises(TypeError, match="key 'input_ids': sample 2 .* int32 cannot store"):
+        collate_packed(samples[:2] + [[2 ** 40]], [(2, 8)])         # nothing is silently cut
 
 
 def test_multidim_token_keys_and_other_leaves():
