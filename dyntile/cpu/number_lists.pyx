@@ -125,27 +125,61 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
     return -1
 
 
-def pad_ints(list samples, size_of, unsigned long long fill_bits, bint left):
-    """One pass for the common case, lists of exact Python ints (token ids): returns
-    ``(out int64 (B, T), lengths int64 (B,))`` with ``T = size_of(longest)``, or
-    ``None`` as soon as an element is anything else (a bool, a float, an int outside
-    int64, another type) or a sample is not a list: the caller then :func:`scan`\\ s.
-    """
-    cdef Py_ssize_t n = len(samples), i, j, m, lo, T, maxlen = 0
-    cdef cnp.npy_intp dims[2]
-    cdef int overflow = 0
-    cdef PyObject* v
-    cdef list row
-    dims[0] = n
-    lengths = cnp.PyArray_EMPTY(1, dims, cnp.NPY_INT64, 0)
+cdef object _list_lengths(list samples):
+    """int64 ``(B,)`` sizes of ``samples``, or ``None`` if one is not an exact list."""
+    cdef Py_ssize_t n = len(samples), i
+    cdef cnp.npy_intp dim = n
+    lengths = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
     cdef int64_t* lens = <int64_t*>cnp.PyArray_DATA(lengths)
     for i in range(n):
         obj = <object>PyList_GET_ITEM(samples, i)
         if not PyList_CheckExact(obj):
             return None
         lens[i] = PyList_GET_SIZE(obj)
-        if lens[i] > maxlen:
-            maxlen = lens[i]
+    return lengths
+
+
+cdef inline list _unchanged_row(list samples, Py_ssize_t i, int64_t size):
+    """Sample ``i``, checked again after Python code ran (an allocation, ``size_of``):
+    another thread or a finalizer may have replaced or resized it."""
+    obj = <object>PyList_GET_ITEM(samples, i)
+    if not PyList_CheckExact(obj) or PyList_GET_SIZE(obj) != size:
+        raise RuntimeError(f"sample {i} changed while being read")
+    return <list>obj
+
+
+cdef inline bint _read_ints(list row, Py_ssize_t m, int64_t* dst) noexcept:
+    """``dst[:m]`` = the exact Python ints of ``row``; False at the first other element
+    (a bool, a float, an int outside int64...). Runs no Python code."""
+    cdef Py_ssize_t j
+    cdef int overflow = 0
+    cdef PyObject* v
+    for j in range(m):
+        v = PyList_GET_ITEM(row, j)
+        if not PyLong_CheckExact(<object>v):
+            return False
+        dst[j] = PyLong_AsLongLongAndOverflow(<object>v, &overflow)
+        if overflow:
+            return False
+    return True
+
+
+def pad_ints(list samples, size_of, unsigned long long fill_bits, bint left):
+    """One pass for the common case, lists of exact Python ints (token ids): returns
+    ``(out int64 (B, T), lengths int64 (B,))`` with ``T = size_of(longest)``, or
+    ``None`` as soon as an element is anything else (a bool, a float, an int outside
+    int64, another type) or a sample is not a list: the caller then :func:`scan`\\ s.
+    """
+    cdef Py_ssize_t n = len(samples), i, m, lo, T, maxlen = 0
+    cdef cnp.npy_intp dims[2]
+    cdef list row
+    lengths = _list_lengths(samples)
+    if lengths is None:
+        return None
+    cdef int64_t* lens = <int64_t*>cnp.PyArray_DATA(lengths)
+    for i in range(n):
+        maxlen = max(maxlen, lens[i])
+    dims[0] = n
     T = size_of(maxlen)
     if T < maxlen:
         raise ValueError(f"padded length {T} is shorter than the longest sample ({maxlen})")
@@ -153,23 +187,15 @@ def pad_ints(list samples, size_of, unsigned long long fill_bits, bint left):
     out = cnp.PyArray_EMPTY(2, dims, cnp.NPY_INT64, 0)
     cdef int64_t* dst = <int64_t*>cnp.PyArray_DATA(out)
     if PyList_GET_SIZE(samples) != n:    # size_of ran Python code: another thread may have changed the lists
-        raise RuntimeError("the list of samples changed while being padded")
+        raise RuntimeError("the list of samples changed while being read")
     for i in range(n):
-        obj = <object>PyList_GET_ITEM(samples, i)
-        if not PyList_CheckExact(obj) or PyList_GET_SIZE(obj) != lens[i]:
-            raise RuntimeError(f"sample {i} changed while being padded")
-        row = <list>obj
+        row = _unchanged_row(samples, i, lens[i])
         m = lens[i]
         lo = T - m if left else 0
         fill_n(<uint64_t*>dst, lo, fill_bits)
         fill_n(<uint64_t*>dst + lo + m, T - lo - m, fill_bits)
-        for j in range(m):
-            v = PyList_GET_ITEM(row, j)
-            if not PyLong_CheckExact(<object>v):
-                return None
-            dst[lo + j] = PyLong_AsLongLongAndOverflow(<object>v, &overflow)
-            if overflow:
-                return None
+        if not _read_ints(row, m, dst + lo):
+            return None
         dst += T
     return out, lengths
 
@@ -179,18 +205,14 @@ def concat_ints(list samples):
     in one pass, or ``None`` as soon as a sample is not a list or an element is
     anything else (a bool, a float, an int outside int64, another type).
     """
-    cdef Py_ssize_t n = len(samples), i, j, m, total = 0
-    cdef cnp.npy_intp dim = n
-    cdef int overflow = 0
-    cdef PyObject* v
+    cdef Py_ssize_t n = len(samples), i, total = 0
+    cdef cnp.npy_intp dim
     cdef list row
-    lengths = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
+    lengths = _list_lengths(samples)
+    if lengths is None:
+        return None
     cdef int64_t* lens = <int64_t*>cnp.PyArray_DATA(lengths)
     for i in range(n):
-        obj = <object>PyList_GET_ITEM(samples, i)
-        if not PyList_CheckExact(obj):
-            return None
-        lens[i] = PyList_GET_SIZE(obj)
         total += lens[i]
     dim = total
     values = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
@@ -198,17 +220,8 @@ def concat_ints(list samples):
     if PyList_GET_SIZE(samples) != n:    # allocating may run a collection (finalizers): re-check
         raise RuntimeError("the list of samples changed while being read")
     for i in range(n):
-        obj = <object>PyList_GET_ITEM(samples, i)
-        if not PyList_CheckExact(obj) or PyList_GET_SIZE(obj) != lens[i]:
-            raise RuntimeError(f"sample {i} changed while being read")
-        row = <list>obj
-        m = lens[i]
-        for j in range(m):
-            v = PyList_GET_ITEM(row, j)
-            if not PyLong_CheckExact(<object>v):
-                return None
-            dst[j] = PyLong_AsLongLongAndOverflow(<object>v, &overflow)
-            if overflow:
-                return None
-        dst += m
+        row = _unchanged_row(samples, i, lens[i])
+        if not _read_ints(row, lens[i], dst):
+            return None
+        dst += lens[i]
     return values, lengths
