@@ -84,9 +84,9 @@ def _row_lengths(lengths) -> list:
             raise TypeError(f"lengths should be a 1-D sequence of integers, but got shape {arr.shape} "
                             f"and dtype {arr.dtype}")
         lengths = arr.tolist()
-    for i, n in enumerate(lengths):
-        if n < 0:
-            raise ValueError(f"lengths[{i}] is negative ({n})")
+    if lengths and min(lengths) < 0:
+        i = next(i for i, n in enumerate(lengths) if n < 0)
+        raise ValueError(f"lengths[{i}] is negative ({lengths[i]})")
     return lengths
 
 

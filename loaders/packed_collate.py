@@ -43,7 +43,6 @@ import numpy as np
 import torch
 
 from dyntile import concat_rows, pad_jagged
-from dyntile.fill import check_fill
 from dyntile.planning.packing import PackedBatch, pack_rows
 
 __all__ = ["collate_packed"]
@@ -113,22 +112,6 @@ def _flat_tokens(keys: list, columns: list) -> tuple[dict, list]:
     return flats, lengths
 
 
-def _fill_value(key: str, dtype: torch.dtype, pad_values: Mapping, label_keys) -> Any:
-    fill = pad_values.get(key, IGNORE_INDEX if key in label_keys else 0)
-    np_dtype = _NUMPY_DTYPES.get(dtype)
-    if np_dtype is None:
-        try:
-            np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-        except TypeError:  # bfloat16 and friends: check as float32
-            np_dtype = np.dtype(np.float32)
-        _NUMPY_DTYPES[dtype] = np_dtype
-    check_fill(fill, np_dtype, f"pad value {fill!r} for key {key!r}")
-    return fill
-
-
-_NUMPY_DTYPES: dict = {}   # torch dtype -> the NumPy dtype its fill values are checked in
-
-
 def _row_fill(packed: PackedBatch) -> np.ndarray:
     """int64 ``(B,)``: tokens in each row. :func:`pack_rows` lays the pieces out back
     to back in sample order (rows in order, offsets 0, size, ...), so the samples'
@@ -185,9 +168,11 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
 
     out: dict[str, Any] = {}
     for key in keys:
-        flat = flats[key]
-        fill = _fill_value(key, flat.dtype, pad_values, label_keys)
-        dense, _ = pad_jagged(flat, rows, shape=(T,), fill=fill)
+        fill = pad_values.get(key, IGNORE_INDEX if key in label_keys else 0)
+        try:
+            dense, _ = pad_jagged(flats[key], rows, shape=(T,), fill=fill)
+        except (TypeError, ValueError) as e:                       # a fill the dtype cannot hold
+            raise type(e)(f"pad value {fill!r} for key {key!r}: {e}") from None
         if key in label_keys and mask_boundary_labels:
             first = packed.rows * T + packed.offsets
             dense.view(B * T, *dense.shape[2:]).index_fill_(0, torch.from_numpy(first[packed.sizes > 0]),
