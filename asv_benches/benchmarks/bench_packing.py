@@ -64,9 +64,13 @@ class SamplerEpoch:
 
 
 class CollateEpoch:
-    """Collating an epoch of real token sequences: dyntile packed vs HF flattening."""
+    """Collating an epoch of real token sequences: dyntile packed vs HF flattening.
 
-    params = (["dyntile", "hf_flattening"],)
+    Every library gets the same samples, built in ``setup``: dicts of ``input_ids`` as
+    Python lists, as a tokenizer or a Hugging Face dataset yields them
+    (``dyntile-tensors``: the same ids as 1-D tensors, as a torch ``Dataset`` may)."""
+
+    params = (["dyntile", "dyntile-tensors", "hf_flattening"],)
     param_names = ["library"]
 
     def setup(self, library):
@@ -82,8 +86,12 @@ class CollateEpoch:
         ids, off = z["ids"].astype(np.int64), z["offsets"]
         seqs = [ids[off[j]:off[j + 1]] for j in range(len(off) - 1)]
         sampler = PackingBatchSampler(np.diff(off), max_tokens=4096, seed=0)
-        self.batches = [[seqs[i] for i in b] for b in sampler]
-        if library == "dyntile":
+        if library == "dyntile-tensors":
+            import torch
+            self.batches = [[{"input_ids": torch.from_numpy(seqs[i])} for i in b] for b in sampler]
+        else:
+            self.batches = [[{"input_ids": seqs[i].tolist()} for i in b] for b in sampler]
+        if library.startswith("dyntile"):
             def collate(samples):
                 return collate_packed(samples, sampler.shapes, overflow=sampler.overflow)
         else:
@@ -94,7 +102,7 @@ class CollateEpoch:
             hf = DataCollatorWithFlattening(return_tensors="pt")
 
             def collate(samples):
-                return hf([{"input_ids": s.tolist()} for s in samples])
+                return hf(samples)
         self.collate = collate
         self.outputs = [collate(b) for b in self.batches]
 
@@ -107,5 +115,5 @@ class CollateEpoch:
 
     def track_padded_fraction(self, library):
         slots = sum(o["input_ids"].numel() for o in self.outputs)
-        tokens = sum(len(s) for b in self.batches for s in b)
+        tokens = sum(len(s["input_ids"]) for b in self.batches for s in b)
         return 1.0 - tokens / slots
