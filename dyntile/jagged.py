@@ -21,7 +21,7 @@ from dyntile import shapes as _shapes
 from dyntile.arrays import as_numpy, wrap_like
 from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
-from dyntile.dispatch import is_torch_tensor
+from dyntile.dispatch import backend_of, is_cuda_array, is_torch_tensor
 from dyntile.fill import kernel_fill_bits
 from dyntile.padding import _as_list, _check_side, _normalize, cat_token_rows, pad_batch
 from dyntile.threads import copy_threads
@@ -65,6 +65,9 @@ def concat_rows(samples):
         if hit is not None:
             torch = sys.modules["torch"]
             return hit[0].detach(), torch.tensor(hit[1], dtype=torch.int64)
+    if backend_of(samples, what="samples") == "cuda":    # (the fast routes above take host data only)
+        raise TypeError("concat_rows runs on the host, but the samples are on a CUDA device; "
+                        "concatenate device arrays on the device (e.g. torch.cat)")
     arrays, shapes, _, torch_like, token = _normalize(samples, None)
     bad = np.flatnonzero((shapes[:, 1:] != shapes[0, 1:]).any(axis=1))
     if bad.size:
@@ -115,7 +118,7 @@ def pad_jagged(values, lengths, *, multiple: int = 8, shape=None, plan=None, fil
 
     Parameters
     ----------
-    values : ``(N, *rest)`` NumPy array or CPU torch tensor
+    values : ``(N, *rest)`` NumPy array or CPU torch tensor (host only)
         The rows, one after another along axis 0 (e.g. ``torch.cat`` of the samples).
     lengths : ``B`` non-negative integers summing to ``N``
         Row ``i`` is ``values[o_i : o_i + lengths[i]]``, ``o_i = sum(lengths[:i])``.
@@ -140,6 +143,9 @@ def pad_jagged(values, lengths, *, multiple: int = 8, shape=None, plan=None, fil
            [4, 5, 0, 0]])
     """
     left = _check_side(side)
+    if is_cuda_array(values):
+        raise TypeError("pad_jagged runs on the host, but values is on a CUDA device; pad device arrays "
+                        "with pad_batch (CUDA kernels), or copy values to the host first")
     torch_like = is_torch_tensor(values)
     arr, token = as_numpy(values, what="values")
     if arr.ndim == 0:

@@ -162,3 +162,17 @@ def test_concat_rows_types_follow_pad_batch():
 def test_concat_rows_bad_input(samples, exc, match):
     with pytest.raises(exc, match=match):
         dt.concat_rows(samples)
+
+
+class _DeviceArray:
+    """Stands in for a CUDA array (Numba, CuPy): only the interface is looked at."""
+    __cuda_array_interface__ = {"shape": (3,), "typestr": "<i8", "data": (0, False), "version": 3}
+
+
+def test_device_arrays_are_refused_not_copied():
+    with pytest.raises(TypeError, match="pad_jagged runs on the host"):
+        dt.pad_jagged(_DeviceArray(), [3])
+    with pytest.raises(TypeError, match="concat_rows runs on the host"):
+        dt.concat_rows([_DeviceArray(), _DeviceArray()])
+    with pytest.raises(TypeError, match="mix CUDA device and host arrays"):
+        dt.concat_rows([np.arange(3), _DeviceArray()])
