@@ -153,8 +153,9 @@ def pad_jagged(values, lengths, *, multiple: int = 8, shape=None, plan=None, fil
     if not arr.dtype.isnative:  # the kernel copies raw bytes into a native-order output
         arr = arr.astype(arr.dtype.newbyteorder("="))
     rows = _row_lengths(lengths)
-    if sum(rows) != arr.shape[0]:
-        raise ValueError(f"lengths sum to {sum(rows)}, but values has {arr.shape[0]} rows along axis 0")
+    total = sum(rows)
+    if total != arr.shape[0]:
+        raise ValueError(f"lengths sum to {total}, but values has {arr.shape[0]} rows along axis 0")
     rest = tuple(arr.shape[1:])
     T = _padded_length(max(rows, default=0), multiple, shape, plan, rest)
     bits = kernel_fill_bits(fill, arr.dtype, token)

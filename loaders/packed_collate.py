@@ -119,9 +119,9 @@ def _row_fill(packed: PackedBatch) -> np.ndarray:
     return np.bincount(packed.rows, weights=packed.sizes, minlength=packed.shape[0]).astype(np.int64)
 
 
-def _cu_seqlens(packed: PackedBatch, used: np.ndarray) -> np.ndarray:
+def _cu_seqlens(packed: PackedBatch, used: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``starts``: each piece's first slot in the flattened ``[B * T]`` batch."""
     B, T = packed.shape
-    starts = packed.rows * T + packed.offsets
     pad_rows = np.flatnonzero(used < T)
     bounds = np.concatenate((starts, pad_rows * T + used[pad_rows]))
     bounds = bounds[np.argsort(bounds, kind="stable")]  # pieces before a padding tail at the same place
@@ -165,6 +165,8 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
     B, T = packed.shape
     used = _row_fill(packed)
     rows = used.tolist()
+    starts = packed.rows * T + packed.offsets          # each piece's first slot in [B * T]
+    boundaries = torch.from_numpy(starts[packed.sizes > 0])
 
     out: dict[str, Any] = {}
     for key in keys:
@@ -174,9 +176,7 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
         except (TypeError, ValueError) as e:                       # a fill the dtype cannot hold
             raise type(e)(f"pad value {fill!r} for key {key!r}: {e}") from None
         if key in label_keys and mask_boundary_labels:
-            first = packed.rows * T + packed.offsets
-            dense.view(B * T, *dense.shape[2:]).index_fill_(0, torch.from_numpy(first[packed.sizes > 0]),
-                                                            IGNORE_INDEX)
+            dense.view(B * T, *dense.shape[2:]).index_fill_(0, boundaries, IGNORE_INDEX)
         out[key] = dense
 
     # per token of the flat stream: position within its sample, segment number in its row
@@ -186,7 +186,7 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
                                                                                packed.sizes)
     seg_in_row = (np.arange(P) - packed.row_splits[packed.rows] + 1).astype(np.int32)
     segment = np.repeat(seg_in_row, packed.sizes)
-    cu = _cu_seqlens(packed, used)
+    cu = _cu_seqlens(packed, used, starts)
     out["position_ids"] = torch.from_numpy(pad_jagged(position, rows, shape=(T,))[0])
     out["segment_ids"] = torch.from_numpy(pad_jagged(segment, rows, shape=(T,))[0])
     out["cu_seqlens"] = torch.from_numpy(cu)

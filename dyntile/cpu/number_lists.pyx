@@ -125,17 +125,21 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
     return -1
 
 
-cdef object _list_lengths(list samples):
-    """int64 ``(B,)`` sizes of ``samples``, or ``None`` if one is not an exact list."""
+cdef object _list_lengths(list samples, Py_ssize_t* longest, Py_ssize_t* total):
+    """int64 ``(B,)`` sizes of ``samples`` (and their maximum and sum), or ``None``
+    if one is not an exact list."""
     cdef Py_ssize_t n = len(samples), i
     cdef cnp.npy_intp dim = n
     lengths = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
     cdef int64_t* lens = <int64_t*>cnp.PyArray_DATA(lengths)
+    longest[0] = total[0] = 0
     for i in range(n):
         obj = <object>PyList_GET_ITEM(samples, i)
         if not PyList_CheckExact(obj):
             return None
         lens[i] = PyList_GET_SIZE(obj)
+        longest[0] = max(longest[0], lens[i])
+        total[0] += lens[i]
     return lengths
 
 
@@ -170,15 +174,13 @@ def pad_ints(list samples, size_of, unsigned long long fill_bits, bint left):
     ``None`` as soon as an element is anything else (a bool, a float, an int outside
     int64, another type) or a sample is not a list: the caller then :func:`scan`\\ s.
     """
-    cdef Py_ssize_t n = len(samples), i, m, lo, T, maxlen = 0
+    cdef Py_ssize_t n = len(samples), i, m, lo, T, maxlen, total
     cdef cnp.npy_intp dims[2]
     cdef list row
-    lengths = _list_lengths(samples)
+    lengths = _list_lengths(samples, &maxlen, &total)
     if lengths is None:
         return None
     cdef int64_t* lens = <int64_t*>cnp.PyArray_DATA(lengths)
-    for i in range(n):
-        maxlen = max(maxlen, lens[i])
     dims[0] = n
     T = size_of(maxlen)
     if T < maxlen:
@@ -205,15 +207,13 @@ def concat_ints(list samples):
     in one pass, or ``None`` as soon as a sample is not a list or an element is
     anything else (a bool, a float, an int outside int64, another type).
     """
-    cdef Py_ssize_t n = len(samples), i, total = 0
+    cdef Py_ssize_t n = len(samples), i, longest, total
     cdef cnp.npy_intp dim
     cdef list row
-    lengths = _list_lengths(samples)
+    lengths = _list_lengths(samples, &longest, &total)
     if lengths is None:
         return None
     cdef int64_t* lens = <int64_t*>cnp.PyArray_DATA(lengths)
-    for i in range(n):
-        total += lens[i]
     dim = total
     values = cnp.PyArray_EMPTY(1, &dim, cnp.NPY_INT64, 0)
     cdef int64_t* dst = <int64_t*>cnp.PyArray_DATA(values)
