@@ -7,10 +7,11 @@ torch), and reports median GFLOP/s. Run with OpenBLAS's core-type overrides unse
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python asv_benches/gemm_compare.py
 
 Options: --sizes 64 256 ..., --threads 1 2, --dtypes float32 float64, --torch,
---ghz (core clock for the % of FMA peak, default /proc/cpuinfo's "cpu MHz"; measure
-the real one with a dependent-imul timing loop, e.g. 2.5 GHz on the 2-core Xeon of
-issue 3), --repeat N (timed calls per cell; default by size).
-Peak = clock x 2 FMA ports x lanes (16 float32 / 8 float64 for AVX-512) x 2 flops.
+--ghz (core clock for the % of FMA peak, default /proc/cpuinfo's "cpu MHz", which
+under a hypervisor is often the nominal clock: measure the real one with a dependent
+add or imul loop, e.g. 2.5 GHz on the 2-core Xeon and 3.2 GHz on the 2-core EPYC
+Zen 3 where this project was tuned), --repeat N (timed calls per cell; default by size).
+Peak = clock x 2 FMA ports x lanes (AVX-512: 16 float32 / 8 float64; AVX2: 8 / 4) x 2 flops.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import dyntile
 from dyntile.cpu import gemm
 
 LAYER = (4096, 768, 768)   # (m, k, n): a transformer layer's activations @ weights
-FMA_UNITS = 2              # 512-bit FMA ports per core on this Xeon
+FMA_UNITS = 2              # FMA ports per core (Skylake-X: 512-bit; Haswell, Zen 2-4: 256-bit)
 
 
 def cpu_ghz() -> float:

@@ -14,7 +14,7 @@ cdef extern from "gemm_ukernel.h" nogil:
         DT_GEMM_NR_MAX
 
     ctypedef struct dt_gemm_blocksizes:
-        int mr, nr, mc, kc, nc
+        int mr, nr, mc, kc, nc, jr_outer
 
     const dt_gemm_blocksizes dt_gemm_blocking[DT_ISA_COUNT][DT_DTYPE_COUNT]
 
@@ -31,10 +31,15 @@ cdef extern from "gemm_ukernel.h" nogil:
     int dt_gemm_best_isa()
 
 cdef extern from "gemm_pack.h" nogil:
+    void dt_prefetch_lines(const void *p, int64_t bytes)
     void dt_pack_a_panel_avx512_f32(int64_t mr_cur, int64_t kc, const float *a, int64_t rs_a,
                                     int64_t cs_a, int mr, float *ap)
     void dt_pack_a_panel_avx512_f64(int64_t mr_cur, int64_t kc, const double *a, int64_t rs_a,
                                     int64_t cs_a, int mr, double *ap)
+    void dt_pack_a_panel_avx2_f32(int64_t mr_cur, int64_t kc, const float *a, int64_t rs_a,
+                                  float *ap)
+    void dt_pack_a_panel_avx2_f64(int64_t mr_cur, int64_t kc, const double *a, int64_t rs_a,
+                                  double *ap)
 
 cdef extern from "gemm_gemv.h" nogil:
     ctypedef void (*dt_gemv_f32_t)(int64_t p, int64_t q, const float *mat, int64_t rs,

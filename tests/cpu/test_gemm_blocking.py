@@ -16,6 +16,7 @@ def test_one_entry_per_isa_and_dtype():
 def test_cache_blocks_are_multiples_of_register_blocks(key):
     bs = TABLE[key]
     assert all(bs[name] > 0 for name in ("mr", "nr", "mc", "kc", "nc")), bs
+    assert bs["jr_outer"] in (False, True), bs
     assert bs["mc"] % bs["mr"] == 0, f"{key}: MC={bs['mc']} is not a multiple of MR={bs['mr']}"
     assert bs["nc"] % bs["nr"] == 0, f"{key}: NC={bs['nc']} is not a multiple of NR={bs['nr']}"
 
@@ -28,10 +29,17 @@ def test_register_blocks_fit_the_edge_tile_scratch(key):
 
 @pytest.mark.parametrize("key", sorted(TABLE))
 def test_blocks_fit_their_cache_level(key):
-    """MR x KC micro-panel of A in 3/4 of a 48 KiB L1d, KC x NC block of B in 3/4 of a 2 MiB L2."""
+    """BLIS's order (jr_outer): the KC x NR micro-panel of B in 3/4 of a 32 KiB L1d, the
+    MC x KC block of A in 7/8 of a 256 KiB L2, B's block in 8 MiB of L3. Swapped order:
+    the MR x KC micro-panel of A in 3/4 of a 48 KiB L1d, KC x NC of B in 3/4 of 2 MiB."""
     bs, item = TABLE[key], ITEMSIZE[key[1]]
-    assert bs["mr"] * bs["kc"] * item <= 36 * 1024
-    assert bs["kc"] * bs["nc"] * item <= 1536 * 1024
+    if bs["jr_outer"]:
+        assert bs["kc"] * bs["nr"] * item <= 24 * 1024
+        assert bs["mc"] * bs["kc"] * item <= 224 * 1024
+        assert bs["kc"] * bs["nc"] * item <= 8 * 1024 * 1024
+    else:
+        assert bs["mr"] * bs["kc"] * item <= 36 * 1024
+        assert bs["kc"] * bs["nc"] * item <= 1536 * 1024
 
 
 @pytest.mark.parametrize("key", [k for k in sorted(TABLE) if k[0] in ("avx2", "avx512")])
@@ -45,18 +53,51 @@ def test_simd_register_tiles_fit_the_register_file(key):
     assert vectors <= (16 if isa == "avx2" else 32)
 
 
+def round_up(x, unit):
+    return -(-x // unit) * unit
+
+
 def test_packing_buffer_bytes_follow_the_table():
     bs = TABLE[gemm.isa(), "float32"]
     m, n, k = 2 * bs["mc"] + 1, bs["nc"] + 3, bs["kc"] + 5
     kc = -(-k // 2)                       # k splits into two equal KC blocks
+    nc = round_up(-(-n // 2), bs["nr"])   # n into two equal NC blocks
     ap = bs["mc"] * kc
-    bp = bs["nc"] * kc
+    bp = nc * kc
     assert gemm.packing_buffer_bytes("float32", m, n, k, threads=1) == 4 * (ap + bp)
-    # a team packs both KC blocks of B at once
-    assert gemm.packing_buffer_bytes("float32", m, n, k, threads=2) == 4 * (2 * ap + 2 * bp)
+    # a team packs both KC blocks of B at once, within its byte budget
+    kgroup_max, kgroup_bytes = gemm.KGROUP_LIMITS
+    kgroup = max(1, min(2, kgroup_max, kgroup_bytes // (4 * bp)))
+    assert gemm.packing_buffer_bytes("float32", m, n, k, threads=2) == 4 * (2 * ap + kgroup * bp)
     small = gemm.packing_buffer_bytes("float64", 3, 5, 7)
     assert small == 8 * 7 * (-(-3 // TABLE[gemm.isa(), "float64"]["mr"]) * TABLE[gemm.isa(), "float64"]["mr"]
                              + -(-5 // TABLE[gemm.isa(), "float64"]["nr"]) * TABLE[gemm.isa(), "float64"]["nr"])
+
+
+def test_packed_b_group_stays_within_its_byte_budget():
+    kgroup_max, kgroup_bytes = gemm.KGROUP_LIMITS
+    for dtype, item in ITEMSIZE.items():
+        bs = TABLE[gemm.isa(), dtype]
+        n, k = 4 * bs["nc"], 8 * bs["kc"]
+        one = gemm.packing_buffer_bytes(dtype, 1000, n, k, threads=1)
+        two = gemm.packing_buffer_bytes(dtype, 1000, n, k, threads=2)
+        a_block = bs["mc"] * bs["kc"] * item
+        assert two - 2 * a_block <= max(kgroup_bytes, one - a_block)
+
+
+@pytest.mark.parametrize("dtype", sorted(ITEMSIZE))
+@pytest.mark.parametrize("size", [1, 5, 383, 385, 1000, 2048, 4097, 9000])
+def test_k_and_n_split_into_equal_blocks(dtype, size):
+    """KC and NC split k and n evenly (no thin last block); NC stays a multiple of NR."""
+    bs = TABLE[gemm.isa(), dtype]
+    run = gemm.block_sizes(dtype, 64, size, size)
+    assert run["mr"] == bs["mr"] and run["nr"] == bs["nr"] and run["mc"] == bs["mc"]
+    assert 1 <= run["kc"] <= bs["kc"] and run["nc"] <= bs["nc"] and run["nc"] % bs["nr"] == 0
+    blocks_k, blocks_n = -(-size // bs["kc"]), -(-size // bs["nc"])
+    assert -(-size // run["kc"]) == blocks_k                     # as few blocks as the table allows
+    assert -(-size // run["nc"]) == blocks_n
+    assert blocks_k * run["kc"] - size < blocks_k                # the blocks are equal
+    assert blocks_n * run["nc"] - size < blocks_n * bs["nr"]
 
 
 def test_best_isa_is_available():

@@ -2,14 +2,24 @@
  *
  * Register block MR x NR: the C tile one micro-kernel call keeps in registers; the
  * micro-kernel broadcasts A (MR values per p) and loads B in vectors (NR per p).
- * Cache blocks (BLIS names): the MR x KC micro-panel of packed A stays in L1 while
- * the macro-kernel sweeps it over the KC x NC packed block of B, which stays in L2;
- * the MC x KC packed block of A is the unit a thread packs (L2/L3).
- * KC is the most: the driver splits k into equal blocks of at most KC (no short last
- * block). float64 AVX-512 takes a deep KC (its A micro-panel, 35 KiB, leaves L1 little
+ * Cache blocks (BLIS names): MC x KC is the packed block of A a thread packs, KC x NC
+ * the packed block of B the team shares; KC is the most: the driver splits k into
+ * equal blocks of at most KC (no short last block), and n likewise by NC.
+ * Loop order of the macro-kernel, with the cache each block is sized for:
+ *   jr_outer = 1, BLIS's order: the 2nd loop (jr) walks B's NR micro-panels, each
+ *     KC x NR micro-panel stays in L1 while the 1st loop (ir) streams the MC x KC
+ *     block of A from L2; the KC x NC block of B (6 MiB) lives in L3, NC wide so
+ *     that A is packed about once. Needs only a small L2: the AVX2 rows.
+ *   jr_outer = 0: the 2nd loop walks A's MR micro-panels, each MR x KC micro-panel
+ *     stays in L1 while the 1st loop streams the KC x NC block of B from L2. Every
+ *     NC columns repack A, but B's block needs a large L2 (2 MiB on the Xeon that the
+ *     AVX-512 rows were tuned on, where BLIS's order measured 3-15% slower).
+ * KC = 384 on AVX2 (a 24 KiB B micro-panel; fewer passes over C than 256: +1-2%).
+ * float64 AVX-512 takes a deep KC (its A micro-panel, 35 KiB, leaves L1 little
  * room for the B stream) because every KC block is one more pass over C in L3.
  * MC is a multiple of MR and NC of NR (tests/cpu/test_gemm_blocking.py checks it).
- * Tuned with asv_benches/gemm_compare.py on a 2-core Xeon (48 KiB L1d, 2 MiB L2).
+ * Tuned with asv_benches/gemm_compare.py: AVX-512 on a 2-core Xeon (48 KiB L1d,
+ * 2 MiB L2), AVX2 on a 2-core AMD EPYC Zen 3 (32 KiB L1d, 512 KiB L2).
  * Kernels read MR/NR from the DT_*_MR/NR macros below and nothing else.
  */
 #ifndef DYNTILE_GEMM_BLOCKING_H
@@ -21,6 +31,7 @@ enum { DT_F32 = 0, DT_F64 = 1, DT_DTYPE_COUNT = 2 };
 typedef struct {
     int mr, nr;       /* register block */
     int mc, kc, nc;   /* cache blocks   */
+    int jr_outer;     /* macro-kernel loop order: 1 BLIS's (B micro-panel in L1), 0 A's in L1 */
 } dt_gemm_blocksizes;
 
 /* register blocks (used by the micro-kernels) */
@@ -41,19 +52,19 @@ typedef struct {
 #define DT_GEMM_MR_MAX 16
 #define DT_GEMM_NR_MAX 32
 
-/* [isa][dtype] = {MR, NR, MC, KC, NC} */
+/* [isa][dtype] = {MR, NR, MC, KC, NC, jr_outer} */
 static const dt_gemm_blocksizes dt_gemm_blocking[DT_ISA_COUNT][DT_DTYPE_COUNT] = {
     [DT_ISA_REF] = {
-        [DT_F32] = {DT_REF_F32_MR, DT_REF_F32_NR, 128, 256, 1024},
-        [DT_F64] = {DT_REF_F64_MR, DT_REF_F64_NR, 128, 256, 512},
+        [DT_F32] = {DT_REF_F32_MR, DT_REF_F32_NR, 128, 256, 1024, 0},
+        [DT_F64] = {DT_REF_F64_MR, DT_REF_F64_NR, 128, 256, 512, 0},
     },
     [DT_ISA_AVX2] = {
-        [DT_F32] = {DT_AVX2_F32_MR, DT_AVX2_F32_NR, 144, 256, 1024},
-        [DT_F64] = {DT_AVX2_F64_MR, DT_AVX2_F64_NR, 144, 256, 512},
+        [DT_F32] = {DT_AVX2_F32_MR, DT_AVX2_F32_NR, 144, 384, 4096, 1},
+        [DT_F64] = {DT_AVX2_F64_MR, DT_AVX2_F64_NR, 72, 384, 2048, 1},
     },
     [DT_ISA_AVX512] = {
-        [DT_F32] = {DT_AVX512_F32_MR, DT_AVX512_F32_NR, 336, 256, 1024},
-        [DT_F64] = {DT_AVX512_F64_MR, DT_AVX512_F64_NR, 168, 320, 512},
+        [DT_F32] = {DT_AVX512_F32_MR, DT_AVX512_F32_NR, 336, 256, 1024, 0},
+        [DT_F64] = {DT_AVX512_F64_MR, DT_AVX512_F64_NR, 168, 320, 512, 0},
     },
 };
 
