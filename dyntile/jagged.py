@@ -167,8 +167,8 @@ def pad_jagged(values, lengths, *, multiple: int = 8, shape=None, plan=None, fil
     else:                       # each row is lengths[i] * R contiguous elements; pad it to T * R
         R = math.prod(rest)
         flat = np.ascontiguousarray(arr)
-        batch, _ = _pad.pad_flat_rows(flat.ctypes.data, flat.size, [n * R for n in rows] if R != 1 else rows,
-                                      flat.dtype, lambda _longest: T * R, bits, left, copy_threads)
+        batch = _pad.pad_flat_rows(flat.ctypes.data, flat.size, [n * R for n in rows] if R != 1 else rows,
+                                   flat.dtype, lambda _longest: T * R, bits, left, copy_threads)[0]
         batch = batch.reshape((len(rows), T) + rest)
     out_lengths = np.array(rows, dtype=np.int64)
     if torch_like:

@@ -47,10 +47,7 @@ def padding_mask(lengths, shape, *, side: str = "right"):
 
 def _mask_rows(lengths: np.ndarray, T: int, side: str) -> np.ndarray:
     """``(B, T)`` mask of int64 lengths ``(B,)``: two memsets per row (the kernel checks the range)."""
-    mask = np.empty((len(lengths), T), np.uint8)
-    if _pad.mask_rows(np.ascontiguousarray(lengths), mask, side == "left") >= 0:
-        _raise_out_of_range(lengths.reshape(-1, 1), (T,))
-    return mask.view(np.bool_)
+    return _pad.mask_rows(np.ascontiguousarray(lengths), T, side == "left")
 
 
 def _raise_out_of_range(n: np.ndarray, shape: tuple) -> None:

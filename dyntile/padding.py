@@ -22,7 +22,7 @@ from dyntile.dtypes import promote_samples
 from dyntile.fill import check_fill, fill_bits, kernel_fill_bits
 from dyntile.threads import copy_threads
 
-__all__ = ["pad_batch", "pad_to"]
+__all__ = ["pad_batch", "pad_to", "pad_rows"]
 
 
 def _check_side(side) -> bool:
@@ -227,13 +227,13 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
         raise ValueError("pad_batch needs at least one array, but got an empty sequence")
     if axes is None and shape is None and out is None and dtype is None and device is None \
             and type(samples[0]) is not np.ndarray and is_torch_tensor(samples[0]):
-        result = _pad_token_rows(samples, multiple, plan, fill, left)
-        if result is not None:
-            return result
+        rows = _pad_token_rows(samples, multiple, plan, fill, left)
+        if rows is not None:
+            return rows[0], sys.modules["torch"].from_numpy(rows[1])
     if type(samples[0]) is list and dtype is None and device is None:
-        result = _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out)
-        if result is not None:
-            return result
+        rows = _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out)
+        if rows is not None:
+            return rows[0], rows[1]
     shapes, dt, bad = _pad.describe(samples)
     torch_like, token = False, None
     if bad == -1 and dt is not None and (dtype is None or np.dtype(dtype) == dt) and device is None \
@@ -319,8 +319,38 @@ def _row_setup(dt: np.dtype, token, multiple, plan, fill):
     return setup
 
 
+def pad_rows(samples: list, *, multiple: int = 8, plan=None, fill=0, side: str = "right"):
+    """The one-call route of a collate: B 1-D rows -> ``(batch, lengths, longest, total)``.
+
+    ``samples``: a list of 1-D CPU torch tensors of one dtype, or of lists of Python
+    numbers (token ids as tokenizers give them). ``batch`` is ``(B, T)`` (a torch
+    tensor for tensors, NumPy for lists; ``T`` as :func:`pad_batch` chooses it),
+    ``lengths`` int64 NumPy ``(B,)``, ``longest`` and ``total`` the longest row and
+    the sum of the lengths (the kernel's own counts: a caller needs no pass over
+    ``lengths``). Returns ``None`` for anything else, and for rows it refuses (mixed
+    dtypes, a row over the plan): :func:`pad_batch` then takes, or explains, them.
+
+    >>> batch, lengths, longest, total = pad_rows([[1, 2, 3], [4]], multiple=4)
+    >>> batch.tolist(), lengths.tolist(), longest, total
+    ([[1, 2, 3, 0], [4, 0, 0, 0]], [3, 1], 3, 4)
+    """
+    left = _check_side(side)
+    if type(samples) is not list or not samples:
+        return None
+    x0 = samples[0]
+    try:
+        if type(x0) is list:
+            return _pad_number_lists(samples, multiple, None, None, plan, fill, left, None)
+        if type(x0) is not np.ndarray and is_torch_tensor(x0):
+            return _pad_token_rows(samples, multiple, plan, fill, left)
+    except (TypeError, ValueError):
+        return None
+    return None
+
+
 def _pad_token_rows(samples, multiple, plan, fill, left):
-    """1-D CPU tensors (token ids, labels), the hot case of a collate.
+    """1-D CPU tensors (token ids, labels), the hot case of a collate: ``(batch,
+    lengths, longest, total)`` as :func:`pad_rows` gives them.
 
     ``torch.cat`` gathers the rows in one C++ loop (Python-level reads of each
     tensor's pointer and strides cost more than its copy of the data); the
@@ -341,10 +371,10 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
     if rows is None:
         return None
     flat, lengths = rows
-    batch, lengths = _pad.pad_flat_rows(flat.data_ptr(), flat.shape[0], lengths, dt, size_of, bits, left, copy_threads)
-    torch = sys.modules["torch"]
-    batch = torch.from_numpy(batch)
-    return (batch if token is None else batch.view(token)), torch.from_numpy(lengths)
+    batch, lengths, longest, total = _pad.pad_flat_rows(flat.data_ptr(), flat.shape[0], lengths, dt, size_of,
+                                                        bits, left, copy_threads)
+    batch = sys.modules["torch"].from_numpy(batch)
+    return (batch if token is None else batch.view(token)), lengths, longest, total
 
 
 def cat_token_rows(samples: list):
@@ -372,8 +402,8 @@ _INT64 = np.dtype(np.int64)
 
 def _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out):
     """Lists of Python numbers (token ids from a tokenizer), read without building an
-    array per list. ``None`` sends the batch to the general path (other element
-    types, ints beyond int64), which explains any error."""
+    array per list: ``(batch, lengths, longest, total)``. ``None`` sends the batch to
+    the general path (other element types, ints beyond int64), which explains any error."""
     if axes is None and shape is None and out is None and (plan is None or plan.ndim == 1):
         try:
             bits, size_of = _row_setup(_INT64, None, multiple, plan, fill)
@@ -394,7 +424,7 @@ def _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out):
         return None
     if buf is not dest:
         dest[...] = buf
-    return (dest if out is None else out), lengths
+    return (dest if out is None else out), lengths, int(lengths.max(initial=0)), int(lengths.sum())
 
 
 def _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out):

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from dyntile.masks import padding_mask
-from dyntile.padding import pad_batch
+from dyntile.padding import pad_batch, pad_rows
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import check_multiple, check_tile, normalize_axis
 
@@ -112,6 +112,10 @@ class DynTileCollate:
         self.return_stats = bool(return_stats)
         self.pack = _pack_options(pack)
         self.stats = CollateStats()
+        # one pad_rows call can plan, allocate and copy a 1-D leaf by itself: a 1-axis
+        # plan (or none), no batch padding, pinning or tiling (those need the shape first)
+        self._direct = (self.batch_multiple is None and self.bucket_rows is None and not self._pin
+                        and self.tile is None and (plan is None or plan.ndim == 1))
 
     # ---- collate_fn protocol
 
@@ -150,21 +154,18 @@ class DynTileCollate:
         if leaf is None:
             raise KeyError(f"mask_from={self.mask_from!r} is not a padded leaf of this batch; "
                            f"padded leaves: {list(ctx.padded)}")
-        lengths, axes, shape = leaf
-        if isinstance(lengths, torch.Tensor):        # the (B,) lengths of pad_batch (direct route)
-            sizes = lengths.numpy()[:, None]
-        else:
-            sizes = lengths
-            lengths = torch.from_numpy(sizes[:, 0] if sizes.shape[1] == 1 else sizes)
+        sizes, axes, shape = leaf
         if self.mask_key is not None and self.mask_key not in out:
             out[self.mask_key] = self._mask(sizes, axes, shape)
         if self.lengths_key is not None and self.lengths_key not in out:
-            out[self.lengths_key] = lengths
+            out[self.lengths_key] = torch.from_numpy(sizes if sizes.ndim == 1 or sizes.shape[1] > 1 else sizes[:, 0])
 
     def _mask(self, lengths: np.ndarray, axes: tuple, shape: tuple) -> torch.Tensor:
-        """``(B, *padded sizes)``: true where every padded axis is inside the data."""
-        if len(axes) == 1 and lengths.shape[1] == 1:  # 1-D leaves: two memsets per row
-            mask = torch.from_numpy(padding_mask(lengths[:, 0], shape[1], side=self.side))
+        """``(B, *padded sizes)``: true where every padded axis is inside the data
+        (``lengths``: ``(B, d)``, or ``(B,)`` for the direct route's 1-D leaves)."""
+        if lengths.ndim == 1 or (len(axes) == 1 and lengths.shape[1] == 1):  # 1-D leaves: two memsets per row
+            mask = torch.from_numpy(padding_mask(lengths if lengths.ndim == 1 else lengths[:, 0], shape[1],
+                                                 side=self.side))
             if self.mask_dtype != torch.bool:
                 mask = mask.to(self.mask_dtype)
             return mask.pin_memory() if self._pin else mask
@@ -254,40 +255,40 @@ class _Batch:
                 "truncated_samples": self.truncated, "plan_extensions": self.extended}
 
     def direct(self) -> bool:
-        """True when one ``pad_batch`` call can plan, allocate and copy a 1-D leaf by
-        itself: a 1-axis plan (or none), no batch padding, pinning or tiling (those
-        need the shape before the copy)."""
-        c = self.c
-        return (c.batch_multiple is None and c.bucket_rows is None and not c._pin and c.tile is None
-                and (c.plan is None or c.plan.ndim == 1))
+        """True when one ``pad_rows`` call can plan, allocate and copy a 1-D leaf by
+        itself (see ``DynTileCollate._direct``)."""
+        return self.c._direct
 
     def pad_direct(self, items: list, key: str) -> torch.Tensor | None:
-        """Fast route for 1-D leaves of one type: ``pad_batch`` finds the lengths, the
-        size and the buffer. A leaf whose samples all have one length and whose key is
-        not in ``pad_keys`` is stacked instead (not ragged: no padding). ``None`` when
-        ``pad_batch`` refuses the leaf: the caller's full route then names the sample
-        and applies the overflow policy."""
+        """Fast route for 1-D leaves of one type: one ``pad_rows`` call (tensors or
+        lists of numbers; ``pad_batch`` for 1-D arrays) finds the lengths, the size and
+        the buffer. A leaf whose samples all have one length and whose key is not in
+        ``pad_keys`` is stacked instead (not ragged: no padding). ``None`` when the
+        leaf is refused: the caller's full route then names the sample and applies
+        the overflow policy."""
         c = self.c
-        try:
-            batch, lengths = pad_batch(items, multiple=c.multiple, plan=c.plan, fill=c.fill_for(key), side=c.side,
-                                       promote=False)
-        except (TypeError, ValueError):
-            return None
+        fill = c.fill_for(key)
+        rows = pad_rows(items, multiple=c.multiple, plan=c.plan, fill=fill, side=c.side)
+        if rows is None:
+            try:
+                batch, lengths = pad_batch(items, multiple=c.multiple, plan=c.plan, fill=fill, side=c.side,
+                                           promote=False)
+            except (TypeError, ValueError):
+                return None
+            lengths = np.asarray(lengths)
+            rows = batch, lengths, int(lengths.max()), int(lengths.sum())
+        batch, lengths, longest, total = rows
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
-        if not isinstance(lengths, torch.Tensor):
-            lengths = torch.from_numpy(lengths)
-        sizes = lengths.tolist()
-        if not self.in_pad_keys(key) and sizes.count(sizes[0]) == len(sizes):  # not ragged: the samples, stacked
-            n = sizes[0]
-            return (batch[:, :n] if c.side == "right" else batch[:, batch.shape[1] - n:]).contiguous()
-        self._record(key, lengths, (0,), batch, sum(sizes))
+        if longest * len(items) == total and not self.in_pad_keys(key):  # one length: the samples, stacked
+            return (batch[:, :longest] if c.side == "right" else batch[:, batch.shape[1] - longest:]).contiguous()
+        self._record(key, lengths, (0,), batch, total)
         return batch
 
     def _record(self, key: str, shapes, axes: tuple, out: torch.Tensor, real: int | None = None) -> None:
         """Note a padded leaf: its sample sizes (for masks and lengths: ``(B', d)``
-        int64, or the ``(B,)`` torch lengths of a 1-D leaf), and its counts (``real``:
-        data elements, if the caller knows them)."""
+        int64, or the int64 ``(B,)`` lengths of the direct route's 1-D leaf), and its
+        counts (``real``: data elements, if the caller knows them)."""
         shape = tuple(out.shape)
         self.padded[key] = (shapes, axes, shape)
         if real is None:

@@ -170,7 +170,8 @@ cdef inline bint _read_ints(list row, Py_ssize_t m, int64_t* dst) noexcept:
 
 def pad_ints(list samples, size_of, unsigned long long fill_bits, bint left):
     """One pass for the common case, lists of exact Python ints (token ids): returns
-    ``(out int64 (B, T), lengths int64 (B,))`` with ``T = size_of(longest)``, or
+    ``(out int64 (B, T), lengths int64 (B,), longest, total)`` with
+    ``T = size_of(longest)`` and ``total`` the sum of the lengths, or
     ``None`` as soon as an element is anything else (a bool, a float, an int outside
     int64, another type) or a sample is not a list: the caller then :func:`scan`\\ s.
     """
@@ -199,7 +200,7 @@ def pad_ints(list samples, size_of, unsigned long long fill_bits, bint left):
         if not _read_ints(row, m, dst + lo):
             return None
         dst += T
-    return out, lengths
+    return out, lengths, maxlen, total
 
 
 def concat_ints(list samples):
