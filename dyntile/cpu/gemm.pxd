@@ -32,6 +32,8 @@ cdef extern from "gemm_ukernel.h" nogil:
 
 cdef extern from "gemm_pack.h" nogil:
     void dt_prefetch_lines(const void *p, int64_t bytes)
+    void dt_pack_b_rows(int64_t kc, int64_t n_full, const char *b, int64_t rs_bytes, int64_t width,
+                        char *bp, int64_t fetch, int64_t ahead)
     void dt_pack_a_panel_avx512_f32(int64_t mr_cur, int64_t kc, const float *a, int64_t rs_a,
                                     int64_t cs_a, int mr, float *ap)
     void dt_pack_a_panel_avx512_f64(int64_t mr_cur, int64_t kc, const double *a, int64_t rs_a,
