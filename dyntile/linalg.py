@@ -108,8 +108,9 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     >>> matmul(np.ones((2, 4, 3), np.float32), np.ones((3, 5), np.float32)).shape
     (2, 4, 5)
     """
-    if type(a) is np.ndarray and type(b) is np.ndarray:
-        result = _matmul_2d(a, b, out, threads)
+    if type(a) is np.ndarray and type(b) is np.ndarray and (threads is None or type(threads) is int and threads > 0):
+        # the common call (two 2-D float arrays), checked and run in Cython; None: not that call
+        result = _GEMM.matmul_2d(a, b, out, threads or 0, PARALLEL_FLOPS, _check_threads)
         if result is not None:
             return result
     operands = [a, b] if out is None else [a, b, out]
@@ -136,36 +137,6 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     if torch_result:
         return sys.modules["torch"].from_numpy(np.asarray(result))
     return result[()] if result.ndim == 0 else result
-
-
-def _matmul_2d(a: np.ndarray, b: np.ndarray, out, threads):
-    """Fast path for the common call: two 2-D arrays of one kernel dtype, no batch.
-
-    Returns None when the call needs the general path (which also raises the errors).
-    """
-    kernel = _KERNELS.get(a.dtype)
-    if kernel is None or a.ndim != 2 or b.ndim != 2 or b.dtype != a.dtype:
-        return None
-    (m, k), (kb, n) = a.shape, b.shape
-    (rs_a, cs_a), (rs_b, cs_b) = a.strides, b.strides
-    isz = a.itemsize
-    if (k != kb or rs_a % isz or cs_a % isz or rs_b % isz or cs_b % isz
-            or not (a.flags.aligned and b.flags.aligned)):
-        return None
-    if out is None:
-        c = np.empty((m, n), a.dtype)
-    elif (type(out) is np.ndarray and out.shape == (m, n) and out.dtype == a.dtype
-          and _kernel_strides_ok(out) and out.flags.writeable
-          and not np.may_share_memory(out, a) and not np.may_share_memory(out, b)):
-        c = out
-    else:
-        return None
-    nthreads = _check_threads(threads, 2 * m * n * k)
-    rs_c, cs_c = c.strides
-    kernel(a, b, c, _ZERO_OFFSET, _ZERO_OFFSET, _ZERO_OFFSET, m, n, k,
-           (rs_a // isz, cs_a // isz), (rs_b // isz, cs_b // isz), (rs_c // isz, cs_c // isz),
-           nthreads)
-    return c
 
 
 # ------------------------------------------------------------------------ input checks
@@ -238,14 +209,10 @@ def _check_threads(threads, flops: int) -> int:
 
 # ---------------------------------------------------------------------- kernel call
 
-def _gemm_kernels():
-    from dyntile.cpu import gemm
-
-    return {np.dtype(np.float32): gemm.sgemm, np.dtype(np.float64): gemm.dgemm}
-
+from dyntile.cpu import gemm as _GEMM  # noqa: E402  (the kernel module; NumPy only)
 
 #: dtype -> batched GEMM kernel (dtypes not listed fall back to numpy.matmul)
-_KERNELS = _gemm_kernels()
+_KERNELS = {np.dtype(np.float32): _GEMM.sgemm, np.dtype(np.float64): _GEMM.dgemm}
 #: batch offsets of a single (unbatched) product
 _ZERO_OFFSET = np.zeros(1, np.int64)
 

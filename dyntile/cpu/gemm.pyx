@@ -34,11 +34,12 @@ Kernels take validated arrays: :func:`dyntile.linalg.matmul` checks shapes, dtyp
 strides and overlap, and chooses ``threads``.
 """
 from cython.parallel cimport parallel, prange, threadid
-from libc.stdint cimport int64_t, uintptr_t
+from libc.stdint cimport int64_t, intptr_t, uintptr_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
 cimport numpy as cnp
+import numpy as np
 
 cnp.import_array()
 
@@ -514,6 +515,95 @@ cdef gemm_problem make_problem(int isa, int dtype, int64_t m, int64_t n, int64_t
     g.bs.kc = <int> balanced_block(k, g.bs.kc, 1)
     g.bs.nc = <int> balanced_block(n, g.bs.nc, g.bs.nr)
     return g
+
+
+# ------------------------------------------------------------------ the 2-D fast entry
+
+cdef const int64_t[::1] _NO_OFFSET = np.zeros(1, np.int64)
+
+
+cdef inline bint kernel_layout(cnp.ndarray x, Py_ssize_t itemsize) noexcept:
+    """Aligned, native byte order, both strides whole elements (any sign)."""
+    cdef cnp.npy_intp *st = cnp.PyArray_STRIDES(x)
+    return (cnp.PyArray_ISALIGNED(x) and cnp.PyArray_ISNOTSWAPPED(x)
+            and st[0] % itemsize == 0 and st[1] % itemsize == 0)
+
+
+cdef inline void byte_bounds(cnp.ndarray x, uintptr_t *lo, uintptr_t *hi) noexcept:
+    """[lo, hi): the bytes a 2-D array's elements can touch."""
+    cdef cnp.npy_intp *d = cnp.PyArray_DIMS(x)
+    cdef cnp.npy_intp *st = cnp.PyArray_STRIDES(x)
+    cdef intptr_t low = 0, high = cnp.PyArray_ITEMSIZE(x), span
+    cdef int i
+    for i in range(2):
+        span = (d[i] - 1) * st[i]
+        if span < 0:
+            low += span
+        else:
+            high += span
+    lo[0] = <uintptr_t> cnp.PyArray_DATA(x) + low
+    hi[0] = <uintptr_t> cnp.PyArray_DATA(x) + high
+
+
+cdef inline bint disjoint(cnp.ndarray x, cnp.ndarray y) noexcept:
+    cdef uintptr_t xl, xh, yl, yh
+    if cnp.PyArray_SIZE(x) == 0 or cnp.PyArray_SIZE(y) == 0:
+        return True
+    byte_bounds(x, &xl, &xh)
+    byte_bounds(y, &yl, &yh)
+    return xh <= yl or yh <= xl
+
+
+def matmul_2d(a, b, out, int threads, int64_t parallel_flops, check_threads):
+    """``a @ b`` for the common call, checked and run without Python-level work:
+    two 2-D NumPy arrays of one dtype, float32 or float64, aligned, native byte order,
+    element strides; ``out`` None or such an array of shape (m, n), writeable and
+    with bounds disjoint from ``a`` and ``b``. Returns C, or ``None`` for any other
+    call (:func:`dyntile.linalg.matmul`'s general path then takes, or explains, it).
+
+    ``threads``: the caller's cap (0: none); a product of under ``parallel_flops``
+    runs on one thread, larger ones ask ``check_threads(threads or None, flops)``.
+    (The Python checks of this call cost ~3 us: half the time of a 64 x 64 product.)
+    """
+    if type(a) is not np.ndarray or type(b) is not np.ndarray:
+        return None
+    cdef cnp.ndarray A = a, B = b, C
+    if cnp.PyArray_NDIM(A) != 2 or cnp.PyArray_NDIM(B) != 2:
+        return None
+    cdef int typenum = cnp.PyArray_TYPE(A)
+    if cnp.PyArray_TYPE(B) != typenum or (typenum != cnp.NPY_FLOAT32 and typenum != cnp.NPY_FLOAT64):
+        return None
+    cdef Py_ssize_t isz = cnp.PyArray_ITEMSIZE(A)
+    cdef int64_t m = cnp.PyArray_DIM(A, 0), k = cnp.PyArray_DIM(A, 1), n = cnp.PyArray_DIM(B, 1)
+    if cnp.PyArray_DIM(B, 0) != k or not kernel_layout(A, isz) or not kernel_layout(B, isz):
+        return None
+    cdef cnp.npy_intp dims[2]
+    if out is None:
+        dims[0], dims[1] = m, n
+        C = cnp.PyArray_EMPTY(2, dims, typenum, 0)
+    else:
+        if type(out) is not np.ndarray:
+            return None
+        C = out
+        if (cnp.PyArray_NDIM(C) != 2 or cnp.PyArray_TYPE(C) != typenum or cnp.PyArray_DIM(C, 0) != m
+                or cnp.PyArray_DIM(C, 1) != n or not kernel_layout(C, isz) or not cnp.PyArray_ISWRITEABLE(C)
+                or not disjoint(C, A) or not disjoint(C, B)):
+            return None
+    cdef int64_t flops = 2 * m * n * k
+    cdef int nthreads = 1
+    if flops >= parallel_flops:
+        nthreads = check_threads(threads if threads > 0 else None, flops)
+    cdef gemm_problem g = make_problem(_isa, DT_F32 if typenum == cnp.NPY_FLOAT32 else DT_F64, m, n, k,
+                                       (A.strides[0] // isz, A.strides[1] // isz),
+                                       (B.strides[0] // isz, B.strides[1] // isz),
+                                       (C.strides[0] // isz, C.strides[1] // isz))
+    if typenum == cnp.NPY_FLOAT32:
+        gemm_batched(&g, <float *> cnp.PyArray_DATA(A), <float *> cnp.PyArray_DATA(B),
+                     <float *> cnp.PyArray_DATA(C), _NO_OFFSET, _NO_OFFSET, _NO_OFFSET, nthreads)
+    else:
+        gemm_batched(&g, <double *> cnp.PyArray_DATA(A), <double *> cnp.PyArray_DATA(B),
+                     <double *> cnp.PyArray_DATA(C), _NO_OFFSET, _NO_OFFSET, _NO_OFFSET, nthreads)
+    return C
 
 
 def sgemm(cnp.ndarray a, cnp.ndarray b, cnp.ndarray c, const int64_t[::1] a_off,

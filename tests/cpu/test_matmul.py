@@ -174,15 +174,27 @@ def test_views_are_read_without_copies(rng, monkeypatch):
     a = rand(rng, (40, 30), np.float32)[::-1].T
     b = rand(rng, (50, 80), np.float32)[:, ::2].T[::-1]
     seen = []
-    real = dyntile.linalg._KERNELS[np.dtype(np.float32)]
 
-    def spy(a_arg, b_arg, *args):
-        seen.append((a_arg, b_arg))
-        return real(a_arg, b_arg, *args)
+    class FastEntrySpy:
+        def __getattr__(self, name):
+            return getattr(gemm, name)
 
-    monkeypatch.setitem(dyntile.linalg._KERNELS, np.dtype(np.float32), spy)
+        def matmul_2d(self, a_arg, b_arg, *args):
+            result = gemm.matmul_2d(a_arg, b_arg, *args)
+            seen.append((a_arg, b_arg, result is not None))
+            return result
+
+    monkeypatch.setattr(dyntile.linalg, "_GEMM", FastEntrySpy())
     assert_matmul_close(matmul(a, b), a, b)
-    assert seen[0][0] is a and seen[0][1] is b
+    assert seen[0][0] is a and seen[0][1] is b and seen[0][2], "the 2-D fast entry should take strided views"
+    # batched operands take the general path: the kernel gets the same memory too
+    real = dyntile.linalg._KERNELS[np.dtype(np.float32)]
+    kernel_args = []
+    monkeypatch.setitem(dyntile.linalg._KERNELS, np.dtype(np.float32),
+                        lambda a_arg, b_arg, *args: kernel_args.append((a_arg, b_arg)) or real(a_arg, b_arg, *args))
+    a3 = np.stack([a.copy(), a.copy()])[:, ::-1]
+    assert_matmul_close(matmul(a3, b), a3, b)
+    assert kernel_args[0][0] is a3 and kernel_args[0][1] is b
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -203,17 +215,21 @@ def test_threads_is_a_cap_and_small_products_use_one(rng, monkeypatch):
     from dyntile.threads import max_threads
 
     monkeypatch.setattr(dyntile.linalg, "PARALLEL_FLOPS", 1 << 23)
-    seen = []
+    seen, asked = [], []
     real = dyntile.linalg._KERNELS[np.dtype(np.float64)]
     monkeypatch.setitem(dyntile.linalg._KERNELS, np.dtype(np.float64),
                         lambda *args: seen.append(args[-1]) or real(*args))
+    real_check = dyntile.linalg._check_threads
+    monkeypatch.setattr(dyntile.linalg, "_check_threads",
+                        lambda threads, flops: asked.append((threads, real_check(threads, flops))) or asked[-1][1])
     small, big = rand(rng, (8, 8), np.float64), rand(rng, (300, 300), np.float64)
-    matmul(small, small, threads=2)
-    matmul(small[None], small, threads=2)
-    matmul(big, big, threads=2)
-    matmul(big[None], big, threads=3)
+    matmul(small, small, threads=2)          # 2-D fast entry, under PARALLEL_FLOPS: one thread, nothing asked
+    matmul(small[None], small, threads=2)    # general path
+    matmul(big, big, threads=2)              # fast entry
+    matmul(big[None], big, threads=3)        # general path
     matmul(big, big)
-    assert seen == [1, 1, 2, 3, max_threads()]
+    assert seen == [1, 3]                    # the general path's kernel calls
+    assert asked == [(2, 1), (2, 2), (3, 3), (None, max_threads())]
 
 
 def test_batch_of_many_small_matrices_in_parallel(rng):
