@@ -26,12 +26,14 @@ at import, from a run-time CPU check (``_set_isa`` forces one, for tests).
 
 Threads: one OpenMP parallel region per call. Every thread walks the jc loop; the
 team packs up to KGROUP_MAX (4) KC blocks of B at once (threads claim groups of
-PACK_B_GROUP micro-panels from a shared counter), a barrier, then threads claim work items (an ic block through
-all those KC blocks, so each thread owns its rows of C) and pack A into their own
-buffers. Many small matrices in a batch run one matrix per thread.
+PACK_B_GROUP micro-panels from a shared counter), a barrier, then threads claim work
+items (an ic block through all those KC blocks, so each thread owns its rows of C)
+and pack A into their own buffers. Many small matrices in a batch run one matrix
+per thread.
 
 Kernels take validated arrays: :func:`dyntile.linalg.matmul` checks shapes, dtypes,
-strides and overlap, and chooses ``threads``.
+strides and overlap, and chooses ``threads``; its common call (two 2-D float arrays)
+is checked here, in C, by :func:`matmul_2d`, which hands anything else back.
 """
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int64_t, intptr_t, uintptr_t
@@ -282,7 +284,7 @@ cdef void gemm_blocked(const gemm_problem *g, const floating *a, const floating 
     group: pack A, macro-kernel. With kgroup == 1 this is BLIS's
     order; a team packs several KC blocks at once so that each thread owns its rows
     of C across them: one barrier per group instead of two per KC block.
-    Threads claim groups of B micro-panels to pack, then items, from the counters (rather than
+    Threads claim groups of B micro-panels to pack, then items, from the counters (not
     a fixed split) so both cores stay busy when one is shared with another process;
     every C tile is still computed by one thread in one order, whatever the schedule.
     """
@@ -504,17 +506,25 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
 
 
 cdef gemm_problem make_problem(int isa, int dtype, int64_t m, int64_t n, int64_t k,
-                               tuple a_strides, tuple b_strides, tuple c_strides):
+                               int64_t rs_a, int64_t cs_a, int64_t rs_b, int64_t cs_b,
+                               int64_t rs_c, int64_t cs_c) noexcept nogil:
+    """One product's problem: shape, element strides, the ISA's blocking with KC and NC
+    balanced (k and n split into equal blocks of at most KC / NC)."""
     cdef gemm_problem g
     g.m, g.n, g.k = m, n, k
-    g.rs_a, g.cs_a = a_strides
-    g.rs_b, g.cs_b = b_strides
-    g.rs_c, g.cs_c = c_strides
+    g.rs_a, g.cs_a, g.rs_b, g.cs_b, g.rs_c, g.cs_c = rs_a, cs_a, rs_b, cs_b, rs_c, cs_c
     g.isa = isa
     g.bs = dt_gemm_blocking[isa][dtype]
     g.bs.kc = <int> balanced_block(k, g.bs.kc, 1)
     g.bs.nc = <int> balanced_block(n, g.bs.nc, g.bs.nr)
     return g
+
+
+cdef gemm_problem problem_of(int dtype, int64_t m, int64_t n, int64_t k, tuple a_strides,
+                             tuple b_strides, tuple c_strides):
+    """:func:`make_problem` for the current ISA from (row, column) stride tuples."""
+    return make_problem(_isa, dtype, m, n, k, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
+                        c_strides[0], c_strides[1])
 
 
 # ------------------------------------------------------------------ the 2-D fast entry
@@ -593,10 +603,12 @@ def matmul_2d(a, b, out, int threads, int64_t parallel_flops, check_threads):
     cdef int nthreads = 1
     if flops >= parallel_flops:
         nthreads = check_threads(threads if threads > 0 else None, flops)
+    cdef cnp.npy_intp *sa = cnp.PyArray_STRIDES(A)
+    cdef cnp.npy_intp *sb = cnp.PyArray_STRIDES(B)
+    cdef cnp.npy_intp *sc = cnp.PyArray_STRIDES(C)
     cdef gemm_problem g = make_problem(_isa, DT_F32 if typenum == cnp.NPY_FLOAT32 else DT_F64, m, n, k,
-                                       (A.strides[0] // isz, A.strides[1] // isz),
-                                       (B.strides[0] // isz, B.strides[1] // isz),
-                                       (C.strides[0] // isz, C.strides[1] // isz))
+                                       sa[0] // isz, sa[1] // isz, sb[0] // isz, sb[1] // isz,
+                                       sc[0] // isz, sc[1] // isz)
     if typenum == cnp.NPY_FLOAT32:
         gemm_batched(&g, <float *> cnp.PyArray_DATA(A), <float *> cnp.PyArray_DATA(B),
                      <float *> cnp.PyArray_DATA(C), _NO_OFFSET, _NO_OFFSET, _NO_OFFSET, nthreads)
@@ -614,7 +626,7 @@ def sgemm(cnp.ndarray a, cnp.ndarray b, cnp.ndarray c, const int64_t[::1] a_off,
     Matrix i of A starts at element ``a_off[i]`` of ``a``'s data and has element
     strides ``a_strides = (rs_a, cs_a)`` (likewise B, C); C must not overlap A or B.
     """
-    cdef gemm_problem g = make_problem(_isa, DT_F32, m, n, k, a_strides, b_strides, c_strides)
+    cdef gemm_problem g = problem_of(DT_F32, m, n, k, a_strides, b_strides, c_strides)
     gemm_batched(&g, <float *> cnp.PyArray_DATA(a), <float *> cnp.PyArray_DATA(b),
                  <float *> cnp.PyArray_DATA(c), a_off, b_off, c_off, threads)
 
@@ -623,7 +635,7 @@ def dgemm(cnp.ndarray a, cnp.ndarray b, cnp.ndarray c, const int64_t[::1] a_off,
           const int64_t[::1] b_off, const int64_t[::1] c_off, int64_t m, int64_t n, int64_t k,
           tuple a_strides, tuple b_strides, tuple c_strides, int threads=1):
     """float64 batched GEMM on validated arrays; see :func:`sgemm`."""
-    cdef gemm_problem g = make_problem(_isa, DT_F64, m, n, k, a_strides, b_strides, c_strides)
+    cdef gemm_problem g = problem_of(DT_F64, m, n, k, a_strides, b_strides, c_strides)
     gemm_batched(&g, <double *> cnp.PyArray_DATA(a), <double *> cnp.PyArray_DATA(b),
                  <double *> cnp.PyArray_DATA(c), a_off, b_off, c_off, threads)
 
@@ -684,8 +696,7 @@ def packing_buffer_bytes(str dtype, int64_t m, int64_t n, int64_t k, int threads
     ``threads`` packed A blocks (MC x KC) and one packed B block (KC x NC, times the
     KC blocks a team packs at once)."""
     cdef bint f32 = dtype == "float32"
-    cdef gemm_problem g = make_problem(_isa, DT_F32 if f32 else DT_F64, m, n, k,
-                                       (k, 1), (n, 1), (n, 1))
+    cdef gemm_problem g = make_problem(_isa, DT_F32 if f32 else DT_F64, m, n, k, k, 1, n, 1, n, 1)
     cdef packing_sizes ps = packing_plan(&g, threads, True, 4 if f32 else 8)
     return (threads * ps.ap + ps.bp) * (4 if f32 else 8)
 
@@ -693,8 +704,7 @@ def packing_buffer_bytes(str dtype, int64_t m, int64_t n, int64_t k, int threads
 def block_sizes(str dtype, int64_t m, int64_t n, int64_t k) -> dict:
     """The block sizes one product of that shape runs with (current ISA): the table's,
     with KC and NC balanced (k and n split into equal blocks of at most KC / NC)."""
-    cdef gemm_problem g = make_problem(_isa, DT_F32 if dtype == "float32" else DT_F64, m, n, k,
-                                       (k, 1), (n, 1), (n, 1))
+    cdef gemm_problem g = make_problem(_isa, DT_F32 if dtype == "float32" else DT_F64, m, n, k, k, 1, n, 1, n, 1)
     return {"mr": g.bs.mr, "nr": g.bs.nr, "mc": g.bs.mc, "kc": g.bs.kc, "nc": g.bs.nc,
             "jr_outer": bool(g.bs.jr_outer)}
 
