@@ -2,7 +2,8 @@
 
 Each cell times both libraries in one process, alternating calls, limited to the
 same number of threads (threadpoolctl for OpenBLAS, torch.set_num_threads for
-torch), and reports median GFLOP/s. Run with OpenBLAS's core-type overrides unset:
+torch), and reports median GFLOP/s and the ratio dyntile/NumPy as the median (and
+quartiles) of round-by-round ratios. Run with OpenBLAS's core-type overrides unset:
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python asv_benches/gemm_compare.py
 
@@ -44,9 +45,9 @@ def peak_gflops(dtype: np.dtype, threads: int, ghz: float) -> float:
     return 2 * FMA_UNITS * lanes * ghz * threads
 
 
-def time_calls(fns, flops: float, repeat: int, clock=time.perf_counter,
-               settle: float = 0.0) -> list[float]:
-    """Median GFLOP/s of each function, libraries interleaved so load hits all alike.
+def time_calls(fns, repeat: int, clock=time.perf_counter, settle: float = 0.0) -> list[list[float]]:
+    """Seconds of each timed call, per function, the libraries interleaved so that
+    load hits all alike (``times[i][r]``: function i in round r).
 
     Each timed call follows ``settle`` seconds of sleep and an untimed call of the same
     function, so it does not pay for the previous library's idle worker threads still
@@ -61,7 +62,15 @@ def time_calls(fns, flops: float, repeat: int, clock=time.perf_counter,
             t0 = clock()
             fn()
             times[i].append(clock() - t0)
-    return [flops / statistics.median(t) / 1e9 for t in times]
+    return times
+
+
+def paired_ratio(ours: list[float], theirs: list[float]) -> tuple[float, float, float]:
+    """Median and quartiles of their time over ours, round by round: a machine whose
+    speed drifts (a busy host) moves both calls of a round alike."""
+    r = sorted(t / o for o, t in zip(ours, theirs))
+    q = statistics.quantiles(r, n=4) if len(r) > 1 else [r[0]] * 3
+    return q[1], q[0], q[2]
 
 
 def main(argv=None) -> None:
@@ -91,7 +100,8 @@ def main(argv=None) -> None:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"dyntile ISA {gemm.isa()}, clock {ghz:.2f} GHz, OpenBLAS env {env}, "
           f"load average {load:.2f} on {os.cpu_count()} CPUs, timing: {args.clock}")
-    head = f"{'m x k x n':>18} {'dtype':>8} {'thr':>3} {'dyntile':>8} {'numpy':>8} {'ratio':>6} {'%peak':>6}"
+    head = (f"{'m x k x n':>18} {'dtype':>8} {'thr':>3} {'dyntile':>8} {'numpy':>8} {'ratio':>6} "
+            f"{'(quartiles)':>11} {'%peak':>6}")
     print(head + (f" {'torch':>8} {'ratio':>6}" if torch else ""))
     rng = np.random.default_rng(0)
     for threads in args.threads:
@@ -112,14 +122,16 @@ def main(argv=None) -> None:
                     torch.set_num_threads(threads)
                 with threadpool_limits(limits=threads, user_api="blas"):
                     clock = time.thread_time if args.clock == "thread" and threads == 1 else time.perf_counter
-                    rates = time_calls(fns, flops, repeat, clock, args.settle if threads > 1 else 0.0)
+                    times = time_calls(fns, repeat, clock, args.settle if threads > 1 else 0.0)
                 if torch is not None:
                     torch.set_num_threads(prev_torch)
+                rates = [flops / statistics.median(t) / 1e9 for t in times]
+                ratio, q1, q3 = paired_ratio(times[0], times[1])
                 peak = peak_gflops(dtype, threads, ghz)
                 line = (f"{f'{m}x{k}x{n}':>18} {dtype.name:>8} {threads:>3} {rates[0]:8.1f} "
-                        f"{rates[1]:8.1f} {rates[0] / rates[1]:6.2f} {100 * rates[0] / peak:5.0f}%")
+                        f"{rates[1]:8.1f} {ratio:6.2f} {f'{q1:.2f}-{q3:.2f}':>11} {100 * rates[0] / peak:5.0f}%")
                 if torch is not None:
-                    line += f" {rates[2]:8.1f} {rates[0] / rates[2]:6.2f}"
+                    line += f" {rates[2]:8.1f} {paired_ratio(times[0], times[2])[0]:6.2f}"
                 print(line, flush=True)
 
 
