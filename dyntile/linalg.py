@@ -13,6 +13,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from dyntile.cpu import gemm as _GEMM
 from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.threads import in_forked_child, max_threads
 
@@ -108,7 +109,8 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     >>> matmul(np.ones((2, 4, 3), np.float32), np.ones((3, 5), np.float32)).shape
     (2, 4, 5)
     """
-    if type(a) is np.ndarray and type(b) is np.ndarray and (threads is None or type(threads) is int and threads > 0):
+    if type(a) is np.ndarray and type(b) is np.ndarray \
+            and (threads is None or type(threads) is int and threads > 0):
         # the common call (two 2-D float arrays), checked and run in Cython; None: not that call
         result = _GEMM.matmul_2d(a, b, out, threads or 0, PARALLEL_FLOPS, _check_threads)
         if result is not None:
@@ -208,8 +210,6 @@ def _check_threads(threads, flops: int) -> int:
 
 
 # ---------------------------------------------------------------------- kernel call
-
-from dyntile.cpu import gemm as _GEMM  # noqa: E402  (the kernel module; NumPy only)
 
 #: dtype -> batched GEMM kernel (dtypes not listed fall back to numpy.matmul)
 _KERNELS = {np.dtype(np.float32): _GEMM.sgemm, np.dtype(np.float64): _GEMM.dgemm}
