@@ -95,7 +95,7 @@ def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
     direct route leaves all of that to one ``pad_batch`` call.
     """
     x0 = items[0]
-    if x0.ndim == 1 and ctx.direct():  # pad_batch(promote=False) checks kinds and dtypes itself
+    if x0.ndim == 1 and ctx.direct():  # pad_rows / pad_batch(promote=False) check kinds and dtypes themselves
         out = ctx.pad_direct(items, key)
         if out is not None:
             return out
@@ -132,7 +132,7 @@ def _stack(items: list) -> torch.Tensor:
 def collate_number_lists(ctx, items: list, key: str) -> torch.Tensor:
     """Lists of numbers (1-D sequences) -> one padded tensor (bool, int64 or float64,
     as ``numpy.asarray`` reads them; empty lists carry no type)."""
-    if ctx.direct():  # pad_batch reads the lists of Python numbers itself
+    if ctx.direct():  # pad_rows reads the lists of Python numbers itself
         out = ctx.pad_direct(items, key)
         if out is not None:
             return out
