@@ -23,9 +23,13 @@ from dyntile.cpu.elements cimport fill_n
 cnp.import_array()
 
 cdef extern from "Python.h":
-    long long PyLong_AsLongLongAndOverflow(object obj, int* overflow) except? -1
     PyObject* Py_True
     PyObject* Py_False
+
+cdef extern from "pylong_read.h" nogil:
+    int dt_long_as_i64(PyObject* v, int64_t* out) noexcept
+    Py_ssize_t dt_read_int_items(PyObject* const* items, Py_ssize_t n, int64_t* dst) noexcept
+    PyObject* const* dt_list_items(PyObject* lst) noexcept
 
 # kinds, in promotion order: every element bool -> bool; ints (and bools) -> int64;
 # any float -> float64 (as numpy.asarray would choose)
@@ -81,7 +85,6 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
     cdef Py_ssize_t n = len(samples), T = cnp.PyArray_DIMS(out)[1], i, j, m, lo
     cdef int width = cnp.PyArray_ITEMSIZE(out), typenum = cnp.PyArray_TYPE(out)
     cdef char* base = <char*>cnp.PyArray_DATA(out)
-    cdef int overflow = 0
     cdef PyObject* v
     cdef list row
     if not cnp.PyArray_IS_C_CONTIGUOUS(out) or cnp.PyArray_NDIM(out) != 2 or cnp.PyArray_DIMS(out)[0] != n:
@@ -113,8 +116,7 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
                 elif not PyLong_Check(<object>v):
                     raise TypeError(f"sample {i} holds a {type(<object>v).__name__} (checked by scan)")
                 elif typenum == cnp.NPY_INT64:
-                    (<int64_t*>base)[lo + j] = PyLong_AsLongLongAndOverflow(<object>v, &overflow)
-                    if overflow:
+                    if not dt_long_as_i64(v, <int64_t*>base + lo + j):
                         return i
                 else:
                     try:
@@ -154,18 +156,9 @@ cdef inline list _unchanged_row(list samples, Py_ssize_t i, int64_t size):
 
 cdef inline bint _read_ints(list row, Py_ssize_t m, int64_t* dst) noexcept:
     """``dst[:m]`` = the exact Python ints of ``row``; False at the first other element
-    (a bool, a float, an int outside int64...). Runs no Python code."""
-    cdef Py_ssize_t j
-    cdef int overflow = 0
-    cdef PyObject* v
-    for j in range(m):
-        v = PyList_GET_ITEM(row, j)
-        if not PyLong_CheckExact(<object>v):
-            return False
-        dst[j] = PyLong_AsLongLongAndOverflow(<object>v, &overflow)
-        if overflow:
-            return False
-    return True
+    (a bool, a float, an int outside int64...). Runs no Python code; small ints are
+    read from the int objects inline (``pylong_read.h``)."""
+    return dt_read_int_items(dt_list_items(<PyObject*>row), m, dst) == m
 
 
 def pad_ints(list samples, size_of, unsigned long long fill_bits, bint left):

@@ -245,6 +245,34 @@ def test_number_lists_match_numpy_asarray(kinds, data, side, multiple):
     np.testing.assert_array_equal(lengths, [len(x) for x in lists])
 
 
+_DIGIT_EDGES = [0, 1, -1, 7, 2**30 - 1, 2**30, -(2**30 - 1), -2**30, -(2**30) - 1, 2**31, 2**60 - 1,
+                2**60, -(2**60 - 1), -2**60, 2**62 + 5, 2**63 - 1, -2**63, -2**63 + 1]
+
+
+def test_int_lists_read_every_digit_count():
+    """The inline int reader (1- and 2-digit ints; larger ones through the C API) on
+    the edges of CPython's 30-bit digits, in the one-pass route (ints only), the
+    two-pass route (a bool joins: ``scan`` + ``pad_into``) and ``concat_ints``."""
+    from dyntile.cpu import number_lists
+
+    rows = [_DIGIT_EDGES, _DIGIT_EDGES[::-1][:5], [], [-5]]
+    ref = pad_reference([np.array(r, np.int64) for r in rows], (24,), 3, False, np.int64)
+    batch, lengths = dt.pad_batch(rows, multiple=8, fill=3)
+    np.testing.assert_array_equal(batch, ref)
+    with_bool = [r + [True] for r in rows]
+    batch, _ = dt.pad_batch(with_bool, multiple=8, fill=3)
+    assert batch.dtype == np.int64
+    np.testing.assert_array_equal(batch, pad_reference([np.array(r, np.int64) for r in with_bool], (24,), 3,
+                                                       False, np.int64))
+    values, lens = number_lists.concat_ints(rows)
+    np.testing.assert_array_equal(values, np.concatenate([np.array(r, np.int64) for r in rows]))
+    # one past int64 at either end: never wrapped, the one-pass reader hands over
+    assert number_lists.concat_ints([[1, 2**63]]) is None
+    assert number_lists.concat_ints([[-2**63 - 1]]) is None
+    # an int subclass (here a bool, in the one-pass reader) is not an exact int
+    assert number_lists.concat_ints([[1, True]]) is None
+
+
 def test_number_lists_hand_over_to_the_general_path():
     # NumPy scalars and int subclasses are not read directly, but still padded
     batch, _ = dt.pad_batch([[np.int32(3), 4], [True]], multiple=1)
