@@ -126,13 +126,12 @@ class DynTileCollate:
             from .packed_collate import collate_packed
             return collate_packed(samples, **self.pack, pad_values=self.pad_values)
         ctx = _Batch(self)
-        out = ctx.walk(list(samples), "")
+        out = ctx.walk(samples if type(samples) is list else list(samples), "")  # the walk never mutates it
         if isinstance(out, dict):
             self._add_mask_and_lengths(out, ctx)
-        counts = ctx.counts()
-        self.stats.update(counts)
-        if self.return_stats and isinstance(out, dict):
-            out[STATS_KEY] = counts
+            if self.return_stats:
+                out[STATS_KEY] = ctx.counts()
+        self.stats.add(ctx.real, ctx.total, ctx.shapes, ctx.truncated, ctx.extended)
         return out
 
     def reset_stats(self) -> None:
@@ -278,23 +277,28 @@ class _Batch:
             lengths = np.asarray(lengths)
             rows = batch, lengths, int(lengths.max()), int(lengths.sum())
         batch, lengths, longest, total = rows
-        if not isinstance(batch, torch.Tensor):
+        shape = tuple(batch.shape)                      # (B, T), read before wrapping: a NumPy tuple is cheaper
+        if type(batch) is np.ndarray:
             batch = torch.from_numpy(batch)
         if longest * len(items) == total and not self.in_pad_keys(key):  # one length: the samples, stacked
-            return (batch[:, :longest] if c.side == "right" else batch[:, batch.shape[1] - longest:]).contiguous()
-        self._record(key, lengths, (0,), batch, total)
+            return (batch[:, :longest] if c.side == "right" else batch[:, shape[1] - longest:]).contiguous()
+        self._note(key, lengths, (0,), shape, total)
         return batch
 
-    def _record(self, key: str, shapes, axes: tuple, out: torch.Tensor, real: int | None = None) -> None:
-        """Note a padded leaf: its sample sizes (for masks and lengths: ``(B', d)``
-        int64, or the int64 ``(B,)`` lengths of the direct route's 1-D leaf), and its
-        counts (``real``: data elements, if the caller knows them)."""
-        shape = tuple(out.shape)
-        self.padded[key] = (shapes, axes, shape)
-        if real is None:
-            real = int(shapes.prod(axis=1).sum())
+    def _record(self, key: str, shapes: np.ndarray, axes: tuple, out: torch.Tensor) -> None:
+        """Note a padded leaf ``out`` and its samples' sizes ``shapes`` (``(B', d)`` int64)."""
+        self._note(key, shapes, axes, tuple(out.shape), int(shapes.prod(axis=1).sum()))
+
+    def _note(self, key: str, sizes: np.ndarray, axes: tuple, shape: tuple, real: int) -> None:
+        """Count a padded leaf of ``shape`` holding ``real`` data elements; ``sizes`` (its
+        samples' ``(B', d)`` sizes, or the ``(B,)`` lengths of a 1-D leaf) feed the mask
+        and lengths."""
+        self.padded[key] = (sizes, axes, shape)
         self.real += real
-        self.total += out.numel()
+        numel = 1
+        for n in shape:
+            numel *= n
+        self.total += numel
         self.shapes.append((key, shape))
 
     def pad(self, items: list, shapes: np.ndarray, key: str) -> torch.Tensor:

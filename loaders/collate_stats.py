@@ -50,13 +50,21 @@ class CollateStats:
 
     def update(self, batch_stats: Mapping) -> None:
         """Add one batch's counts (the ``"collate_stats"`` entry of a batch)."""
+        self.add(int(batch_stats["real_elements"]), int(batch_stats["padded_elements"]),
+                 [(key, tuple(shape)) for key, shape in batch_stats["shapes"]],
+                 int(batch_stats.get("truncated_samples", 0)), int(batch_stats.get("plan_extensions", 0)))
+
+    def add(self, real: int, padded: int, shapes: list, truncated: int = 0, extended: int = 0) -> None:
+        """Add one batch's counts given as ints and its ``(key, shape tuple)`` pairs
+        (what a collate calls per batch: no dict, no conversions)."""
         self.batches += 1
-        self.real_elements += int(batch_stats["real_elements"])
-        self.padded_elements += int(batch_stats["padded_elements"])
-        self.truncated_samples += int(batch_stats.get("truncated_samples", 0))
-        self.plan_extensions += int(batch_stats.get("plan_extensions", 0))
-        for key, shape in batch_stats["shapes"]:
-            self.shapes[(key, tuple(shape))] += 1
+        self.real_elements += real
+        self.padded_elements += padded
+        self.truncated_samples += truncated
+        self.plan_extensions += extended
+        seen = self.shapes
+        for shape in shapes:              # Counter.update's Mapping check costs more than this
+            seen[shape] = seen.get(shape, 0) + 1
 
     def as_dict(self) -> dict:
         """Plain-Python summary (for logging)."""

@@ -217,7 +217,12 @@ def handler_for(cls: type, key: str = "") -> Callable:
 
 
 def _is_number(v: Any) -> bool:
+    if type(v) in _EXACT_NUMBERS:                   # token ids: skip the ABC check (~0.5 us)
+        return True
     return isinstance(v, (numbers.Number, np.number, np.bool_)) and not isinstance(v, (str, bytes))
+
+
+_EXACT_NUMBERS = frozenset((int, float, bool))
 
 
 def _join(key: str, part: str) -> str:
