@@ -16,7 +16,8 @@ given as dicts of ``input_ids`` and ``labels``:
 
 Last, the same two-key comparison against ``pad_sequence`` on samples built just
 before each collate (as a ``DataLoader`` worker's ``__getitem__`` makes them): the
-caches are then cold for both, which costs dyntile's per-tensor reads more.
+caches are then cold for both, which costs dyntile's per-tensor reads more; and
+against Hugging Face on new lists of new ints (as a tokenizer hands them over).
 
 Run: ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python asv_benches/collate_compare.py``
 (medians of interleaved repeats; ratios are what to read on a busy machine).
@@ -49,9 +50,19 @@ def measure(fn, batches, repeat: int) -> float:
     return statistics.median(times)
 
 
-def fresh_ratio(batches, ours, reference, repeat: int) -> tuple[float, float, float]:
+def as_tensors(sample: dict) -> dict:
+    """A sample as a ``Dataset.__getitem__`` returning tensors builds it."""
+    return {k: torch.tensor(v) for k, v in sample.items()}
+
+
+def as_new_lists(sample: dict) -> dict:
+    """A sample as a tokenizer returns it: new lists of new int objects."""
+    return {k: [x + 0 for x in v] for k, v in sample.items()}
+
+
+def fresh_ratio(batches, ours, reference, repeat: int, build=as_tensors) -> tuple[float, float, float]:
     """``(our us/batch, reference us/batch, reference time / our time)`` when every
-    collate gets samples built just before it (``torch.tensor`` per leaf, as a
+    collate gets samples built just before it (``build`` per sample, as a
     ``Dataset.__getitem__`` in a ``DataLoader`` worker makes them); only the collate is
     timed, the two collates alternate which goes first, medians over ``repeat`` passes."""
     pairs = (("ours", ours), ("reference", reference))
@@ -60,7 +71,7 @@ def fresh_ratio(batches, ours, reference, repeat: int) -> tuple[float, float, fl
         t = dict.fromkeys(totals, 0.0)
         for i, b in enumerate(batches):
             for name, fn in (pairs if i % 2 else pairs[::-1]):
-                fresh = [{k: torch.tensor(v) for k, v in s.items()} for s in b]
+                fresh = [build(s) for s in b]
                 t0 = time.perf_counter()
                 fn(fresh)
                 t[name] += time.perf_counter() - t0
@@ -114,6 +125,16 @@ def main(argv=None) -> None:
                                        pad_sequence_collate, args.repeat)
         print(f"\nfresh samples, {order} batches (built just before each collate; input_ids, labels): "
               f"dyntile {ours:.1f} us, pad_sequence + mask {ref:.1f} us: {ratio:.1f}x")
+    try:
+        hf = hf_collate()
+    except NotImplementedError:                         # transformers is not installed
+        return
+    for order in ("random", "grouped"):
+        _, lists = make_batches("lists", args.batches, args.batch, order=order, labels=False)
+        ours, ref, ratio = fresh_ratio(lists, DynTileCollate(pad_values={"input_ids": 0}), hf, max(1, args.repeat // 2),
+                                       build=as_new_lists)
+        print(f"\nfresh samples, {order} batches (new lists of new ints just before each collate; input_ids): "
+              f"dyntile {ours:.1f} us, HF DataCollatorWithPadding(8) {ref:.1f} us: {ratio:.1f}x")
 
 
 if __name__ == "__main__":

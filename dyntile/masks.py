@@ -25,7 +25,9 @@ def padding_mask(lengths, shape, *, side: str = "right"):
     if side not in ("right", "left"):
         raise ValueError(f"side should be 'right' or 'left', but got {side!r}")
     if type(shape) is int and type(lengths) is np.ndarray and lengths.dtype == np.int64 and lengths.ndim == 1:
-        return _mask_rows(lengths, shape, side)  # the common case (a collate's lengths), kept cheap
+        # the common case (a collate's lengths), kept to one kernel call
+        return _pad.mask_rows(lengths if lengths.flags.c_contiguous else np.ascontiguousarray(lengths), shape,
+                              side == "left")
     torch_like = is_torch_tensor(lengths)
     n, _ = as_numpy(lengths, what="lengths")
     shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)

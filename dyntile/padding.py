@@ -25,6 +25,9 @@ from dyntile.threads import copy_threads
 __all__ = ["pad_batch", "pad_to", "pad_rows"]
 
 
+_SIDES = {"right": False, "left": True}
+
+
 def _check_side(side) -> bool:
     if side not in ("right", "left"):
         raise ValueError(f"side should be 'right' or 'left', but got {side!r}")
@@ -334,7 +337,9 @@ def pad_rows(samples: list, *, multiple: int = 8, plan=None, fill=0, side: str =
     >>> batch.tolist(), lengths.tolist(), longest, total
     ([[1, 2, 3, 0], [4, 0, 0, 0]], [3, 1], 3, 4)
     """
-    left = _check_side(side)
+    left = _SIDES.get(side) if type(side) is str else None
+    if left is None:
+        left = _check_side(side)                  # raises, naming what is accepted
     if type(samples) is not list or not samples:
         return None
     x0 = samples[0]

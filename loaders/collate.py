@@ -241,7 +241,16 @@ class _Batch:
         self.shapes: list = []
 
     def walk(self, items: list, key: str):
-        return handler_for(type(items[0]), key)(self, items, key)
+        x0 = items[0]
+        cls = type(x0)
+        # the common leaves (token ids as lists of ints, 1-D tensors) go straight to the
+        # one-call route: a batch's walk is a handful of Python frames, which matters
+        # most when a worker's __getitem__ calls have just evicted them from the caches
+        if self.c._direct and ((cls is list and x0 and type(x0[0]) is int) or (cls is _TENSOR and x0.dim() == 1)):
+            out = self.pad_direct(items, key)
+            if out is not None:
+                return out
+        return handler_for(cls, key)(self, items, key)
 
     def in_pad_keys(self, key: str) -> bool:
         return key in self.c.pad_keys or key.rsplit(".", 1)[-1] in self.c.pad_keys
@@ -377,6 +386,7 @@ class _Batch:
 
 
 _NP_TO_TORCH: dict = {}
+_TENSOR = torch.Tensor
 
 
 def _torch_dtype(x) -> torch.dtype:
