@@ -287,7 +287,7 @@ class _Batch:
             rows = batch, lengths, int(lengths.max()), int(lengths.sum())
         batch, lengths, longest, total = rows
         shape = tuple(batch.shape)                      # (B, T), read before wrapping: a NumPy tuple is cheaper
-        if type(batch) is np.ndarray:
+        if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
         if longest * len(items) == total and not self.in_pad_keys(key):  # one length: the samples, stacked
             return (batch[:, :longest] if c.side == "right" else batch[:, shape[1] - longest:]).contiguous()
