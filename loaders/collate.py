@@ -34,9 +34,13 @@ class DynTileCollate:
     Walks samples like ``torch.utils.data.default_collate`` (dicts, tuples,
     namedtuples, lists, tensors, NumPy arrays, numbers, strings kept as lists); a
     *list of numbers* is a 1-D sequence leaf. A leaf is **ragged** when its samples'
-    shapes differ in the batch, or when its key is in ``pad_keys`` (default: the keys
-    of ``pad_values``); ``pad_keys=()`` pads only leaves that differ. Ragged leaves
-    are padded with :func:`dyntile.pad_batch`:
+    shapes differ in the batch, when its key is in ``pad_keys`` (default: the keys
+    of ``pad_values``), or, with a 1-axis plan and the default ``pad_keys``, when it
+    is 1-D: the plan then gives every sequence its bucket's length even in a batch
+    whose samples happen to share one, so shapes, masks and the overflow check never
+    depend on the batch. ``pad_keys=()`` pads only leaves that differ (fixed-size
+    1-D features then stay as they are). Ragged leaves are padded with
+    :func:`dyntile.pad_batch`:
 
     * axes: axis 0 of 1-D leaves; for N-D leaves ``axes`` if given, else the first
       ``plan.ndim`` axes with a plan, else the axes whose sizes differ;
@@ -100,6 +104,8 @@ class DynTileCollate:
         self.fill = fill
         self.side = side
         self.pad_keys = frozenset(self.pad_values if pad_keys is None else pad_keys)
+        # with a 1-axis plan, 1-D leaves are sequences: always padded to their bucket
+        self._plans_sequences = pad_keys is None and plan is not None and plan.ndim == 1
         self.axes = None if axes is None else tuple(int(a) for a in axes)
         self.batch_multiple = None if batch_multiple is None else check_multiple(batch_multiple, "batch_multiple")
         self.bucket_rows = _bucket_rows(plan, bucket_rows, batch_multiple)
@@ -255,8 +261,13 @@ class _Batch:
     def in_pad_keys(self, key: str) -> bool:
         return key in self.c.pad_keys or key.rsplit(".", 1)[-1] in self.c.pad_keys
 
+    def always_pads(self, key: str, ndim: int) -> bool:
+        """Whether a leaf of rank ``ndim`` at ``key`` is padded even when its samples
+        share one shape (its key is in ``pad_keys``, or it is a sequence of a plan)."""
+        return (ndim == 1 and self.c._plans_sequences) or self.in_pad_keys(key)
+
     def is_ragged(self, key: str, shapes: np.ndarray) -> bool:
-        return self.in_pad_keys(key) or bool((shapes != shapes[0]).any())
+        return self.always_pads(key, shapes.shape[1]) or bool((shapes != shapes[0]).any())
 
     def counts(self) -> dict:
         return {"real_elements": self.real, "padded_elements": self.total, "shapes": self.shapes,
@@ -270,8 +281,8 @@ class _Batch:
     def pad_direct(self, items: list, key: str) -> torch.Tensor | None:
         """Fast route for 1-D leaves of one type: one ``pad_rows`` call (tensors or
         lists of numbers; ``pad_batch`` for 1-D arrays) finds the lengths, the size and
-        the buffer. A leaf whose samples all have one length and whose key is not in
-        ``pad_keys`` is stacked instead (not ragged: no padding). ``None`` when the
+        the buffer. A leaf whose samples all have one length is stacked instead when
+        it is not ragged (see ``always_pads``). ``None`` when the
         leaf is refused: the caller's full route then names the sample and applies
         the overflow policy."""
         c = self.c
@@ -289,7 +300,7 @@ class _Batch:
         shape = tuple(batch.shape)                      # (B, T), read before wrapping: a NumPy tuple is cheaper
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
-        if longest * len(items) == total and not self.in_pad_keys(key):  # one length: the samples, stacked
+        if longest * len(items) == total and not self.always_pads(key, 1):  # one length: the samples, stacked
             return (batch[:, :longest] if c.side == "right" else batch[:, shape[1] - longest:]).contiguous()
         self._note(key, lengths, (0,), shape, total)
         return batch

@@ -184,12 +184,36 @@ def test_mask_options():
         DynTileCollate(mask_from="nope")(samples)
 
 
-def test_equal_length_leaf_named_in_pad_values_still_goes_to_the_plan():
-    samples = [{"ids": torch.arange(5)}, {"ids": torch.arange(5)}]
+@pytest.mark.parametrize("kind", ["tensors", "lists"])
+def test_equal_length_sequences_still_go_to_the_plan(kind):
+    """With a plan, a batch whose samples share one length gets the bucket's shape,
+    mask and lengths like any other (a batch of one sample, a bucket of equal
+    lengths): shapes never depend on the batch."""
+    make = torch.arange if kind == "tensors" else (lambda n: list(range(n)))
+    samples = [{"ids": make(5), "emb": torch.ones(3)}, {"ids": make(5), "emb": torch.ones(3)}]
     plan = BucketPlan((8, 16))
-    assert DynTileCollate(plan, pad_values={"ids": 0})(samples)["ids"].shape == (2, 8)
-    assert DynTileCollate(plan)(samples)["ids"].shape == (2, 5)            # not ragged: stacked
-    assert DynTileCollate(plan, pad_keys=["ids"])(samples)["ids"].shape == (2, 8)
+    for collate in (DynTileCollate(plan), DynTileCollate(plan, pad_values={"ids": 0}),
+                    DynTileCollate(plan, pad_keys=["ids"])):
+        out = collate(samples)
+        assert out["ids"].shape == (2, 8) and out["attention_mask"].shape == (2, 8)
+        assert out["lengths"].tolist() == [5, 5] and out["attention_mask"].sum() == 10
+    assert DynTileCollate(plan)(samples)["emb"].shape == (2, 8)             # every 1-D leaf is a sequence
+    out = DynTileCollate(plan, pad_keys=())(samples)                          # opt out: stacked as they are
+    assert out["ids"].shape == (2, 5) and out["emb"].shape == (2, 3) and "attention_mask" not in out
+    assert DynTileCollate(plan, pad_keys=["ids"])(samples)["emb"].shape == (2, 3)
+    assert DynTileCollate(pad_values={"ids": 0})(samples)["emb"].shape == (2, 3)  # no plan: stacked
+    one = DynTileCollate(plan, bucket_rows=[4, 4])([samples[0]])
+    assert one["ids"].shape == (4, 8) and one["lengths"].tolist() == [5, 0, 0, 0]
+
+
+def test_equal_length_samples_over_the_plan_raise():
+    plan = BucketPlan((8, 16))
+    samples = [{"ids": torch.arange(20)}, {"ids": torch.arange(20)}]
+    with pytest.raises(ValueError, match=r"key 'ids': sample 0 has shape \(20,\), over the plan's largest boundary"):
+        DynTileCollate(plan)(samples)
+    with pytest.raises(ValueError, match=r"key 'ids': sample 0 has shape \(20,\)"):
+        DynTileCollate(plan)([{"ids": list(range(20))}])
+    assert DynTileCollate(plan, overflow="truncate")(samples)["ids"].shape == (2, 16)
 
 
 # ------------------------------------------------------------------ overflow and bad input

@@ -186,3 +186,22 @@ def test_achieved_padding_equals_plan_optimum_on_real_lengths():
             padded += len(b) * plan.round_up(int(L[b].max()))[0]
             real += int(L[b].sum())
         assert abs((1 - real / padded) - plan.padding_ratio(L)) < 0.01
+
+
+@pytest.mark.parametrize("replicas", [2, 3])
+def test_ranks_get_one_collated_shape_per_step(replicas):
+    """The sampler and DynTileCollate together: at every step every rank's batch has
+    the same tensor shapes and keys, also for batches whose samples share one length."""
+    from loaders import DynTileCollate
+
+    L = np.array([3, 5, 3, 3, 6, 6, 12, 12, 12, 9, 16, 2, 2, 2, 2, 7])
+    plan = BucketPlan((8, 16))
+    data = [{"input_ids": list(range(1, n + 1))} for n in L]
+    samplers = [BucketBatchSampler(L, plan, batch_size=2, shuffle=False, num_replicas=replicas, rank=r)
+                for r in range(replicas)]
+    collate = DynTileCollate(plan, bucket_rows=samplers[0].batch_sizes)
+    for step in zip(*[list(s) for s in samplers]):
+        batches = [collate([data[i] for i in b]) for b in step]
+        shapes = {tuple((k, tuple(v.shape)) for k, v in sorted(out.items())) for out in batches}
+        assert len(shapes) == 1, shapes
+        assert dict(next(iter(shapes)))["input_ids"][1] in plan.boundaries
