@@ -19,7 +19,7 @@ from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import check_multiple, check_tile, normalize_axis
 
 from .collate_stats import CollateStats
-from .leaf_handlers import handler_for
+from .leaf_handlers import handler_for, join_key
 
 __all__ = ["DynTileCollate"]
 
@@ -50,7 +50,8 @@ class DynTileCollate:
       nested leaf), else ``fill``; ``side="left"`` puts data at the end.
 
     ``batch_multiple`` pads the batch dimension too (extra rows: fill, length 0,
-    mask 0). ``bucket_rows`` (needs ``plan``; one row count per bucket, in
+    mask 0), of every tensor leaf: numbers and stacked leaves get their key's fill
+    (e.g. ``pad_values={"label": -100}``); lists of strings keep their B entries. ``bucket_rows`` (needs ``plan``; one row count per bucket, in
     ``plan.bucket_shapes()`` order, e.g. ``BucketBatchSampler.batch_sizes``) pads
     every batch to its bucket's row count instead, so the last, partial batch of a
     bucket keeps the bucket's shape: a run sees exactly one shape per bucket. For dict samples, ``mask_key`` (``(B, T)`` of ``mask_dtype``, true on
@@ -133,6 +134,8 @@ class DynTileCollate:
             return collate_packed(samples, **self.pack, pad_values=self.pad_values)
         ctx = _Batch(self)
         out = ctx.walk(samples if type(samples) is list else list(samples), "")  # the walk never mutates it
+        if ctx.rows > len(samples):                  # batch padding: every leaf gets the padded leaves' rows
+            out = ctx.grow_rows(out, len(samples), "")
         if isinstance(out, dict):
             self._add_mask_and_lengths(out, ctx)
             if self.return_stats:
@@ -238,13 +241,14 @@ class DynTileCollate:
 class _Batch:
     """State of one ``__call__``: the walk, the padded leaves and their counts."""
 
-    __slots__ = ("c", "padded", "real", "total", "shapes", "truncated", "extended")
+    __slots__ = ("c", "padded", "real", "total", "shapes", "truncated", "extended", "rows")
 
     def __init__(self, collate: DynTileCollate):
         self.c = collate
         self.padded: dict[str, tuple] = {}           # key -> (sizes, axes, out shape): see _record
         self.real = self.total = self.truncated = self.extended = 0
         self.shapes: list = []
+        self.rows = 0                                # rows of padded leaves beyond B (batch_multiple, bucket_rows)
 
     def walk(self, items: list, key: str):
         x0 = items[0]
@@ -260,6 +264,32 @@ class _Batch:
 
     def in_pad_keys(self, key: str) -> bool:
         return key in self.c.pad_keys or key.rsplit(".", 1)[-1] in self.c.pad_keys
+
+    def grow_rows(self, value, B: int, key: str):
+        """``value`` (a collated structure) with every tensor of ``B`` rows grown to
+        ``self.rows`` rows of its key's fill (numbers, stacked leaves); padded leaves
+        have them already, and lists of strings keep their ``B`` entries."""
+        if isinstance(value, torch.Tensor):
+            if value.dim() == 0 or value.shape[0] != B:
+                return value
+            fill = self.c.fill_for(key)
+            try:
+                extra = torch.full((self.rows - B, *value.shape[1:]), fill, dtype=value.dtype)
+                stored = extra.view(-1)[0].item() if extra.numel() else fill
+                if not (value.dtype.is_floating_point or value.dtype.is_complex or stored == fill):
+                    raise ValueError(f"it would be stored as {stored!r}")       # torch casts silently
+            except (RuntimeError, TypeError, ValueError) as e:
+                raise ValueError(f"key {key!r}: cannot pad the batch dimension of a {value.dtype} leaf with "
+                                 f"fill={fill!r} ({e}); give pad_values[{key.rsplit('.', 1)[-1]!r}]") from None
+            grown = torch.cat((value, extra))
+            return grown.pin_memory() if self.c._pin else grown
+        if isinstance(value, dict):
+            return {k: self.grow_rows(v, B, join_key(key, k)) for k, v in value.items()}
+        if isinstance(value, tuple) and hasattr(value, "_fields"):
+            return type(value)(*(self.grow_rows(v, B, join_key(key, f)) for f, v in zip(value._fields, value)))
+        if isinstance(value, list):
+            return [self.grow_rows(v, B, join_key(key, str(j))) for j, v in enumerate(value)]
+        return value
 
     def always_pads(self, key: str, ndim: int) -> bool:
         """Whether a leaf of rank ``ndim`` at ``key`` is padded even when its samples
@@ -334,6 +364,7 @@ class _Batch:
             target[a] = size
         B = len(items)
         rows = c.rows_for(B, tuple(target[a] for a in axes), key)
+        self.rows = max(self.rows, rows)
         fill = c.fill_for(key)
         out = torch.empty((rows, *target), dtype=_torch_dtype(items[0]), pin_memory=c._pin and c.tile is None)
         try:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-__all__ = ["handler_for", "HANDLERS"]
+__all__ = ["handler_for", "HANDLERS", "join_key"]
 
 
 def _where(key: str) -> str:
@@ -47,7 +47,7 @@ def collate_mapping(ctx, items: list, key: str) -> dict:
     except (KeyError, TypeError, IndexError):
         _raise_key_mismatch(items, keys, key)
         raise TypeError(f"{_where(key)}: the samples could not be read as mappings with keys {keys}") from None
-    return {k: ctx.walk(column, _join(key, k)) for k, column in zip(keys, columns)}
+    return {k: ctx.walk(column, join_key(key, k)) for k, column in zip(keys, columns)}
 
 
 def _raise_key_mismatch(items: list, keys: list, key: str):
@@ -57,7 +57,7 @@ def _raise_key_mismatch(items: list, keys: list, key: str):
         missing = [k for k in keys if k not in item]
         extra = [k for k in item if k not in keys]
         if missing or extra:
-            what = f"is missing key {_join(key, missing[0])!r}" if missing else f"has extra key {_join(key, extra[0])!r}"
+            what = f"is missing key {join_key(key, missing[0])!r}" if missing else f"has extra key {join_key(key, extra[0])!r}"
             raise KeyError(f"sample {i} {what}; every sample needs the keys of sample 0: {keys}")
 
 
@@ -68,7 +68,7 @@ def collate_sequence(ctx, items: list, key: str) -> list:
         if len(item) != n:
             raise ValueError(f"{_where(key)}: sample {i} has {len(item)} elements, but sample 0 has {n}; "
                              f"sequences in a batch need equal sizes (use a list of numbers for a ragged leaf)")
-    return [ctx.walk(list(column), _join(key, str(j))) for j, column in enumerate(zip(*items))]
+    return [ctx.walk(list(column), join_key(key, str(j))) for j, column in enumerate(zip(*items))]
 
 
 def collate_namedtuple(ctx, items: list, key: str):
@@ -225,5 +225,5 @@ def _is_number(v: Any) -> bool:
 _EXACT_NUMBERS = frozenset((int, float, bool))
 
 
-def _join(key: str, part: str) -> str:
+def join_key(key: str, part: str) -> str:
     return f"{key}.{part}" if key else str(part)

@@ -126,7 +126,7 @@ def test_padding_matches_reference(lengths, kind, side, multiple, use_plan, batc
     pos = np.arange(T)
     mask = pos < lens[:, None] if not left else pos >= T - lens[:, None]
     np.testing.assert_array_equal(out["attention_mask"].numpy(), mask)
-    assert out["idx"].tolist() == list(range(B))
+    assert out["idx"].tolist() == list(range(B)) + [0] * (rows - B)       # batch padding reaches numbers too
     assert collate.stats.real_elements == 2 * sum(lengths)
     assert collate.stats.padded_elements == 2 * rows * T
 
@@ -356,3 +356,23 @@ def test_bucket_rows_give_one_shape_per_bucket():
         DynTileCollate(plan, bucket_rows=[8, 8])
     with pytest.raises(ValueError, match="larger than its bucket_rows entry 1"):
         DynTileCollate(plan, bucket_rows=[1] * 4, pad_values={"x": 0})([{"x": [1]}, {"x": [2]}])
+
+
+def test_batch_padding_reaches_every_leaf():
+    """batch_multiple / bucket_rows give every tensor leaf the padded rows (numbers and
+    stacked leaves included, with their key's fill); lists of strings keep B entries."""
+    samples = [{"input_ids": [1, 2, 3], "label": 4, "emb": torch.ones(2), "text": "a",
+                "pair": (torch.zeros(3), 7.5)},
+               {"input_ids": [5], "label": 6, "emb": torch.ones(2), "text": "b",
+                "pair": (torch.zeros(3), 8.5)}]
+    for collate in (DynTileCollate(batch_multiple=4, pad_values={"label": -100}),
+                    DynTileCollate(BucketPlan((8,)), bucket_rows=[4], pad_values={"label": -100})):
+        out = collate(samples)
+        assert out["input_ids"].shape == (4, 8) and out["attention_mask"].shape == (4, 8)
+        assert out["label"].tolist() == [4, 6, -100, -100]
+        assert out["emb"].shape[0] == 4 and out["emb"][2:].eq(0).all()
+        assert out["pair"][0].shape[0] == 4 and out["pair"][1].tolist() == [7.5, 8.5, 0.0, 0.0]
+        assert out["text"] == ["a", "b"] and out["lengths"].tolist() == [3, 1, 0, 0]
+    with pytest.raises(ValueError, match=r"key 'flag': cannot pad the batch dimension of a torch.bool leaf with "
+                                         r"fill=-100 \(it would be stored as True\); give pad_values\['flag'\]"):
+        DynTileCollate(batch_multiple=4, fill=-100)([{"x": [1], "flag": True}, {"x": [1, 2], "flag": False}])

@@ -31,7 +31,7 @@ def test_loader_with_sampler_and_collate(num_workers):
     lengths = np.random.default_rng(1).integers(1, 300, size=150)
     plan = plan_buckets(lengths, max_buckets=4)
     sampler = BucketBatchSampler(lengths, plan, max_tokens=2048, seed=3)
-    collate = DynTileCollate(plan, pad_values={"input_ids": 0, "labels": -100}, batch_multiple=8,
+    collate = DynTileCollate(plan, pad_values={"input_ids": 0, "labels": -100, "index": -1}, batch_multiple=8,
                              pin_memory=True, return_stats=True)
     data = Tokens(lengths)
     with warnings.catch_warnings():
@@ -46,7 +46,9 @@ def test_loader_with_sampler_and_collate(num_workers):
     for batch in batches:
         B, T = batch["input_ids"].shape
         assert T in allowed and B % 8 == 0
-        real = batch["index"].tolist()
+        assert batch["index"].shape == (B,)                           # batch padding reaches every leaf
+        real = [i for i in batch["index"].tolist() if i >= 0]
+        assert batch["index"][len(real):].eq(-1).all()
         seen += real
         for row, i in enumerate(real):
             n = len(data.seqs[i])
