@@ -65,7 +65,10 @@ def collate_sequence(ctx, items: list, key: str) -> list:
     """Tuples (and lists of non-numbers) -> a list with one collated value per position."""
     n = len(items[0])
     for i, item in enumerate(items):
-        if len(item) != n:
+        if not isinstance(item, (tuple, list)) or len(item) != n:
+            if not isinstance(item, (tuple, list)):
+                raise TypeError(f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a "
+                                f"{type(items[0]).__name__}; every sample's value of one key needs one kind")
             raise ValueError(f"{_where(key)}: sample {i} has {len(item)} elements, but sample 0 has {n}; "
                              f"sequences in a batch need equal sizes (use a list of numbers for a ragged leaf)")
     return [ctx.walk(list(column), join_key(key, str(j))) for j, column in enumerate(zip(*items))]
@@ -145,23 +148,37 @@ def collate_number_lists(ctx, items: list, key: str) -> torch.Tensor:
 
 def _number_arrays(items: list, key: str) -> list:
     """One array per list of numbers, all of the batch's dtype (views of one buffer)."""
+    i = next((i for i, x in enumerate(items) if not isinstance(x, (list, tuple))), None)
+    if i is not None:
+        raise TypeError(f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a list of "
+                        f"numbers; every sample's value of one key needs one kind")
     lengths = [len(x) for x in items]
-    flat = np.array(list(itertools.chain.from_iterable(items)))
+    try:
+        flat = np.array(list(itertools.chain.from_iterable(items)))
+    except (TypeError, ValueError):             # e.g. a nested list (another rank): named below
+        flat = None
+    if flat is None or (flat.size and flat.dtype.kind not in "biuf"):
+        i = next(i for i, x in enumerate(items) if not all(_is_number(v) for v in x))
+        raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds a "
+                        f"{next(type(v).__name__ for v in items[i] if not _is_number(v))}")
     if flat.size == 0:                          # empty lists carry no type (as in pad_batch)
         flat = flat.astype(np.int64)
-    elif flat.dtype.kind not in "biuf":
-        i = next(i for i, x in enumerate(items) if not all(_is_number(v) for v in x))
-        raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds "
-                        f"{next(type(v).__name__ for v in items[i] if not _is_number(v))}")
     ends = np.cumsum(lengths).tolist()
     return [flat[e - n:e] for e, n in zip(ends, lengths)]
 
 
 def collate_numbers(ctx, items: list, key: str) -> torch.Tensor:
     """Python numbers -> a ``(B,)`` tensor: float64 for floats, int64 for ints (as ``default_collate``)."""
-    if isinstance(items[0], float):
-        return torch.tensor(items, dtype=torch.float64)
-    return torch.tensor(items)
+    try:
+        if isinstance(items[0], float):
+            return torch.tensor(items, dtype=torch.float64)
+        return torch.tensor(items)
+    except (TypeError, ValueError, RuntimeError):
+        i = next((i for i, x in enumerate(items) if not _is_number(x)), None)
+        if i is None:
+            raise
+        raise TypeError(f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a number "
+                        f"({type(items[0]).__name__}); every sample's value of one key needs one kind") from None
 
 
 def collate_numpy_scalars(ctx, items: list, key: str) -> torch.Tensor:
