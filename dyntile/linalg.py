@@ -110,7 +110,7 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     (2, 4, 5)
     """
     if type(a) is np.ndarray and type(b) is np.ndarray \
-            and (threads is None or type(threads) is int and threads > 0):
+            and (threads is None or type(threads) is int and 0 < threads <= MAX_THREADS):
         # the common call (two 2-D float arrays), checked and run in Cython; None: not that call
         result = _GEMM.matmul_2d(a, b, out, threads or 0, PARALLEL_FLOPS, _check_threads)
         if result is not None:
@@ -138,6 +138,8 @@ def matmul(a, b, out=None, *, threads: int | None = None):
         return out
     if torch_result:
         return sys.modules["torch"].from_numpy(np.asarray(result))
+    if not isinstance(result, np.ndarray):   # object dtype 1-D @ 1-D: np.matmul returns the Python object
+        return result
     return result[()] if result.ndim == 0 else result
 
 
@@ -201,9 +203,11 @@ def _overlaps(x: np.ndarray, y: np.ndarray) -> bool:
 def _check_threads(threads, flops: int) -> int:
     """OpenMP threads for a product of ``flops``: at most ``threads`` (default: the
     cores available), one below PARALLEL_FLOPS or in a forked child."""
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, (int, np.integer))
-                                or threads < 1):
-        raise ValueError(f"matmul: threads should be a positive integer or None, but got {threads!r}")
+    if threads is not None:
+        if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)):
+            raise TypeError(f"matmul: threads should be a positive integer or None, but got {threads!r}")
+        if threads < 1:
+            raise ValueError(f"matmul: threads should be a positive integer or None, but got {threads!r}")
     if flops < PARALLEL_FLOPS or in_forked_child():
         return 1
     return min(max_threads() if threads is None else int(threads), MAX_THREADS)

@@ -275,6 +275,16 @@ def test_other_dtypes_follow_numpy(rng, dtype):
     np.testing.assert_array_equal(got, expected)
 
 
+def test_object_arrays_follow_numpy():
+    """Object arrays go to np.matmul, whose 1-D @ 1-D result is a Python object."""
+    from fractions import Fraction
+
+    a = np.array([Fraction(1, 2), Fraction(1, 3), 2], dtype=object)
+    assert matmul(a, a) == np.matmul(a, a) == Fraction(1, 4) + Fraction(1, 9) + 4
+    m = np.array([[1, 2], [3, 4]], dtype=object)
+    np.testing.assert_array_equal(matmul(m, m[0]), np.matmul(m, m[0]))
+
+
 # -------------------------------------------------------------------------- out=
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -376,6 +386,11 @@ def test_shape_errors_match_numpy():
 def test_bad_arguments():
     with pytest.raises(ValueError, match="threads"):
         matmul(np.ones((2, 2)), np.ones((2, 2)), threads=0)
+    for bad in ("2", 1.5, [2], True):
+        with pytest.raises(TypeError, match="threads should be a positive integer or None"):
+            matmul(np.ones((2, 2)), np.ones((2, 2)), threads=bad)
+    big = np.ones((300, 300))                      # any count is capped at MAX_THREADS, never overflows
+    np.testing.assert_array_equal(matmul(big, big, threads=2**40), big @ big)
     with pytest.raises(TypeError, match="dtype <U1"):
         matmul(np.array([["a"]]), np.ones((1, 1)))
     with pytest.raises(ValueError, match="operand b is not a rectangular"):
