@@ -62,7 +62,8 @@ class DynTileCollate:
 
     ``tile=(tm, tn)`` stores every padded leaf in the tiled layout of
     :func:`dyntile.tile` (the last two axes of the padded batch; masks untiled).
-    ``pin_memory=True`` allocates outputs in pinned memory when CUDA is available;
+    ``pin_memory=True`` puts every output tensor (masks, lengths and numbers too) in
+    pinned memory when CUDA is available;
     without CUDA it is a no-op with a one-time warning. ``overflow`` handles a sample
     over the plan's largest boundary: ``"error"`` (default), ``"truncate"`` (cut to
     the largest boundary, counted in ``stats.truncated_samples``) or ``"extend"``
@@ -134,12 +135,15 @@ class DynTileCollate:
             return collate_packed(samples, **self.pack, pad_values=self.pad_values)
         ctx = _Batch(self)
         out = ctx.walk(samples if type(samples) is list else list(samples), "")  # the walk never mutates it
-        if ctx.rows > len(samples):                  # batch padding: every leaf gets the padded leaves' rows
-            out = ctx.grow_rows(out, len(samples), "")
+        B = len(samples)
+        if ctx.rows > B:                             # batch padding: every leaf gets the padded leaves' rows
+            out = map_tensors(out, lambda t, key: ctx.grow_rows(t, B, key))
         if isinstance(out, dict):
             self._add_mask_and_lengths(out, ctx)
-            if self.return_stats:
-                out[STATS_KEY] = ctx.counts()
+        if self._pin:                                # padded leaves were allocated pinned; the rest is copied
+            out = map_tensors(out, lambda t, key: t if t.is_pinned() else t.pin_memory())
+        if self.return_stats and isinstance(out, dict):
+            out[STATS_KEY] = ctx.counts()
         self.stats.add(ctx.real, ctx.total, ctx.shapes, ctx.truncated, ctx.extended)
         return out
 
@@ -174,9 +178,7 @@ class DynTileCollate:
         if lengths.ndim == 1 or (len(axes) == 1 and lengths.shape[1] == 1):  # 1-D leaves: two memsets per row
             mask = torch.from_numpy(padding_mask(lengths if lengths.ndim == 1 else lengths[:, 0], shape[1],
                                                  side=self.side))
-            if self.mask_dtype != torch.bool:
-                mask = mask.to(self.mask_dtype)
-            return mask.pin_memory() if self._pin else mask
+            return mask if self.mask_dtype == torch.bool else mask.to(self.mask_dtype)
         mask = None
         for j, a in enumerate(axes):
             size = shape[1 + a]
@@ -187,11 +189,7 @@ class DynTileCollate:
             inside = inside.reshape(inside.shape + (1,) * (len(axes) - j - 1))
             mask = inside if mask is None else mask & inside
         mask = torch.from_numpy(mask)
-        if self.mask_dtype != torch.bool:
-            mask = mask.to(self.mask_dtype)
-        if self._pin:
-            mask = mask.pin_memory()
-        return mask
+        return mask if self.mask_dtype == torch.bool else mask.to(self.mask_dtype)
 
     # ---- padding one leaf (called by the leaf handlers through _Batch.pad)
 
@@ -265,31 +263,21 @@ class _Batch:
     def in_pad_keys(self, key: str) -> bool:
         return key in self.c.pad_keys or key.rsplit(".", 1)[-1] in self.c.pad_keys
 
-    def grow_rows(self, value, B: int, key: str):
-        """``value`` (a collated structure) with every tensor of ``B`` rows grown to
-        ``self.rows`` rows of its key's fill (numbers, stacked leaves); padded leaves
-        have them already, and lists of strings keep their ``B`` entries."""
-        if isinstance(value, torch.Tensor):
-            if value.dim() == 0 or value.shape[0] != B:
-                return value
-            fill = self.c.fill_for(key)
-            try:
-                extra = torch.full((self.rows - B, *value.shape[1:]), fill, dtype=value.dtype)
-                stored = extra.view(-1)[0].item() if extra.numel() else fill
-                if not (value.dtype.is_floating_point or value.dtype.is_complex or stored == fill):
-                    raise ValueError(f"it would be stored as {stored!r}")       # torch casts silently
-            except (RuntimeError, TypeError, ValueError) as e:
-                raise ValueError(f"key {key!r}: cannot pad the batch dimension of a {value.dtype} leaf with "
-                                 f"fill={fill!r} ({e}); give pad_values[{key.rsplit('.', 1)[-1]!r}]") from None
-            grown = torch.cat((value, extra))
-            return grown.pin_memory() if self.c._pin else grown
-        if isinstance(value, dict):
-            return {k: self.grow_rows(v, B, join_key(key, k)) for k, v in value.items()}
-        if isinstance(value, tuple) and hasattr(value, "_fields"):
-            return type(value)(*(self.grow_rows(v, B, join_key(key, f)) for f, v in zip(value._fields, value)))
-        if isinstance(value, list):
-            return [self.grow_rows(v, B, join_key(key, str(j))) for j, v in enumerate(value)]
-        return value
+    def grow_rows(self, value: torch.Tensor, B: int, key: str) -> torch.Tensor:
+        """A collated tensor of ``B`` rows grown to ``self.rows`` rows of its key's fill
+        (numbers, stacked leaves); padded leaves have them already."""
+        if value.dim() == 0 or value.shape[0] != B:
+            return value
+        fill = self.c.fill_for(key)
+        try:
+            extra = torch.full((self.rows - B, *value.shape[1:]), fill, dtype=value.dtype)
+            stored = extra.view(-1)[0].item() if extra.numel() else fill
+            if not (value.dtype.is_floating_point or value.dtype.is_complex or stored == fill):
+                raise ValueError(f"it would be stored as {stored!r}")       # torch casts silently
+        except (RuntimeError, TypeError, ValueError) as e:
+            raise ValueError(f"key {key!r}: cannot pad the batch dimension of a {value.dtype} leaf with "
+                             f"fill={fill!r} ({e}); give pad_values[{key.rsplit('.', 1)[-1]!r}]") from None
+        return torch.cat((value, extra))
 
     def always_pads(self, key: str, ndim: int) -> bool:
         """Whether a leaf of rank ``ndim`` at ``key`` is padded even when its samples
@@ -425,6 +413,20 @@ class _Batch:
             raise ValueError(f"tile= needs padded leaves of at least 2 dimensions, but got shape {tuple(out.shape)}")
         dest = torch.empty(tiled_shape(tuple(out.shape), self.c.tile), dtype=out.dtype, pin_memory=self.c._pin)
         return tile_fn(out, self.c.tile, fill=fill, out=dest)
+
+
+def map_tensors(value, fn, key: str = ""):
+    """``value`` (a collated structure: dicts, namedtuples, lists) with every tensor
+    ``t`` at ``key`` replaced by ``fn(t, key)``; strings and other values kept."""
+    if isinstance(value, torch.Tensor):
+        return fn(value, key)
+    if isinstance(value, dict):
+        return {k: map_tensors(v, fn, join_key(key, k)) for k, v in value.items()}
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(map_tensors(v, fn, join_key(key, f)) for f, v in zip(value._fields, value)))
+    if isinstance(value, list):
+        return [map_tensors(v, fn, join_key(key, str(j))) for j, v in enumerate(value)]
+    return value
 
 
 _NP_TO_TORCH: dict = {}

@@ -382,3 +382,34 @@ def test_batch_padding_reaches_every_leaf():
     with pytest.raises(ValueError, match=r"key 'flag': cannot pad the batch dimension of a torch.bool leaf with "
                                          r"fill=-100 \(it would be stored as True\); give pad_values\['flag'\]"):
         DynTileCollate(batch_multiple=4, fill=-100)([{"x": [1], "flag": True}, {"x": [1, 2], "flag": False}])
+
+
+def test_pin_memory_reaches_every_tensor(monkeypatch):
+    """With CUDA, pin_memory=True pins every output tensor. Simulated on a CPU build:
+    pinning marks a tensor, and every tensor of the batch must carry the mark."""
+    import loaders.collate as collate_module
+
+    real_empty = torch.empty
+
+    def empty(*shape, pin_memory=False, **kw):
+        t = real_empty(*shape, **kw)
+        t._pinned = pin_memory
+        return t
+
+    def pin(self):
+        t = self.clone()
+        t._pinned = True
+        return t
+
+    monkeypatch.setattr(collate_module, "_pinning_available", lambda: True)
+    monkeypatch.setattr(torch, "empty", empty)
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin, raising=False)
+    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self: getattr(self, "_pinned", False), raising=False)
+    samples = [{"ids": [1, 2, 3], "label": 4, "emb": np.ones(2), "text": "a", "pair": (np.ones(3), 7.5)},
+               {"ids": [5], "label": 6, "emb": np.ones(2), "text": "b", "pair": (np.ones(3), 8.5)}]
+    for collate in (DynTileCollate(pin_memory=True), DynTileCollate(pin_memory=True, batch_multiple=4)):
+        out = collate(samples)
+        tensors = [out["ids"], out["label"], out["emb"], out["pair"][0], out["pair"][1], out["attention_mask"],
+                   out["lengths"]]
+        assert all(t.is_pinned() for t in tensors)
+        assert out["text"] == ["a", "b"]
