@@ -144,7 +144,7 @@ class DynTileCollate:
             out = map_tensors(out, lambda t, key: t if t.is_pinned() else t.pin_memory())
         if self.return_stats and isinstance(out, dict):
             out[STATS_KEY] = ctx.counts()
-        self.stats.add(ctx.real, ctx.total, ctx.shapes, ctx.truncated, ctx.extended)
+        self.stats.add(ctx.real, ctx.total, ctx.shapes, len(ctx.truncated), ctx.extended)
         return out
 
     def reset_stats(self) -> None:
@@ -244,7 +244,8 @@ class _Batch:
     def __init__(self, collate: DynTileCollate):
         self.c = collate
         self.padded: dict[str, tuple] = {}           # key -> (sizes, axes, out shape): see _record
-        self.real = self.total = self.truncated = self.extended = 0
+        self.real = self.total = self.extended = 0
+        self.truncated: set = set()                  # samples cut (once each, whatever their keys)
         self.shapes: list = []
         self.rows = 0                                # rows of padded leaves beyond B (batch_multiple, bucket_rows)
 
@@ -289,7 +290,7 @@ class _Batch:
 
     def counts(self) -> dict:
         return {"real_elements": self.real, "padded_elements": self.total, "shapes": self.shapes,
-                "truncated_samples": self.truncated, "plan_extensions": self.extended}
+                "truncated_samples": len(self.truncated), "plan_extensions": self.extended}
 
     def direct(self) -> bool:
         """True when one ``pad_rows`` call can plan, allocate and copy a 1-D leaf by
@@ -402,7 +403,7 @@ class _Batch:
                 index[a] = slice(0, int(top))
             items[i] = items[i][tuple(index)]
             shapes[i, list(axes)] = np.minimum(shapes[i, list(axes)], limit)
-        self.truncated += int(over.sum())
+        self.truncated.update(np.flatnonzero(over).tolist())
         return items, shapes, shapes[:, axes].max(axis=0)
 
     def _tiled(self, out: torch.Tensor, fill) -> torch.Tensor:

@@ -230,6 +230,9 @@ def test_overflow_policies():
     out = cut(samples)
     assert out["ids"].shape == (2, 16) and out["ids"][0].tolist() == list(range(16))
     assert out["lengths"].tolist() == [16, 3] and cut.stats.truncated_samples == 1
+    two_keys = [{"ids": torch.arange(20), "labels": torch.arange(20)}, {"ids": torch.arange(3), "labels": torch.arange(3)}]
+    cut = DynTileCollate(plan, overflow="truncate")
+    assert cut(two_keys)["labels"].shape == (2, 16) and cut.stats.truncated_samples == 1   # a sample, not a key
     grow = DynTileCollate(plan, overflow="extend")
     assert grow(samples)["ids"].shape == (2, 24)
     assert grow.plan.boundaries == (8, 16, 24) and grow.stats.plan_extensions == 1
