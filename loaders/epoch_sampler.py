@@ -9,6 +9,7 @@ rebuilding the epoch's list and skipping by slicing (nothing is replayed).
 from __future__ import annotations
 
 import abc
+import hashlib
 import operator
 from typing import Iterator
 
@@ -16,9 +17,18 @@ import torch.utils.data
 
 from .distributed import resolve_replicas
 
-__all__ = ["EpochBatchSampler", "check_seed"]
+__all__ = ["EpochBatchSampler", "check_seed", "layout_digest"]
 
 STATE_KEYS = ("epoch", "seed", "batches_yielded", "num_replicas", "num_samples")
+
+
+def layout_digest(*parts) -> str:
+    """A short digest of what fixes an epoch's batches (arrays by their bytes, the
+    rest by ``repr``): a state saved for one layout is refused by another."""
+    h = hashlib.sha1()
+    for part in parts:
+        h.update(part.tobytes() if hasattr(part, "tobytes") else repr(part).encode())
+    return h.hexdigest()[:16]
 
 
 def check_seed(seed) -> int:
@@ -45,6 +55,7 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
         self.epoch = 0
         self._yielded = 0
         self._loaded = False
+        self.layout: str | None = None    # subclasses: layout_digest() of what fixes the batches
 
     @abc.abstractmethod
     def batches(self, epoch: int) -> list[list[int]]:
@@ -92,8 +103,11 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
         done = self._yielded if batches_done is None else operator.index(batches_done)
         if not 0 <= done <= len(self):
             raise ValueError(f"batches_done should be in [0, {len(self)}], but got {done}")
-        return {"epoch": self.epoch, "seed": self.seed, "batches_yielded": done,
-                "num_replicas": self.num_replicas, "num_samples": self.num_samples}
+        state = {"epoch": self.epoch, "seed": self.seed, "batches_yielded": done,
+                 "num_replicas": self.num_replicas, "num_samples": self.num_samples}
+        if self.layout is not None:
+            state["layout"] = self.layout
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Resume from :meth:`state_dict`: the next iteration continues where it stopped."""
@@ -104,6 +118,10 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
             if state[key] != mine:
                 raise ValueError(f"sampler state was saved with {key}={state[key]}, but this sampler has {key}={mine}; "
                                  f"the epoch's batches would differ")
+        if state.get("layout", self.layout) != self.layout:      # states from before layouts: not checked
+            raise ValueError(f"sampler state was saved for another batch layout ({state['layout']}, this sampler: "
+                             f"{self.layout}): its lengths, plan, budget, shuffle or drop_last differ, so the "
+                             f"epoch's batches would differ")
         seed, epoch = check_seed(state["seed"]), operator.index(state["epoch"])
         done = operator.index(state["batches_yielded"])
         old = self.seed, self.epoch

@@ -25,7 +25,7 @@ import numpy as np
 
 from dyntile.planning.packing import PackedBatch, pack_lengths, packing_shapes
 
-from .epoch_sampler import EpochBatchSampler
+from .epoch_sampler import EpochBatchSampler, layout_digest
 
 __all__ = ["PackingBatchSampler"]
 
@@ -61,6 +61,8 @@ class PackingBatchSampler(EpochBatchSampler):
         self.overflow = overflow
         self.pool_size = pool_size
         super().__init__(len(self.lengths), shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        self.layout = layout_digest(np.ascontiguousarray(self.lengths), [tuple(s) for s in self.shapes],
+                                    overflow, pool_size, self.shuffle)
         self._cache: tuple[tuple[int, int], list[PackedBatch]] | None = None
 
     # ---- epoch construction

@@ -29,7 +29,7 @@ import numpy as np
 
 from dyntile.planning.buckets import BucketPlan, plan_buckets
 
-from .epoch_sampler import EpochBatchSampler
+from .epoch_sampler import EpochBatchSampler, layout_digest
 
 __all__ = ["BucketBatchSampler"]
 
@@ -82,6 +82,8 @@ class BucketBatchSampler(EpochBatchSampler):
         splits = np.cumsum(np.bincount(self.bucket_ids, minlength=plan.num_buckets))[:-1]
         self._members = np.split(order, splits)             # sample indices of each bucket, ascending
         self._len = sum(self._steps_in_bucket(len(m), bs) for m, bs in zip(self._members, self.batch_sizes))
+        self.layout = layout_digest(np.ascontiguousarray(self.bucket_ids, np.int64), tuple(self.batch_sizes),
+                                    self.shuffle, self.drop_last)
 
     # ---- epoch construction
 

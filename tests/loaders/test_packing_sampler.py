@@ -62,6 +62,8 @@ def test_state_dict_batches_done_and_checks():
         other.load_state_dict(state)
     with pytest.raises(KeyError, match="missing keys"):
         s.load_state_dict({"epoch": 0})
+    with pytest.raises(ValueError, match="another batch layout"):
+        PackingBatchSampler(LENGTHS, max_tokens=512).load_state_dict(state)
 
 
 @settings(max_examples=15, deadline=None)

@@ -110,6 +110,16 @@ def test_state_dict_batches_done_and_checks():
         other.load_state_dict(s.state_dict())
     with pytest.raises(KeyError, match="missing keys"):
         s.load_state_dict({"epoch": 0})
+    # another budget, order, shuffle or drop_last: the position would mean other batches
+    for changed in (BucketBatchSampler(L, max_tokens=4096), BucketBatchSampler(L[::-1], max_tokens=1024),
+                    BucketBatchSampler(L, max_tokens=1024, shuffle=False),
+                    BucketBatchSampler(L, max_tokens=1024, drop_last=True)):
+        with pytest.raises(ValueError, match="another batch layout"):
+            changed.load_state_dict(s.state_dict())
+    same = BucketBatchSampler(L, max_tokens=1024, seed=9)       # the seed travels in the state
+    same.load_state_dict(s.state_dict(batches_done=2))
+    old = {k: v for k, v in s.state_dict().items() if k != "layout"}   # a state from before layouts
+    BucketBatchSampler(L, max_tokens=4096).load_state_dict(old)
 
 
 @pytest.mark.parametrize("replicas, drop_last", [(2, False), (3, False), (2, True), (4, False)])
