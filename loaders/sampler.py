@@ -70,7 +70,7 @@ class BucketBatchSampler(EpochBatchSampler):
         self.plan = plan
         self.bucket_ids = plan.bucket_of(lengths)          # validates lengths, names an overflow
         if max_tokens is not None:
-            self.batch_sizes = plan.batch_sizes(max_tokens, cost=cost, multiple=batch_multiple)
+            self.batch_sizes = self._budget_sizes(lengths, max_tokens, cost, batch_multiple)
         else:
             bs = operator.index(batch_size)
             if bs < 1:
@@ -84,6 +84,21 @@ class BucketBatchSampler(EpochBatchSampler):
         self._len = sum(self._steps_in_bucket(len(m), bs) for m, bs in zip(self._members, self.batch_sizes))
         self.layout = layout_digest(np.ascontiguousarray(self.bucket_ids, np.int64), tuple(self.batch_sizes),
                                     self.shuffle, self.drop_last)
+
+    def _budget_sizes(self, lengths, max_tokens, cost, multiple) -> tuple[int, ...]:
+        """The plan's batch sizes for the buckets that hold samples; a budget under one
+        sample names the first such sample."""
+        occupied = np.flatnonzero(np.bincount(self.bucket_ids, minlength=self.plan.num_buckets)).tolist()
+        try:
+            return self.plan.batch_sizes(max_tokens, cost=cost, multiple=multiple, required=occupied)
+        except ValueError as e:
+            for b in occupied:
+                try:
+                    self.plan.batch_sizes(max_tokens, cost=cost, multiple=multiple, required=[b])
+                except ValueError:
+                    i = int(np.flatnonzero(self.bucket_ids == b)[0])
+                    raise ValueError(f"{e}; it holds sample {i} (length {lengths[i].tolist()})") from None
+            raise
 
     # ---- epoch construction
 

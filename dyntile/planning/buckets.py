@@ -277,7 +277,8 @@ class BucketPlan:
 
     # ---- batch sizes from a token budget
 
-    def batch_sizes(self, max_tokens: int, cost: str | None = None, multiple: int = 8) -> tuple[int, ...]:
+    def batch_sizes(self, max_tokens: int, cost: str | None = None, multiple: int = 8,
+                    required=None) -> tuple[int, ...]:
         """Batch size of every bucket (bucket-id order) under a token budget.
 
         ``batch_size * tokens <= max_tokens`` where ``tokens`` is the bucket's
@@ -285,7 +286,9 @@ class BucketPlan:
         rounded down to a multiple of ``multiple`` when that keeps at least 7/8
         of the budget's batch (15 stays 15 rather than halving to 8; 62 becomes
         56), and is at least 1. Raises ``ValueError`` naming the first bucket
-        in which not even one sample fits.
+        in which not even one sample fits; ``required`` (bucket ids, default:
+        all) limits that check to the buckets that hold samples, the others
+        getting size 1.
 
         >>> BucketPlan((16, 64, 256)).batch_sizes(4096)
         (256, 64, 16)
@@ -298,9 +301,13 @@ class BucketPlan:
         p = _POWER[_check_cost(cost or self.cost)]
         m = check_multiple(multiple)
         out = []
+        must_fit = None if required is None else {operator.index(b) for b in required}
         for bucket, shape in enumerate(self.bucket_shapes()):
             tokens = int(np.prod(shape, dtype=object)) ** p
             bs = budget // tokens
+            if bs < 1 and must_fit is not None and bucket not in must_fit:
+                out.append(1)
+                continue
             if bs < 1:
                 raise ValueError(
                     f"max_tokens={budget} is smaller than one sample of bucket {bucket} (padded shape "

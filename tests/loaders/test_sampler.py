@@ -158,6 +158,10 @@ def test_bad_input():
         BucketBatchSampler(L)
     with pytest.raises(ValueError, match="smaller than one sample of bucket"):
         BucketBatchSampler(L, max_tokens=50)
+    # an empty bucket over the budget is no error; a sample in one is named
+    assert BucketBatchSampler([3, 5, 7], BucketPlan((8, 1024)), max_tokens=64).batch_sizes == (8, 1)
+    with pytest.raises(ValueError, match=r"bucket 1 .*; it holds sample 2 \(length 700\)"):
+        BucketBatchSampler([3, 5, 700], BucketPlan((8, 1024)), max_tokens=64)
     with pytest.raises(ValueError, match=r"rank should be in \[0, 1\]"):
         BucketBatchSampler(L, batch_size=2, num_replicas=2, rank=2)
     with pytest.raises(ValueError, match="seed should be a non-negative"):

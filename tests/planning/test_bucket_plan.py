@@ -88,6 +88,10 @@ def test_batch_sizes(budget, cost, multiple, expected):
 def test_batch_sizes_budget_too_small_names_bucket():
     with pytest.raises(ValueError, match=r"smaller than one sample of bucket 2 \(padded shape \(256,\)"):
         BucketPlan((16, 64, 256)).batch_sizes(200)
+    # buckets that hold no samples need not fit: they get size 1
+    assert BucketPlan((16, 64, 256)).batch_sizes(200, required=[0, 1]) == (12, 3, 1)
+    with pytest.raises(ValueError, match="bucket 1"):
+        BucketPlan((16, 64, 256)).batch_sizes(50, required=[1])
     with pytest.raises(ValueError, match="positive"):
         BucketPlan((16,)).batch_sizes(0)
 
