@@ -48,6 +48,22 @@ class PlanBuckets:
         plan_buckets(self.lengths, max_buckets=max_buckets, cost=cost)
 
 
+class PlanBucketsDistinct:
+    """The planner's worst case: 1M lengths nearly all distinct after rounding
+    (uniform in [1, 10M), ``multiple=1``: about 950K distinct values). Target: well
+    under a second."""
+
+    params = [["linear", "quadratic"]]
+    param_names = ["cost"]
+    timeout = 120
+
+    def setup(self, cost):
+        self.lengths = np.random.default_rng(0).integers(1, 10_000_000, 1_000_000)
+
+    def time_plan_buckets(self, cost):
+        plan_buckets(self.lengths, max_buckets=8, multiple=1, cost=cost)
+
+
 class PlanBuckets2D:
     params = [[10_000, 100_000]]
     param_names = ["n"]

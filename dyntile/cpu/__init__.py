@@ -2,7 +2,9 @@
 
 * ``pad``  : copy a ragged list of arrays into one padded buffer with a fill value;
 * ``tile`` : ``(B, M, N)`` <-> ``(B, gm, gn, tm, tn)`` tiled layout;
-* ``gemm`` : cache-blocked GEMM (BLIS design: pack A/B, macro-kernel, SIMD micro-kernel).
+* ``gemm`` : cache-blocked GEMM (BLIS design: pack A/B, macro-kernel, SIMD micro-kernel);
+* ``number_lists`` : Python lists of numbers (token ids) read straight into padded rows;
+* ``bucket_dp`` : one O(D) layer of the bucket planner's exact dynamic programme.
 
 Kernels take validated NumPy arrays and never inspect Python types; the API
 modules (:mod:`dyntile.padding`, :mod:`dyntile.tiling`, :mod:`dyntile.linalg`) do that.

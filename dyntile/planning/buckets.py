@@ -35,6 +35,7 @@ from typing import Sequence
 
 import numpy as np
 
+from dyntile.cpu import bucket_dp as _bucket_dp
 from dyntile.shapes import check_multiple
 
 __all__ = ["plan_buckets", "BucketPlan"]
@@ -391,9 +392,9 @@ def _optimal_boundaries(values: np.ndarray, weights: np.ndarray, k: int, p: int)
 
         f[k][j] = c(v_j) * W[j+1] + min_{k-1 <= i <= j} (f[k-1][i-1] - c(v_j) * W[i])
 
-    The bucket cost is Monge (``c`` and ``W`` increase), so the leftmost best
-    start ``i`` never decreases with ``j``: each layer is solved by divide and
-    conquer over rows (``O(D log D)``), one level of the recursion per NumPy pass.
+    For each start ``i`` the bracket is a line in ``c(v_j)``, and ``c`` increases
+    with ``j``: each layer is the lower envelope of those lines (the convex-hull
+    trick, :func:`dyntile.cpu.bucket_dp.dp_layer`), ``O(D)``.
     """
     D = values.shape[0]
     k = min(k, D)
@@ -404,7 +405,7 @@ def _optimal_boundaries(values: np.ndarray, weights: np.ndarray, k: int, p: int)
     best_k, best = 1, f[D - 1]
     for kk in range(2, k + 1):
         g = np.full(D, np.inf)
-        choice[kk] = _monotone_layer(f, c, W, kk, g)
+        _bucket_dp.dp_layer(f, c, W, kk, g, choice[kk])
         f = g
         if f[D - 1] < best:
             best_k, best = kk, f[D - 1]
@@ -415,40 +416,6 @@ def _optimal_boundaries(values: np.ndarray, weights: np.ndarray, k: int, p: int)
         j = int(choice[kk, j]) - 1
         out.append(j)
     return values[np.array(out[::-1], dtype=np.int64)]
-
-
-def _monotone_layer(prev: np.ndarray, c: np.ndarray, W: np.ndarray, kk: int, g: np.ndarray) -> np.ndarray:
-    """One DP layer: fill ``g[j]`` for ``j >= kk-1`` and return the best start ``i`` per row.
-
-    Level-synchronous divide and conquer: every open segment ``(rows lo..hi,
-    starts clo..chi)`` evaluates its middle row over its start range in one flat
-    NumPy pass; the middle row's leftmost best start splits the start range of
-    the halves (invariant: ``opt(lo..hi)`` lies in ``clo..chi``).
-    """
-    D = c.shape[0]
-    opt = np.zeros(D, dtype=np.int64)
-    lo = np.array([kk - 1]); hi = np.array([D - 1])
-    clo = np.array([kk - 1]); chi = np.array([D - 1])
-    while lo.size:
-        mid = (lo + hi) // 2
-        top = np.minimum(chi, mid)
-        width = top - clo + 1
-        offsets = np.concatenate(([0], np.cumsum(width)[:-1]))
-        seg = np.repeat(np.arange(lo.size), width)
-        cols = clo[seg] + (np.arange(seg.size) - offsets[seg])
-        rows = mid[seg]
-        vals = prev[cols - 1] - c[rows] * W[cols]
-        best = np.minimum.reduceat(vals, offsets)
-        hit = np.flatnonzero(vals <= best[seg])
-        _, first = np.unique(seg[hit], return_index=True)
-        arg = cols[hit[first]]
-        opt[mid] = arg
-        g[mid] = c[mid] * W[mid + 1] + best
-        left = lo <= mid - 1
-        right = mid + 1 <= hi
-        lo, hi, clo, chi = (np.concatenate((lo[left], mid[right] + 1)), np.concatenate((mid[left] - 1, hi[right])),
-                            np.concatenate((clo[left], arg[right])), np.concatenate((arg[left], chi[right])))
-    return opt
 
 
 def _rounded_counts(L: np.ndarray, multiple: int, weights: np.ndarray | None = None):
