@@ -131,6 +131,45 @@ def test_padding_matches_reference(lengths, kind, side, multiple, use_plan, batc
     assert collate.stats.padded_elements == 2 * rows * T
 
 
+def reference_pad_nd(arrays, target, fill, left):
+    """Pad N-D arrays to the per-sample shape ``target`` with plain slicing."""
+    out = np.full((len(arrays),) + tuple(target), fill, dtype=arrays[0].dtype)
+    for i, a in enumerate(arrays):
+        idx = tuple(slice(t - n, t) if left else slice(0, n) for t, n in zip(target, a.shape))
+        out[(i,) + idx] = a
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(data=st.data(), B=st.integers(1, 5), side=st.sampled_from(["right", "left"]),
+       kind=st.sampled_from(["tensor", "numpy"]))
+def test_nested_samples_match_reference(data, B, side, kind):
+    """Nested dicts and tuples holding 1-D and 2-D ragged leaves (padded along axis 0,
+    the other axis fixed: ``axes=(0,)``, so also when every sample has one size),
+    numbers and strings: every leaf equals its own reference."""
+    rng = np.random.default_rng(B)
+    lengths = data.draw(st.lists(st.integers(0, 12), min_size=B, max_size=B))
+    frames = data.draw(st.lists(st.integers(1, 10), min_size=B, max_size=B))
+    wrap = torch.from_numpy if kind == "tensor" else (lambda a: a)
+    toks = [rng.integers(1, 99, n) for n in lengths]
+    specs = [rng.standard_normal((f, 3)).astype(np.float32) for f in frames]
+    samples = [{"text": {"ids": wrap(t), "name": f"s{i}"},
+                "audio": (wrap(sp), float(i)),
+                "label": i} for i, (t, sp) in enumerate(zip(toks, specs))]
+    collate = DynTileCollate(multiple=4, side=side, pad_values={"text.ids": -1, "audio.0": 0.5},
+                             pad_keys=("text.ids", "audio.0"), axes=(0,))
+    out = collate(samples)
+    left = side == "left"
+    T = -(-max(lengths) // 4) * 4
+    F = -(-max(frames) // 4) * 4
+    np.testing.assert_array_equal(np.asarray(out["text"]["ids"]), reference_pad(toks, T, -1, left))
+    np.testing.assert_array_equal(np.asarray(out["audio"][0]), reference_pad_nd(specs, (F, 3), 0.5, left))
+    assert out["audio"][1].tolist() == [float(i) for i in range(B)] and out["label"].tolist() == list(range(B))
+    assert out["text"]["name"] == [f"s{i}" for i in range(B)]
+    assert out["lengths"].tolist() == lengths                              # from the first padded leaf
+    assert collate.stats.real_elements == sum(lengths) + 3 * sum(frames)
+
+
 def test_nd_leaves_padded_on_their_ragged_axis():
     rng = np.random.default_rng(1)
     specs = [rng.standard_normal((n, 5)).astype(np.float32) for n in (3, 9, 6)]
