@@ -33,6 +33,7 @@ from .epoch_sampler import EpochBatchSampler, layout_digest
 
 __all__ = ["BucketBatchSampler"]
 
+OVERFLOWS = ("error", "truncate", "extend")
 
 
 class BucketBatchSampler(EpochBatchSampler):
@@ -46,7 +47,10 @@ class BucketBatchSampler(EpochBatchSampler):
     fixed ``batch_size``. Shuffling is deterministic in ``seed`` and the epoch
     (:meth:`set_epoch`); :meth:`state_dict` saves the position mid-epoch.
     ``num_replicas``/``rank`` default to ``torch.distributed`` (see the module
-    docstring for how ranks stay in step).
+    docstring for how ranks stay in step). ``overflow``: a length over the plan's
+    largest boundary is an error (``"error"``, default); ``"truncate"`` puts it in the
+    last bucket (pair with ``DynTileCollate(overflow="truncate")``); ``"extend"``
+    grows ``self.plan`` once to fit every length (give that plan to the collate).
 
     >>> sampler = BucketBatchSampler([5, 9, 30, 31, 7, 8], max_tokens=64, max_buckets=2)
     >>> sampler.plan.boundaries, sampler.batch_sizes
@@ -58,12 +62,24 @@ class BucketBatchSampler(EpochBatchSampler):
     def __init__(self, lengths, plan: BucketPlan | None = None, *, max_tokens: int | None = None,
                  batch_size: int | None = None, cost: str | None = None, batch_multiple: int = 8,
                  max_buckets: int = 8, multiple: int = 8, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = False, num_replicas: int | None = None, rank: int | None = None):
+                 drop_last: bool = False, num_replicas: int | None = None, rank: int | None = None,
+                 overflow: str = "error"):
         lengths = np.asarray(lengths)
         if plan is None:
             plan = plan_buckets(lengths, max_buckets=max_buckets, multiple=multiple, cost=cost or "linear")
         if not isinstance(plan, BucketPlan):
             raise TypeError(f"plan should be a dyntile BucketPlan, but got {type(plan).__name__}")
+        if overflow not in OVERFLOWS:
+            raise ValueError(f"overflow should be one of {OVERFLOWS}, but got {overflow!r}")
+        self.overflow = overflow
+        if overflow != "error" and lengths.size:
+            top = np.asarray(plan.max_sizes)
+            longest = lengths.reshape(len(lengths), -1).max(axis=0)
+            if longest.size == top.size and (longest > top).any():
+                if overflow == "extend":
+                    plan = plan.extend(tuple(int(x) for x in longest))
+                else:                                       # the collate cuts them to the largest boundary
+                    lengths = np.minimum(lengths, top if plan.multi_axis else top[0])
         if (max_tokens is None) == (batch_size is None):
             raise ValueError("give exactly one of max_tokens (a token budget) and batch_size, "
                              f"but got max_tokens={max_tokens!r}, batch_size={batch_size!r}")

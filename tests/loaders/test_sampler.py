@@ -219,3 +219,29 @@ def test_ranks_get_one_collated_shape_per_step(replicas):
         shapes = {tuple((k, tuple(v.shape)) for k, v in sorted(out.items())) for out in batches}
         assert len(shapes) == 1, shapes
         assert dict(next(iter(shapes)))["input_ids"][1] in plan.boundaries
+
+
+def test_overflow_options_pair_with_the_collate():
+    """A length over the plan: an error by default; "truncate" puts it in the last
+    bucket, "extend" grows the sampler's plan; the collate given the same option (and
+    the sampler's plan) then yields only the plan's shapes."""
+    import torch
+
+    from loaders import DynTileCollate
+
+    L = np.array([3, 5, 20, 7, 30, 9])
+    with pytest.raises(ValueError, match=r"lengths\[2\]=20 is over the largest boundary 16"):
+        BucketBatchSampler(L, BucketPlan((8, 16)), batch_size=2)
+    with pytest.raises(ValueError, match="overflow should be one of"):
+        BucketBatchSampler(L, BucketPlan((8, 16)), batch_size=2, overflow="cut")
+    for overflow, boundaries in (("truncate", (8, 16)), ("extend", (8, 16, 32))):
+        s = BucketBatchSampler(L, BucketPlan((8, 16)), batch_size=2, overflow=overflow, seed=1)
+        assert s.plan.boundaries == boundaries
+        assert sorted(i for b in s for i in b) == list(range(len(L)))
+        collate = DynTileCollate(s.plan, overflow=overflow)
+        for b in s:
+            out = collate([{"x": torch.arange(int(L[i]))} for i in b])
+            assert out["x"].shape[1] in boundaries
+            assert len({int(s.bucket_ids[i]) for i in b}) == 1
+    multi = BucketBatchSampler([[3, 40], [9, 5]], BucketPlan(((8, 16), (8, 16))), batch_size=1, overflow="extend")
+    assert multi.plan.axis_boundaries == ((8, 16), (8, 16, 40))
