@@ -34,13 +34,15 @@ class DynTileCollate:
     Walks samples like ``torch.utils.data.default_collate`` (dicts, tuples,
     namedtuples, lists, tensors, NumPy arrays, numbers, strings kept as lists); a
     *list of numbers* is a 1-D sequence leaf. A leaf is **ragged** when its samples'
-    shapes differ in the batch, when its key is in ``pad_keys`` (default: the keys
-    of ``pad_values``), or, with a 1-axis plan and the default ``pad_keys``, when it
-    is 1-D: the plan then gives every sequence its bucket's length even in a batch
-    whose samples happen to share one, so shapes, masks and the overflow check never
-    depend on the batch. ``pad_keys=()`` pads only leaves that differ (fixed-size
-    1-D features then stay as they are). Ragged leaves are padded with
-    :func:`dyntile.pad_batch`:
+    shapes differ in the batch, or when its key is a declared sequence: in
+    ``pad_keys`` (default: the keys of ``pad_values``) or ``mask_from``. Declared
+    sequences get their bucket's length even in a batch whose samples happen to
+    share one, so their shapes, masks and the overflow check never depend on the
+    batch: **name every sequence key** (``pad_values={"input_ids": 0, "labels":
+    -100}``); fixed-size features stay as they are. With a 1-axis plan and nothing
+    declared (no ``pad_keys``, ``pad_values`` or ``mask_from``), every 1-D leaf is
+    taken for a sequence; ``pad_keys=()`` pads only leaves that differ. Ragged
+    leaves are padded with :func:`dyntile.pad_batch`:
 
     * axes: axis 0 of 1-D leaves; for N-D leaves ``axes`` if given, else the first
       ``plan.ndim`` axes with a plan, else the axes whose sizes differ;
@@ -106,8 +108,9 @@ class DynTileCollate:
         self.fill = fill
         self.side = side
         self.pad_keys = frozenset(self.pad_values if pad_keys is None else pad_keys)
-        # with a 1-axis plan, 1-D leaves are sequences: always padded to their bucket
-        self._plans_sequences = pad_keys is None and plan is not None and plan.ndim == 1
+        # with a 1-axis plan and no sequence key named, every 1-D leaf is taken for one
+        self._plans_sequences = (pad_keys is None and not self.pad_values and mask_from is None
+                                 and plan is not None and plan.ndim == 1)
         self.axes = None if axes is None else tuple(int(a) for a in axes)
         self.batch_multiple = None if batch_multiple is None else check_multiple(batch_multiple, "batch_multiple")
         self.bucket_rows = _bucket_rows(plan, bucket_rows, batch_multiple)
@@ -266,8 +269,8 @@ class _Batch:
 
     def grow_rows(self, value: torch.Tensor, B: int, key: str) -> torch.Tensor:
         """A collated tensor of ``B`` rows grown to ``self.rows`` rows of its key's fill
-        (numbers, stacked leaves); padded leaves have them already."""
-        if value.dim() == 0 or value.shape[0] != B:
+        (numbers, stacked leaves); padded leaves keep the rows their bucket gave them."""
+        if value.dim() == 0 or value.shape[0] != B or key in self.padded:
             return value
         fill = self.c.fill_for(key)
         try:
@@ -283,7 +286,7 @@ class _Batch:
     def always_pads(self, key: str, ndim: int) -> bool:
         """Whether a leaf of rank ``ndim`` at ``key`` is padded even when its samples
         share one shape (its key is in ``pad_keys``, or it is a sequence of a plan)."""
-        return (ndim == 1 and self.c._plans_sequences) or self.in_pad_keys(key)
+        return (ndim == 1 and self.c._plans_sequences) or self.in_pad_keys(key) or key == self.c.mask_from
 
     def is_ragged(self, key: str, shapes: np.ndarray) -> bool:
         return self.always_pads(key, shapes.shape[1]) or bool((shapes != shapes[0]).any())

@@ -13,6 +13,7 @@ import hashlib
 import operator
 from typing import Iterator
 
+import numpy as np
 import torch.utils.data
 
 from .distributed import resolve_replicas
@@ -27,8 +28,17 @@ def layout_digest(*parts) -> str:
     rest by ``repr``): a state saved for one layout is refused by another."""
     h = hashlib.sha1()
     for part in parts:
-        h.update(part.tobytes() if hasattr(part, "tobytes") else repr(part).encode())
+        if isinstance(part, np.ndarray):         # arrays: little-endian int64, the same on every machine
+            h.update(np.ascontiguousarray(part, "<i8").tobytes())
+        else:                                    # NumPy scalars as Python numbers: repr differs across versions
+            h.update(repr(_plain(part)).encode())
     return h.hexdigest()[:16]
+
+
+def _plain(value):
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value.item() if isinstance(value, np.generic) else value
 
 
 def check_seed(seed) -> int:

@@ -65,8 +65,8 @@ def collate_sequence(ctx, items: list, key: str) -> list:
     """Tuples (and lists of non-numbers) -> a list with one collated value per position."""
     n = len(items[0])
     for i, item in enumerate(items):
-        if not isinstance(item, (tuple, list)) or len(item) != n:
-            if not isinstance(item, (tuple, list)):
+        if not _is_sequence(item) or len(item) != n:
+            if not _is_sequence(item):
                 raise TypeError(f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a "
                                 f"{type(items[0]).__name__}; every sample's value of one key needs one kind")
             raise ValueError(f"{_where(key)}: sample {i} has {len(item)} elements, but sample 0 has {n}; "
@@ -240,6 +240,10 @@ def _is_number(v: Any) -> bool:
 
 
 _EXACT_NUMBERS = frozenset((int, float, bool))
+
+
+def _is_sequence(v: Any) -> bool:
+    return isinstance(v, collections.abc.Sequence) and not isinstance(v, (str, bytes))
 
 
 def join_key(key: str, part: str) -> str:

@@ -236,13 +236,26 @@ def test_equal_length_sequences_still_go_to_the_plan(kind):
         out = collate(samples)
         assert out["ids"].shape == (2, 8) and out["attention_mask"].shape == (2, 8)
         assert out["lengths"].tolist() == [5, 5] and out["attention_mask"].sum() == 10
-    assert DynTileCollate(plan)(samples)["emb"].shape == (2, 8)             # every 1-D leaf is a sequence
+    assert DynTileCollate(plan)(samples)["emb"].shape == (2, 8)             # nothing named: every 1-D leaf
+    assert DynTileCollate(plan, pad_values={"ids": 0})(samples)["emb"].shape == (2, 3)   # named: only those
+    assert DynTileCollate(plan, mask_from="ids")(samples)["emb"].shape == (2, 3)
     out = DynTileCollate(plan, pad_keys=())(samples)                          # opt out: stacked as they are
     assert out["ids"].shape == (2, 5) and out["emb"].shape == (2, 3) and "attention_mask" not in out
     assert DynTileCollate(plan, pad_keys=["ids"])(samples)["emb"].shape == (2, 3)
     assert DynTileCollate(pad_values={"ids": 0})(samples)["emb"].shape == (2, 3)  # no plan: stacked
     one = DynTileCollate(plan, bucket_rows=[4, 4])([samples[0]])
     assert one["ids"].shape == (4, 8) and one["lengths"].tolist() == [5, 0, 0, 0]
+
+
+def test_fixed_size_features_beside_named_sequences_keep_their_shape():
+    """A fixed-size 1-D feature (a box) next to a named sequence: not bucketed, its
+    rows follow the sequence's bucket, and the mask and lengths come from the sequence."""
+    plan = BucketPlan((8, 64))
+    samples = [{"bbox": [1, 2, 3, 4], "input_ids": list(range(n))} for n in (40, 40, 19)]
+    out = DynTileCollate(plan, bucket_rows=(64, 8), pad_values={"input_ids": 0})(samples)
+    assert out["input_ids"].shape == (8, 64) and out["bbox"].shape == (8, 4)
+    assert out["attention_mask"].shape == (8, 64) and out["lengths"].tolist() == [40, 40, 19] + [0] * 5
+    assert out["bbox"][3:].eq(0).all()
 
 
 def test_equal_length_samples_over_the_plan_raise():
@@ -305,6 +318,15 @@ def test_bad_input_names_sample_and_key(samples, exc, msg):
         return
     with pytest.raises(exc, match=msg):
         collate(samples)
+
+
+def test_other_sequence_types_collate_like_tuples():
+    import collections
+
+    for make in (collections.UserList, tuple, list):
+        samples = [make([torch.arange(3), 1.5]), make([torch.arange(3), 2.5])]
+        out = DynTileCollate()(samples)
+        assert out[0].shape == (2, 3) and out[1].tolist() == [1.5, 2.5]
 
 
 def test_bad_fill_names_key():

@@ -64,6 +64,9 @@ def test_state_dict_batches_done_and_checks():
         s.load_state_dict({"epoch": 0})
     with pytest.raises(ValueError, match="another batch layout"):
         PackingBatchSampler(LENGTHS, max_tokens=512).load_state_dict(state)
+    # the same layout given as NumPy scalars or another integer dtype is the same layout
+    same = PackingBatchSampler(np.asarray(LENGTHS, np.int32), max_tokens=np.int64(256), pool_size=np.int64(65536))
+    same.load_state_dict(state)
 
 
 @settings(max_examples=15, deadline=None)
