@@ -25,9 +25,7 @@ def padding_mask(lengths, shape, *, side: str = "right"):
     if side not in ("right", "left"):
         raise ValueError(f"side should be 'right' or 'left', but got {side!r}")
     if type(shape) is int and type(lengths) is np.ndarray and lengths.dtype == np.int64 and lengths.ndim == 1:
-        # the common case (a collate's lengths), kept to one kernel call
-        return _pad.mask_rows(lengths if lengths.flags.c_contiguous else np.ascontiguousarray(lengths), shape,
-                              side == "left")
+        return _mask_rows(lengths, shape, side)  # the common case (a collate's lengths), kept cheap
     torch_like = is_torch_tensor(lengths)
     n, _ = as_numpy(lengths, what="lengths")
     shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
@@ -49,7 +47,8 @@ def padding_mask(lengths, shape, *, side: str = "right"):
 
 def _mask_rows(lengths: np.ndarray, T: int, side: str) -> np.ndarray:
     """``(B, T)`` mask of int64 lengths ``(B,)``: two memsets per row (the kernel checks the range)."""
-    return _pad.mask_rows(np.ascontiguousarray(lengths), T, side == "left")
+    return _pad.mask_rows(lengths if lengths.flags.c_contiguous else np.ascontiguousarray(lengths), T,
+                          side == "left")
 
 
 def _raise_out_of_range(n: np.ndarray, shape: tuple) -> None:

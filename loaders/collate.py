@@ -7,6 +7,7 @@ in :mod:`loaders.leaf_handlers`; counters live in :mod:`loaders.collate_stats`.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Collection, Mapping, Sequence
 
@@ -242,7 +243,7 @@ class DynTileCollate:
 class _Batch:
     """State of one ``__call__``: the walk, the padded leaves and their counts."""
 
-    __slots__ = ("c", "padded", "real", "total", "shapes", "truncated", "extended", "rows")
+    __slots__ = ("c", "padded", "real", "total", "shapes", "truncated", "extended", "rows", "refused")
 
     def __init__(self, collate: DynTileCollate):
         self.c = collate
@@ -251,6 +252,7 @@ class _Batch:
         self.truncated: set = set()                  # samples cut (once each, whatever their keys)
         self.shapes: list = []
         self.rows = 0                                # rows of padded leaves beyond B (batch_multiple, bucket_rows)
+        self.refused: set = set()                    # keys the direct route refused (not tried twice)
 
     def walk(self, items: list, key: str):
         x0 = items[0]
@@ -285,7 +287,8 @@ class _Batch:
 
     def always_pads(self, key: str, ndim: int) -> bool:
         """Whether a leaf of rank ``ndim`` at ``key`` is padded even when its samples
-        share one shape (its key is in ``pad_keys``, or it is a sequence of a plan)."""
+        share one shape: a named sequence (``pad_keys``, ``mask_from``), or any 1-D leaf
+        of a plan when none is named."""
         return (ndim == 1 and self.c._plans_sequences) or self.in_pad_keys(key) or key == self.c.mask_from
 
     def is_ragged(self, key: str, shapes: np.ndarray) -> bool:
@@ -308,6 +311,8 @@ class _Batch:
         leaf is refused: the caller's full route then names the sample and applies
         the overflow policy."""
         c = self.c
+        if key in self.refused:                      # the walk's shortcut tried this leaf already
+            return None
         fill = c.fill_for(key)
         rows = pad_rows(items, multiple=c.multiple, plan=c.plan, fill=fill, side=c.side)
         if rows is None:
@@ -315,6 +320,7 @@ class _Batch:
                 batch, lengths = pad_batch(items, multiple=c.multiple, plan=c.plan, fill=fill, side=c.side,
                                            promote=False)
             except (TypeError, ValueError):
+                self.refused.add(key)
                 return None
             lengths = np.asarray(lengths)
             rows = batch, lengths, int(lengths.max()), int(lengths.sum())
@@ -337,10 +343,7 @@ class _Batch:
         and lengths."""
         self.padded[key] = (sizes, axes, shape)
         self.real += real
-        numel = 1
-        for n in shape:
-            numel *= n
-        self.total += numel
+        self.total += math.prod(shape)
         self.shapes.append((key, shape))
 
     def pad(self, items: list, shapes: np.ndarray, key: str) -> torch.Tensor:

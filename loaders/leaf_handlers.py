@@ -65,10 +65,10 @@ def collate_sequence(ctx, items: list, key: str) -> list:
     """Tuples (and lists of non-numbers) -> a list with one collated value per position."""
     n = len(items[0])
     for i, item in enumerate(items):
-        if not _is_sequence(item) or len(item) != n:
-            if not _is_sequence(item):
-                raise TypeError(f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a "
-                                f"{type(items[0]).__name__}; every sample's value of one key needs one kind")
+        if not _is_sequence(item):
+            raise TypeError(f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a "
+                            f"{type(items[0]).__name__}; every sample's value of one key needs one kind")
+        if len(item) != n:
             raise ValueError(f"{_where(key)}: sample {i} has {len(item)} elements, but sample 0 has {n}; "
                              f"sequences in a batch need equal sizes (use a list of numbers for a ragged leaf)")
     return [ctx.walk(list(column), join_key(key, str(j))) for j, column in enumerate(zip(*items))]

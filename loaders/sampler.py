@@ -29,11 +29,10 @@ import numpy as np
 
 from dyntile.planning.buckets import BucketPlan, plan_buckets
 
+from .collate import OVERFLOWS
 from .epoch_sampler import EpochBatchSampler, layout_digest
 
 __all__ = ["BucketBatchSampler"]
-
-OVERFLOWS = ("error", "truncate", "extend")
 
 
 class BucketBatchSampler(EpochBatchSampler):

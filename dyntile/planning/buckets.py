@@ -306,10 +306,10 @@ class BucketPlan:
         for bucket, shape in enumerate(self.bucket_shapes()):
             tokens = int(np.prod(shape, dtype=object)) ** p
             bs = budget // tokens
-            if bs < 1 and must_fit is not None and bucket not in must_fit:
-                out.append(1)
-                continue
             if bs < 1:
+                if must_fit is not None and bucket not in must_fit:     # no sample there: any size will do
+                    out.append(1)
+                    continue
                 raise ValueError(
                     f"max_tokens={budget} is smaller than one sample of bucket {bucket} (padded shape "
                     f"{shape}, {tokens} tokens at cost={cost or self.cost!r}); raise max_tokens to at least {tokens}")
