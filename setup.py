@@ -3,6 +3,13 @@
 Every ``dyntile/cpu/*.pyx`` becomes one extension module. The build never uses
 ``-march=native``: SIMD code paths are compiled per function with target
 attributes (see ``dyntile/cpu/include/dyntile_simd.h``) and chosen at run time.
+
+When torch is importable at build time (``pip install --no-build-isolation``
+after installing torch), ``dyntile/cpu/torch_tensors.cpp`` is built too, against
+that torch's headers: a native reader of CPU tensors' sizes and pointers that
+``dyntile.tensor_reader`` uses under that torch version only. It is optional:
+without it (or if it fails to compile) the same calls read tensors through torch's
+Python bindings, slower for many small tensors.
 """
 import glob
 import os
@@ -58,4 +65,23 @@ def extensions():
     )
 
 
-setup(ext_modules=extensions())
+def torch_extension():
+    """The optional native tensor reader, or nothing when torch is not importable."""
+    try:
+        import torch
+        from torch.utils.cpp_extension import CppExtension
+    except Exception:  # no torch in this build environment (e.g. pip's build isolation)
+        return []
+    if sys.platform == "win32":
+        return []
+    return [CppExtension(
+        "dyntile.cpu.torch_tensors",
+        [os.path.join("dyntile", "cpu", "torch_tensors.cpp")],
+        define_macros=[("DYNTILE_TORCH_VERSION", '"%s"' % torch.__version__),
+                       ("_GLIBCXX_USE_CXX11_ABI", str(int(torch._C._GLIBCXX_USE_CXX11_ABI)))],
+        extra_compile_args=["-O2", "-std=c++20"],
+        optional=True,            # a failed compile leaves the Python route, never a failed install
+    )]
+
+
+setup(ext_modules=extensions() + torch_extension())

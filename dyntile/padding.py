@@ -14,6 +14,7 @@ from typing import Sequence
 import numpy as np
 
 from dyntile import shapes as _shapes
+from dyntile import tensor_reader
 from dyntile.arrays import as_numpy, check_out, torch_numpy_dtype, wrap_like
 from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
@@ -272,7 +273,7 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
     """Fast path for CPU torch tensors of one dtype and rank: read their pointers and
     strides directly (no per-sample NumPy views). ``None`` if the batch needs the slow path."""
     torch = sys.modules["torch"]
-    shapes, strides, ptrs, tdtype, bad = _pad.describe_tensors(samples, torch.Tensor)
+    shapes, strides, ptrs, tdtype, bad = tensor_reader.describe_tensors(samples)
     if bad != -1 or shapes.shape[1] == 0:
         return None
     dt, token = torch_numpy_dtype(tdtype)
@@ -357,21 +358,33 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
     """1-D CPU tensors (token ids, labels), the hot case of a collate: ``(batch,
     lengths, longest, total)`` as :func:`pad_rows` gives them.
 
-    ``torch.cat`` gathers the rows in one C++ loop (Python-level reads of each
-    tensor's pointer and strides cost more than its copy of the data); the
-    kernel then pads them from that buffer. ``None`` sends the batch to the
+    With the native tensor reader (:mod:`dyntile.tensor_reader`) one call reads
+    every row's length, stride and pointer and the kernel copies from there.
+    Without it, ``torch.cat`` gathers the rows in one C++ loop (Python-level reads
+    of each tensor's pointer and strides cost more than its copy of the data) and
+    the kernel pads them from that buffer. ``None`` sends the batch to the
     general path (other ranks, devices or dtypes), which explains any error.
     """
     x0 = samples[0]
     if x0.dim() != 1 or (plan is not None and plan.ndim != 1) or x0.dtype.is_complex:  # complex: conj bits
-        return None
-    if len(samples) * x0.numel() > _CAT_ELEMENTS:    # long rows: the extra copy would cost more than it saves
         return None
     dt, token = torch_numpy_dtype(x0.dtype)
     setup = _row_setup(dt, token, multiple, plan, fill)
     if setup is None:
         return None
     bits, size_of = setup
+    native = tensor_reader.describe_rows(samples)
+    if native is not None:
+        shapes, strides, ptrs, longest, total = native
+        T = size_of(longest)
+        if T < longest:
+            return None
+        batch = np.empty((len(samples), T), dt)
+        _pad.pad_pointers(ptrs, shapes, strides, batch, bits, left, copy_threads(batch.nbytes))
+        batch = sys.modules["torch"].from_numpy(batch)
+        return (batch if token is None else batch.view(token)), shapes.reshape(-1), longest, total
+    if len(samples) * x0.numel() > _CAT_ELEMENTS:    # long rows: the extra copy would cost more than it saves
+        return None
     rows = cat_token_rows(samples)
     if rows is None:
         return None

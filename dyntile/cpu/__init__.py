@@ -4,7 +4,10 @@
 * ``tile`` : ``(B, M, N)`` <-> ``(B, gm, gn, tm, tn)`` tiled layout;
 * ``gemm`` : cache-blocked GEMM (BLIS design: pack A/B, macro-kernel, SIMD micro-kernel);
 * ``number_lists`` : Python lists of numbers (token ids) read straight into padded rows;
-* ``bucket_dp`` : one O(D) layer of the bucket planner's exact dynamic programme.
+* ``bucket_dp`` : one O(D) layer of the bucket planner's exact dynamic programme;
+* ``torch_tensors`` (C++, optional: built only when torch is importable at build time)
+  : sizes, strides and pointers of a list of CPU torch tensors in one call (see
+  :mod:`dyntile.tensor_reader`, which loads it after torch, under its torch version only).
 
 Kernels take validated NumPy arrays and never inspect Python types; the API
 modules (:mod:`dyntile.padding`, :mod:`dyntile.tiling`, :mod:`dyntile.linalg`) do that.

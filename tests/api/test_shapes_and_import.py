@@ -45,10 +45,11 @@ def test_unknown_attribute():
 
 def test_exports_stay_functions_after_every_submodule_is_imported():
     """A public name must not share its name with a submodule: importing the
-    submodule would replace the function on the package (dyntile.matmul once did)."""
+    submodule would replace the function on the package (dyntile.matmul once did).
+    The native tensor reader is skipped: a torch extension, it loads after torch only."""
     code = ("import importlib, pkgutil, dyntile, dyntile.cuda, dyntile.planning\n"
             "for m in pkgutil.walk_packages(dyntile.__path__, 'dyntile.'):\n"
-            "    if not m.name.startswith(('dyntile.cli', 'dyntile.__main__')):\n"
+            "    if not m.name.startswith(('dyntile.cli', 'dyntile.__main__', 'dyntile.cpu.torch_tensors')):\n"
             "        importlib.import_module(m.name)\n"
             "import types\n"
             "bad = [f'{p.__name__}.{n}' for p in (dyntile, dyntile.cuda, dyntile.planning)\n"

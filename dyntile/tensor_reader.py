@@ -1,0 +1,81 @@
+"""Reading a list of CPU torch tensors' sizes, strides and data pointers.
+
+The padding kernels copy straight from each sample's memory; what they need of a
+tensor is its shape, byte strides and data pointer. Torch's Python bindings give
+each of those at about 65 ns a call, which for a batch of 64 short token rows
+costs more than the copy itself. When ``dyntile.cpu.torch_tensors`` was built
+against the running torch (``pip install --no-build-isolation`` with torch
+installed; see ``setup.py``), :func:`describe_tensors` reads them natively, one
+call per batch; else, or for anything but plain dense CPU tensors, it reads them
+through the bindings (:func:`dyntile.cpu.pad.describe_tensors`). Both give the same
+answer. Imported only once a torch tensor is seen: importing dyntile imports no torch.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from dyntile.cpu import pad as _pad
+
+__all__ = ["describe_tensors", "native_reader", "describe_rows"]
+
+_UNSET = object()
+_native = _UNSET
+
+
+def native_reader():
+    """The native ``describe`` function, or ``None`` when the module was not built or
+    was built for another torch version (its layout of tensors may differ)."""
+    global _native
+    if _native is _UNSET:
+        _native = None
+        torch = sys.modules.get("torch")
+        if torch is not None and np.dtype(np.intp).itemsize == 8:
+            try:
+                from dyntile.cpu import torch_tensors
+            except ImportError:
+                pass
+            else:
+                if torch_tensors.built_for == torch.__version__:
+                    _native = torch_tensors.describe
+    return _native
+
+
+def describe_tensors(samples: list):
+    """``(shapes, strides, ptrs, dtype, bad)`` for a list of CPU torch tensors: int64
+    ``(B, ndim)`` sizes and byte strides, ``(B,)`` data pointers, the first sample's
+    torch dtype, and ``bad`` = -1 when every sample is a dense CPU tensor of that rank
+    and dtype (not complex), else the index of the first that is not (see
+    :func:`dyntile.cpu.pad.describe_tensors`, which this matches)."""
+    native = native_reader()
+    if native is not None and samples:
+        x0 = samples[0]
+        nd = x0.dim()
+        n = len(samples)
+        shapes = np.empty((n, nd), np.int64)
+        strides = np.empty((n, nd), np.int64)
+        ptrs = np.empty(n, np.intp)
+        refused, _ = native(samples, nd, shapes, strides, ptrs, np.empty(max(nd, 1), np.int64))
+        if refused == -1:
+            return shapes, strides, ptrs, x0.dtype, -1
+    return _pad.describe_tensors(samples, sys.modules["torch"].Tensor)
+
+
+def describe_rows(samples: list):
+    """``(shapes, strides, ptrs, longest, total)`` for B 1-D plain dense CPU tensors of
+    one dtype, read natively: ``(B, 1)`` lengths and byte strides, data pointers, the
+    longest row and the sum of the lengths. ``None`` when the native reader is missing
+    or refuses a sample (the caller's general route then decides)."""
+    native = native_reader()
+    if native is None:
+        return None
+    n = len(samples)
+    shapes = np.empty((n, 1), np.int64)
+    strides = np.empty((n, 1), np.int64)
+    ptrs = np.empty(n, np.intp)
+    longest = np.empty(1, np.int64)
+    refused, total = native(samples, 1, shapes, strides, ptrs, longest)
+    if refused != -1:
+        return None
+    return shapes, strides, ptrs, int(longest[0]), total
