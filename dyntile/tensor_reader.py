@@ -18,7 +18,7 @@ import numpy as np
 
 from dyntile.cpu import pad as _pad
 
-__all__ = ["describe_tensors", "native_reader", "describe_rows"]
+__all__ = ["describe_tensors", "describe_native", "describe_rows", "native_reader"]
 
 _UNSET = object()
 _native = _UNSET
@@ -48,18 +48,30 @@ def describe_tensors(samples: list):
     torch dtype, and ``bad`` = -1 when every sample is a dense CPU tensor of that rank
     and dtype (not complex), else the index of the first that is not (see
     :func:`dyntile.cpu.pad.describe_tensors`, which this matches)."""
-    native = native_reader()
-    if native is not None and samples:
-        x0 = samples[0]
-        nd = x0.dim()
-        n = len(samples)
-        shapes = np.empty((n, nd), np.int64)
-        strides = np.empty((n, nd), np.int64)
-        ptrs = np.empty(n, np.intp)
-        refused, _ = native(samples, nd, shapes, strides, ptrs, np.empty(max(nd, 1), np.int64))
-        if refused == -1:
-            return shapes, strides, ptrs, x0.dtype, -1
+    described = describe_native(samples)
+    if described is not None:
+        return described
     return _pad.describe_tensors(samples, sys.modules["torch"].Tensor)
+
+
+def describe_native(samples: list):
+    """:func:`describe_tensors`'s answer when the native reader is built and accepts
+    every sample (plain dense CPU tensors of one rank and dtype), else ``None``."""
+    native = native_reader()
+    if native is None or not samples:
+        return None
+    x0 = samples[0]
+    if type(x0) is not sys.modules["torch"].Tensor:
+        return None
+    nd = x0.dim()
+    n = len(samples)
+    shapes = np.empty((n, nd), np.int64)
+    strides = np.empty((n, nd), np.int64)
+    ptrs = np.empty(n, np.intp)
+    refused, _ = native(samples, nd, shapes, strides, ptrs, np.empty(max(nd, 1), np.int64))
+    if refused != -1:
+        return None
+    return shapes, strides, ptrs, x0.dtype, -1
 
 
 def describe_rows(samples: list):

@@ -23,6 +23,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from dyntile import tensor_reader
+
 __all__ = ["handler_for", "HANDLERS", "join_key"]
 
 
@@ -93,16 +95,26 @@ def collate_list(ctx, items: list, key: str):
 def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
     """Tensors / arrays of one rank and dtype -> one tensor, padded when ragged.
 
-    Per sample this reads only ``type``, ``dtype`` and ``shape`` (one pass each,
-    in C-level comprehensions); the copy is one kernel call in ``ctx.pad``. The
-    direct route leaves all of that to one ``pad_batch`` call.
+    Plain CPU tensors are read by the native reader (:mod:`dyntile.tensor_reader`)
+    in one call when it is built; otherwise, and for anything it refuses, this reads
+    ``type``, ``dtype`` and ``shape`` per sample (one pass each, in C-level
+    comprehensions) and names any mismatch. The copy is one kernel call in
+    ``ctx.pad``. The direct route leaves all of that to one ``pad_batch`` call.
     """
     x0 = items[0]
     if x0.ndim == 1 and ctx.direct():  # pad_rows / pad_batch(promote=False) check kinds and dtypes themselves
         out = ctx.pad_direct(items, key)
         if out is not None:
             return out
-    kind, dtype = type(x0), x0.dtype
+    kind = type(x0)
+    if kind is torch.Tensor:      # the native reader gives every shape, and checks dtype and rank, in one call
+        described = tensor_reader.describe_native(items)
+        if described is not None:
+            shapes = described[0]
+            if shapes.shape[1] == 0 or not ctx.is_ragged(key, shapes):
+                return _stack(items)
+            return ctx.pad(items, shapes, key)
+    dtype = x0.dtype
     if len({(type(x), x.dtype) for x in items}) > 1:
         _raise_mixed(items, kind, dtype, key)
     shape_list = [x.shape for x in items]

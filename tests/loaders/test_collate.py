@@ -477,3 +477,40 @@ def test_pin_memory_reaches_every_tensor(monkeypatch):
                    out["lengths"]]
         assert all(t.is_pinned() for t in tensors)
         assert out["text"] == ["a", "b"]
+
+
+@pytest.mark.parametrize("test", [test_nd_leaves_padded_on_their_ragged_axis,
+                                  test_images_with_a_two_axis_plan_and_channel_first_axes,
+                                  test_equals_default_collate_on_tuples_and_bare_tensors,
+                                  test_batch_padding_reaches_every_leaf])
+def test_tensor_leaves_without_the_native_reader(test, monkeypatch):
+    """The same answers when tensors are read through torch's bindings (a build without
+    dyntile.cpu.torch_tensors, or another torch version)."""
+    from dyntile import tensor_reader
+    monkeypatch.setattr(tensor_reader, "_native", None)
+    test()
+    for samples, exc, msg in [
+            ([{"a": torch.ones(2)}, {"a": torch.ones(3, dtype=torch.float64)}], TypeError,
+             "key 'a': sample 1 has dtype torch.float64"),
+            ([{"a": torch.ones(2, 1)}, {"a": torch.ones(2)}], ValueError, r"key 'a': sample 1 has shape \(2,\)")]:
+        with pytest.raises(exc, match=msg):
+            DynTileCollate()(samples)
+
+
+def test_tensor_leaves_of_every_kind_match_the_bindings_route(monkeypatch):
+    """2-D and 3-D tensor leaves (views, offsets, bf16) collate the same with and
+    without the native reader."""
+    from dyntile import tensor_reader
+    rng = np.random.default_rng(5)
+    base = torch.from_numpy(rng.standard_normal((6, 11, 7)).astype(np.float32))
+    batches = [[{"x": base[i, : 2 + i]} for i in range(5)],                          # views with offsets
+               [{"x": base[i, ::2, : 1 + i].t()} for i in range(4)],                  # strided, transposed
+               [{"x": base[i, : 3 + i].to(torch.bfloat16)[None]} for i in range(3)]]  # 3-D, bf16
+    for samples in batches:
+        fast = DynTileCollate(multiple=4, axes=(-2, -1) if samples[0]["x"].dim() > 2 else None)(samples)
+        monkeypatch.setattr(tensor_reader, "_native", None)
+        slow = DynTileCollate(multiple=4, axes=(-2, -1) if samples[0]["x"].dim() > 2 else None)(samples)
+        monkeypatch.undo()
+        assert fast.keys() == slow.keys()
+        for k in fast:
+            assert torch.equal(fast[k], slow[k]), k
