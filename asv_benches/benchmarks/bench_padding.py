@@ -12,6 +12,9 @@ references):
   reference's (lower is better, at most 1 is the target);
 * ``PadBatchFrames`` -- ragged ``(T_i, 80)`` float32 spectrogram frames -> ``(B, T, 80)``;
 * ``PadBatchInto`` -- the copy alone, into a preallocated ``out=`` buffer;
+* ``PadTensorReader`` -- 64 short torch token rows and 64 ``(T_i, 80)`` frames, their
+  sizes and pointers read by the native reader (``dyntile.cpu.torch_tensors``) or
+  through torch's bindings (``native`` is skipped where it was not built);
 * ``PadJagged``    -- rows stored back to back -> ``(B, T)``; references: torch's
   jagged nested tensor ``to_padded_tensor`` and ``pad_sequence`` of the rows' views;
 * ``PadTo``        -- one array up to a shape; reference ``np.pad``;
@@ -262,6 +265,35 @@ class PadBatchInto:
             out[...] = 0
             for i, s in enumerate(self.samples):
                 out[i, : len(s)] = s
+
+
+class PadTensorReader:
+    """``pad_batch`` of torch tensors with each way of reading them: ``native`` (one
+    call per batch; skipped where the module was not built for this torch) or
+    ``bindings`` (torch's Python calls per sample). Short rows show the reading most."""
+
+    params = [["native", "bindings"], ["64x50", "64x50x80"]]
+    param_names = ["reader", "batch"]
+
+    def setup(self, reader, batch):
+        from dyntile import tensor_reader
+        t = _torch()
+        native = tensor_reader.native_reader()
+        if reader == "native" and native is None:
+            raise NotImplementedError("dyntile.cpu.torch_tensors is not built for this torch")
+        self._restore = (tensor_reader, tensor_reader._native)
+        tensor_reader._native = native if reader == "native" else None
+        b, mean, *row = (int(v) for v in batch.split("x"))
+        rng = np.random.default_rng(SEED)
+        self.samples = [t.from_numpy(s) for s in _ragged(_lengths(b, mean, rng), tuple(row),
+                                                          "int64" if not row else "float32", rng)]
+
+    def teardown(self, reader, batch):
+        module, value = self._restore
+        module._native = value
+
+    def time_pad_batch(self, reader, batch):
+        dyntile.pad_batch(self.samples)
 
 
 def _jagged_runner(library: str, lengths: list):
