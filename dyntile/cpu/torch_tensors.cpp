@@ -119,7 +119,7 @@ PyMethodDef methods[] = {
      "Fill int64 buffers for a list of B CPU tensors of rank ndim: shapes and byte strides (B*ndim),\n"
      "data pointers (B) and per-axis maxima (ndim). refused is -1 when every sample is a plain dense\n"
      "CPU tensor of that rank and of the first sample's dtype (not complex), else the index of the\n"
-     "first that is not (the buffers are then filled only before it); elements counts their items."},
+     "first that is not (the buffers then hold nothing to use); elements counts their items."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch_tensors",
