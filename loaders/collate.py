@@ -8,6 +8,7 @@ in :mod:`loaders.leaf_handlers`; counters live in :mod:`loaders.collate_stats`.
 from __future__ import annotations
 
 import math
+import operator
 import warnings
 from typing import Any, Collection, Mapping, Sequence
 
@@ -137,18 +138,63 @@ class DynTileCollate:
         if self.pack is not None:
             from .packed_collate import collate_packed
             return collate_packed(samples, **self.pack, pad_values=self.pad_values)
+        if self._direct and type(samples) is list and type(samples[0]) is dict:
+            out = self._collate_rows(samples)
+            if out is not None:
+                return out
         ctx = _Batch(self)
         out = ctx.walk(samples if type(samples) is list else list(samples), "")  # the walk never mutates it
         B = len(samples)
         if ctx.rows > B:                             # batch padding: every leaf gets the padded leaves' rows
             out = map_tensors(out, lambda t, key: ctx.grow_rows(t, B, key))
         if isinstance(out, dict):
-            self._add_mask_and_lengths(out, ctx)
+            self._add_mask_and_lengths(out, ctx.padded)
         if self._pin:                                # padded leaves were allocated pinned; the rest is copied
             out = map_tensors(out, lambda t, key: t if t.is_pinned() else t.pin_memory())
         if self.return_stats and isinstance(out, dict):
-            out[STATS_KEY] = ctx.counts()
+            out[STATS_KEY] = _counts(ctx.real, ctx.total, ctx.shapes, len(ctx.truncated), ctx.extended)
         self.stats.add(ctx.real, ctx.total, ctx.shapes, len(ctx.truncated), ctx.extended)
+        return out
+
+    def _collate_rows(self, samples: list) -> dict | None:
+        """The commonest batch in one pass, without the walk: flat dicts whose every
+        value is a 1-D sequence (a list of ints or a 1-D tensor), each key one
+        ``pad_rows`` call (what the walk would call for it). ``None`` for any other
+        batch, and for one the walk treats otherwise (a key the kernels refuse, a row
+        over the plan, an unnamed key of equal lengths, which is stacked): the walk then
+        collates it, or names what is wrong."""
+        B = len(samples)
+        keys = list(samples[0])
+        try:
+            columns = [list(map(operator.itemgetter(k), samples)) for k in keys]
+            if sum(map(len, samples)) != len(keys) * B:      # a sample with other keys
+                return None
+        except (KeyError, TypeError):
+            return None
+        out, padded, shapes = {}, {}, []
+        real = total = 0
+        for k, column in zip(keys, columns):
+            v0 = column[0]
+            if not ((type(v0) is list and v0 and type(v0[0]) is int) or (type(v0) is _TENSOR and v0.dim() == 1)):
+                return None
+            rows = pad_rows(column, multiple=self.multiple, plan=self.plan, fill=self.fill_for(k), side=self.side)
+            if rows is None:
+                return None
+            batch, lengths, longest, n = rows
+            if longest * B == n and not self.always_pads(k, 1):
+                return None
+            shape = tuple(batch.shape)
+            out[k] = batch if type(batch) is _TENSOR else torch.from_numpy(batch)
+            padded[k] = (lengths, (0,), shape)
+            shapes.append((k, shape))
+            real += n
+            total += shape[0] * shape[1]
+        if self.mask_from is not None and self.mask_from not in padded:
+            return None                                  # the walk raises, naming the padded leaves
+        self._add_mask_and_lengths(out, padded)
+        if self.return_stats:
+            out[STATS_KEY] = _counts(real, total, shapes, 0, 0)
+        self.stats.add(real, total, shapes)
         return out
 
     def reset_stats(self) -> None:
@@ -163,13 +209,15 @@ class DynTileCollate:
 
     # ---- masks and lengths
 
-    def _add_mask_and_lengths(self, out: dict, ctx: "_Batch") -> None:
-        if not ctx.padded:
+    def _add_mask_and_lengths(self, out: dict, padded: dict) -> None:
+        """Add the mask and lengths of ``padded``'s ``mask_from`` leaf (or its first):
+        ``padded`` maps a key to ``(sizes, axes, shape)`` (see ``_Batch._note``)."""
+        if not padded:
             return
-        leaf = ctx.padded.get(self.mask_from) if self.mask_from is not None else next(iter(ctx.padded.values()))
+        leaf = padded.get(self.mask_from) if self.mask_from is not None else next(iter(padded.values()))
         if leaf is None:
             raise KeyError(f"mask_from={self.mask_from!r} is not a padded leaf of this batch; "
-                           f"padded leaves: {list(ctx.padded)}")
+                           f"padded leaves: {list(padded)}")
         sizes, axes, shape = leaf
         if self.mask_key is not None and self.mask_key not in out:
             out[self.mask_key] = self._mask(sizes, axes, shape)
@@ -196,6 +244,15 @@ class DynTileCollate:
         return mask if self.mask_dtype == torch.bool else mask.to(self.mask_dtype)
 
     # ---- padding one leaf (called by the leaf handlers through _Batch.pad)
+
+    def in_pad_keys(self, key: str) -> bool:
+        return key in self.pad_keys or key.rsplit(".", 1)[-1] in self.pad_keys
+
+    def always_pads(self, key: str, ndim: int) -> bool:
+        """Whether a leaf of rank ``ndim`` at ``key`` is padded even when its samples
+        share one shape: a named sequence (``pad_keys``, ``mask_from``), or any 1-D leaf
+        of a plan when none is named."""
+        return (ndim == 1 and self._plans_sequences) or self.in_pad_keys(key) or key == self.mask_from
 
     def fill_for(self, key: str):
         if key in self.pad_values:
@@ -266,9 +323,6 @@ class _Batch:
                 return out
         return handler_for(cls, key)(self, items, key)
 
-    def in_pad_keys(self, key: str) -> bool:
-        return key in self.c.pad_keys or key.rsplit(".", 1)[-1] in self.c.pad_keys
-
     def grow_rows(self, value: torch.Tensor, B: int, key: str) -> torch.Tensor:
         """A collated tensor of ``B`` rows grown to ``self.rows`` rows of its key's fill
         (numbers, stacked leaves); padded leaves keep the rows their bucket gave them."""
@@ -285,18 +339,8 @@ class _Batch:
                              f"fill={fill!r} ({e}); give pad_values[{key.rsplit('.', 1)[-1]!r}]") from None
         return torch.cat((value, extra))
 
-    def always_pads(self, key: str, ndim: int) -> bool:
-        """Whether a leaf of rank ``ndim`` at ``key`` is padded even when its samples
-        share one shape: a named sequence (``pad_keys``, ``mask_from``), or any 1-D leaf
-        of a plan when none is named."""
-        return (ndim == 1 and self.c._plans_sequences) or self.in_pad_keys(key) or key == self.c.mask_from
-
     def is_ragged(self, key: str, shapes: np.ndarray) -> bool:
-        return self.always_pads(key, shapes.shape[1]) or bool((shapes != shapes[0]).any())
-
-    def counts(self) -> dict:
-        return {"real_elements": self.real, "padded_elements": self.total, "shapes": self.shapes,
-                "truncated_samples": len(self.truncated), "plan_extensions": self.extended}
+        return self.c.always_pads(key, shapes.shape[1]) or bool((shapes != shapes[0]).any())
 
     def direct(self) -> bool:
         """True when one ``pad_rows`` call can plan, allocate and copy a 1-D leaf by
@@ -328,7 +372,7 @@ class _Batch:
         shape = tuple(batch.shape)                      # (B, T), read before wrapping: a NumPy tuple is cheaper
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
-        if longest * len(items) == total and not self.always_pads(key, 1):  # one length: the samples, stacked
+        if longest * len(items) == total and not c.always_pads(key, 1):  # one length: the samples, stacked
             return (batch[:, :longest] if c.side == "right" else batch[:, shape[1] - longest:]).contiguous()
         self._note(key, lengths, (0,), shape, total)
         return batch
@@ -438,6 +482,12 @@ def map_tensors(value, fn, key: str = ""):
 
 _NP_TO_TORCH: dict = {}
 _TENSOR = torch.Tensor
+
+
+def _counts(real: int, total: int, shapes: list, truncated: int, extended: int) -> dict:
+    """One batch's counts, as ``return_stats=True`` adds them under ``STATS_KEY``."""
+    return {"real_elements": real, "padded_elements": total, "shapes": shapes,
+            "truncated_samples": truncated, "plan_extensions": extended}
 
 
 def _torch_dtype(x) -> torch.dtype:

@@ -514,3 +514,63 @@ def test_tensor_leaves_of_every_kind_match_the_bindings_route(monkeypatch):
         assert fast.keys() == slow.keys()
         for k in fast:
             assert torch.equal(fast[k], slow[k]), k
+
+
+def _walk_only(collate: DynTileCollate, samples):
+    """``collate(samples)`` through the general walk (the flat-rows route switched off)."""
+    fast = collate._collate_rows
+    collate._collate_rows = lambda samples: None
+    try:
+        return collate(samples)
+    finally:
+        collate._collate_rows = fast
+
+
+@settings(max_examples=60, deadline=None)
+@given(lengths=st.lists(st.integers(0, 30), min_size=1, max_size=7), equal=st.booleans(),
+       kind=st.sampled_from(["list", "tensor", "mixed", "strided"]), side=st.sampled_from(["right", "left"]),
+       use_plan=st.booleans(), named=st.sampled_from(["default", "none", "labels"]),
+       mask_from=st.sampled_from([None, "labels", "missing"]), return_stats=st.booleans())
+def test_flat_rows_route_equals_the_walk(lengths, equal, kind, side, use_plan, named, mask_from, return_stats):
+    """Flat dicts of 1-D sequences take the one-pass route: outputs, dtypes, counters and
+    errors equal the general walk's, whatever the options (equal lengths, plans, named
+    keys, mask_from, left padding)."""
+    if equal:
+        lengths = [lengths[0]] * len(lengths)
+    rng = np.random.default_rng(sum(lengths) + len(lengths))
+    seqs = [rng.integers(1, 500, n) for n in lengths]
+
+    def leaf(a, i):
+        if kind == "list" or (kind == "mixed" and i == 0):
+            return a.tolist()
+        t = torch.from_numpy(np.repeat(a, 2))[::2] if kind == "strided" else torch.from_numpy(a.copy())
+        return t
+    samples = [{"input_ids": leaf(s, 0), "labels": leaf(s * 2, 1)} for s in seqs]
+    pad_keys = {"default": None, "none": (), "labels": ("labels",)}[named]
+    options = dict(plan=BucketPlan((8, 32)) if use_plan else None, side=side, pad_keys=pad_keys,
+                   pad_values={"input_ids": 0, "labels": -100} if named == "default" else None,
+                   mask_from=mask_from, return_stats=return_stats)
+    fast, walk = DynTileCollate(**options), DynTileCollate(**options)
+    try:
+        want = _walk_only(walk, samples)
+    except Exception as e:                               # the same error, by the same route
+        with pytest.raises(type(e), match=str(e)[:40].replace("(", r"\(").replace("[", r"\[")):
+            fast(samples)
+        return
+    got = fast(samples)
+    assert list(got) == list(want)
+    for k in want:
+        if isinstance(want[k], torch.Tensor):
+            assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
+        else:
+            assert got[k] == want[k], k
+    assert fast.stats.as_dict() == walk.stats.as_dict() and fast.stats.shapes == walk.stats.shapes
+
+
+def test_flat_rows_route_is_taken(monkeypatch):
+    """The common batch does not reach the walk (a test that the fast route can fail)."""
+    collate = DynTileCollate(pad_values={"input_ids": 0})
+    monkeypatch.setattr(collate_module._Batch, "walk", lambda *a: pytest.fail("walked"))
+    out = collate([{"input_ids": [1, 2, 3]}, {"input_ids": torch.tensor([4]).tolist()}])
+    assert out["input_ids"].tolist() == [[1, 2, 3, 0, 0, 0, 0, 0], [4, 0, 0, 0, 0, 0, 0, 0]]
+    assert out["lengths"].tolist() == [3, 1]
