@@ -18,7 +18,7 @@ import numpy as np
 
 from dyntile.cpu import pad as _pad
 
-__all__ = ["describe_tensors", "describe_native", "describe_rows", "native_reader"]
+__all__ = ["describe_tensors", "describe_native", "describe_rows", "native_reader", "native_status"]
 
 _UNSET = object()
 _native = _UNSET
@@ -40,6 +40,23 @@ def native_reader():
                 if torch_tensors.built_for == torch.__version__:
                     _native = torch_tensors.describe
     return _native
+
+
+def native_status() -> str:
+    """One line saying whether the native reader is in use, and if not, why (for logs
+    and bug reports): ``"in use (built for torch X)"``, or what to do about it."""
+    if native_reader() is not None:
+        return f"in use (built for torch {sys.modules['torch'].__version__})"
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return "not loaded: torch is not imported"
+    try:
+        from dyntile.cpu import torch_tensors
+    except ImportError as e:
+        return (f"not built ({e}): install dyntile with torch present and "
+                f"`pip install --no-build-isolation`")
+    return (f"not used: built for torch {torch_tensors.built_for}, running {torch.__version__}; "
+            f"reinstall dyntile with `pip install --no-build-isolation`")
 
 
 def describe_tensors(samples: list):

@@ -105,9 +105,21 @@ def test_native_refuses_complex_and_checks_its_buffers():
 
 def test_reader_is_refused_under_another_torch_version(monkeypatch):
     pytest.importorskip("dyntile.cpu.torch_tensors")
+    assert tensor_reader.native_status().startswith("in use")
     monkeypatch.setattr(tensor_reader, "_native", tensor_reader._UNSET)
     monkeypatch.setattr(torch, "__version__", "0.0.0-other")
     assert tensor_reader.native_reader() is None
+    assert "built for torch 2" in tensor_reader.native_status() and "0.0.0-other" in tensor_reader.native_status()
+
+
+def test_status_without_the_module(monkeypatch):
+    import sys
+    import dyntile.cpu
+    monkeypatch.setattr(tensor_reader, "_native", tensor_reader._UNSET)
+    monkeypatch.setitem(sys.modules, "dyntile.cpu.torch_tensors", None)      # import fails
+    monkeypatch.delattr(dyntile.cpu, "torch_tensors", raising=False)
+    assert tensor_reader.native_reader() is None
+    assert tensor_reader.native_status().startswith("not built")
 
 
 def test_pad_batch_and_pad_rows_equal_a_reference_on_both_routes(route):
