@@ -169,7 +169,7 @@ class DynTileCollate:
             columns = [list(map(operator.itemgetter(k), samples)) for k in keys]
             if sum(map(len, samples)) != len(keys) * B:      # a sample with other keys
                 return None
-        except (KeyError, TypeError):
+        except (KeyError, TypeError, IndexError):          # not all mappings: the walk names the sample
             return None
         out, padded, shapes = {}, {}, []
         real = total = 0
@@ -177,16 +177,17 @@ class DynTileCollate:
             v0 = column[0]
             if not ((type(v0) is list and v0 and type(v0[0]) is int) or (type(v0) is _TENSOR and v0.dim() == 1)):
                 return None
-            rows = pad_rows(column, multiple=self.multiple, plan=self.plan, fill=self.fill_for(k), side=self.side)
+            name = k if type(k) is str else join_key("", k)   # the walk's name of the leaf (options, stats)
+            rows = pad_rows(column, multiple=self.multiple, plan=self.plan, fill=self.fill_for(name), side=self.side)
             if rows is None:
                 return None
             batch, lengths, longest, n = rows
-            if longest * B == n and not self.always_pads(k, 1):
+            if longest * B == n and not self.always_pads(name, 1):
                 return None
             shape = tuple(batch.shape)
             out[k] = batch if type(batch) is _TENSOR else torch.from_numpy(batch)
-            padded[k] = (lengths, (0,), shape)
-            shapes.append((k, shape))
+            padded[name] = (lengths, (0,), shape)
+            shapes.append((name, shape))
             real += n
             total += shape[0] * shape[1]
         if self.mask_from is not None and self.mask_from not in padded:

@@ -158,8 +158,9 @@ def describe_tensors(list samples, tensor_type):
 
     Returns ``(shapes, strides, ptrs, dtype, bad)``: int64 ``(B, ndim)`` sizes and byte
     strides, data pointers, the first tensor's torch dtype, and ``bad`` = -1 when
-    every item is a dense CPU tensor of that rank and dtype (not complex), else the
-    index of the first item that is not (CUDA, meta and other devices included).
+    every item is a dense CPU tensor of that rank and dtype (not complex, not a
+    negative view, with memory behind its elements), else the index of the first
+    item that is not (CUDA, meta and other devices included).
     """
     cdef Py_ssize_t n = len(samples), i, k, width
     cdef int nd
@@ -179,13 +180,15 @@ def describe_tensors(list samples, tensor_type):
     cdef Py_ssize_t[::1] pt = ptrs
     for i in range(n):
         t = samples[i]
-        if not isinstance(t, tensor_type) or t.dtype is not dtype0 or not t.is_cpu:
-            return shapes, strides, ptrs, dtype0, i
+        if not isinstance(t, tensor_type) or t.dtype is not dtype0 or not t.is_cpu or t.is_neg():
+            return shapes, strides, ptrs, dtype0, i     # a negative view: its memory holds -x
         size = t.shape
         try:  # sparse, nested and mkldnn layouts have no strides or data pointer
             stride = t.stride()
             pt[i] = t.data_ptr()
         except RuntimeError:
+            return shapes, strides, ptrs, dtype0, i
+        if pt[i] == 0 and t.numel() != 0:              # no memory behind it (a zero tensor)
             return shapes, strides, ptrs, dtype0, i
         if len(size) != nd:
             return shapes, strides, ptrs, dtype0, i

@@ -7,9 +7,10 @@
 // build time (setup.py), against that torch's headers: the module records the torch
 // version it was built for, and dyntile/tensor_reader.py loads it only under that
 // version, else it keeps the Python route. It accepts plain dense CPU tensors alone
-// (exactly torch.Tensor or Parameter, a plain TensorImpl, strided, no conj/neg bit)
-// and answers "refused at sample i" for anything else, so the Python route still
-// decides and explains every other case.
+// (exactly torch.Tensor or Parameter, one type per batch, a plain TensorImpl,
+// strided, no conj/neg or zero-tensor bit, memory behind every element) and answers
+// "refused at sample i" for anything else, so the Python route still decides and
+// explains every other case.
 #include <Python.h>
 
 #include <cstdint>
@@ -50,6 +51,7 @@ struct Buffer {
 bool plain_cpu(const at::Tensor& t) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
   return typeid(*impl) == typeid(c10::TensorImpl) && !impl->is_python_dispatch() &&
+         !impl->key_set().has(c10::DispatchKey::ZeroTensor) &&  // efficient zeros: no memory behind them
          !impl->has_symbolic_sizes_strides() && impl->device_type() == c10::DeviceType::CPU &&
          impl->layout() == c10::kStrided && !impl->is_conj() && !impl->is_neg() && impl->has_storage() &&
          !c10::isComplexType(t.scalar_type());
@@ -82,7 +84,9 @@ PyObject* describe(PyObject*, PyObject* args) {
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject* obj = PyList_GET_ITEM(samples, i);
-    if (!THPVariable_CheckExact(obj)) {  // subclasses may redefine anything: the Python route decides
+    // exactly torch.Tensor or Parameter, one of them for the whole batch (as the Python
+    // route checks types); subclasses may redefine anything: the Python route decides
+    if (!THPVariable_CheckExact(obj) || Py_TYPE(obj) != Py_TYPE(PyList_GET_ITEM(samples, 0))) {
       refused = i;
       break;
     }
@@ -104,6 +108,10 @@ PyObject* describe(PyObject*, PyObject* args) {
         count *= sizes[k];
       }
       pt[i] = reinterpret_cast<int64_t>(t.const_data_ptr());
+      if (pt[i] == 0 && count != 0) {  // no memory behind the elements (e.g. a storage resized to 0)
+        refused = i;
+        break;
+      }
       elements += count;
     } catch (const std::exception&) {  // c10::Error from an unusual tensor: refuse it, never raise
       refused = i;

@@ -157,3 +157,25 @@ def test_pad_rows_refusals_fall_back_on_both_routes(route):
     assert batch.tolist() == [list(range(6)), [0, 1, 0, 0, 0, 0]]
     neg = torch._neg_view(x.double())
     assert pad_rows([neg, x.double()], multiple=1)[0][0].tolist() == (-x.double()).tolist()
+
+
+def test_zero_tensors_and_negative_views_are_read_right_on_both_routes(route):
+    """Tensors whose memory is not their values: efficient zero tensors (no memory
+    at all) and negative views (memory holds -x), 1-D and 2-D."""
+    x = torch.arange(1.0, 7.0)
+    rows = [x[:3], torch._efficientzerotensor(2)]
+    assert pad_rows(rows, multiple=1)[0].tolist() == [[1, 2, 3], [0, 0, 0]]
+    assert dyntile.pad_batch(rows, multiple=1)[0].tolist() == [[1, 2, 3], [0, 0, 0]]
+    grid = x.reshape(2, 3)
+    neg = torch._neg_view(grid)
+    got = dyntile.pad_batch([neg, grid[:1]], multiple=1)[0]
+    assert got.tolist() == [(-grid).tolist(), [grid[0].tolist(), [0, 0, 0]]]
+
+
+@needs_native
+def test_native_refuses_a_batch_mixing_tensor_and_parameter():
+    """One Python type per batch, as the bindings route checks (collate names the mix)."""
+    x = torch.ones(3)
+    bufs = [np.empty((2, 1), np.int64), np.empty((2, 1), np.int64), np.empty(2, np.intp), np.empty(1, np.int64)]
+    assert native([x, torch.nn.Parameter(x.clone())], 1, *bufs)[0] == 1
+    assert native([torch.nn.Parameter(x.clone()), torch.nn.Parameter(x.clone())], 1, *bufs)[0] == -1

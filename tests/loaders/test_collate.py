@@ -574,3 +574,21 @@ def test_flat_rows_route_is_taken(monkeypatch):
     out = collate([{"input_ids": [1, 2, 3]}, {"input_ids": torch.tensor([4]).tolist()}])
     assert out["input_ids"].tolist() == [[1, 2, 3, 0, 0, 0, 0, 0], [4, 0, 0, 0, 0, 0, 0, 0]]
     assert out["lengths"].tolist() == [3, 1]
+
+
+def test_flat_rows_route_with_other_keys_and_samples_equals_the_walk():
+    """Non-string keys are named as the walk names them (str), and a non-mapping
+    after a dict gets the walk's error."""
+    samples = [{0: [1, 2, 3], 1: [4]}, {0: [5], 1: [6, 7]}]
+    for options in ({}, {"pad_values": {"0": -1}}, {"pad_keys": ("1",)}):
+        fast, walk = DynTileCollate(**options), DynTileCollate(**options)
+        got, want = fast(samples), _walk_only(walk, samples)
+        assert list(got) == list(want) and all(torch.equal(got[k], want[k]) for k in want)
+        assert fast.stats.shapes == walk.stats.shapes
+    with pytest.raises(TypeError, match="sample 1 is a ndarray, but sample 0 is a mapping"):
+        DynTileCollate()([{"a": [1, 2]}, np.arange(3)])
+
+
+def test_tensor_and_parameter_mixed_in_a_key_is_named():
+    with pytest.raises(TypeError, match="key 'x': sample 1 has type Parameter, but sample 0 has type Tensor"):
+        DynTileCollate()([{"x": torch.ones(2, 3)}, {"x": torch.nn.Parameter(torch.ones(3, 3))}])
