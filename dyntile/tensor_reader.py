@@ -63,7 +63,8 @@ def describe_tensors(samples: list):
     """``(shapes, strides, ptrs, dtype, bad)`` for a list of CPU torch tensors: int64
     ``(B, ndim)`` sizes and byte strides, ``(B,)`` data pointers, the first sample's
     torch dtype, and ``bad`` = -1 when every sample is a dense CPU tensor of that rank
-    and dtype (not complex), else the index of the first that is not (see
+    and dtype whose memory holds its values (not complex, not a negative view, not a
+    zero tensor), else the index of the first that is not (see
     :func:`dyntile.cpu.pad.describe_tensors`, which this matches)."""
     described = describe_native(samples)
     if described is not None:
