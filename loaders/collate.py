@@ -164,12 +164,14 @@ class DynTileCollate:
         over the plan, an unnamed key of equal lengths, which is stacked): the walk then
         collates it, or names what is wrong."""
         B = len(samples)
+        if list(map(type, samples)).count(dict) != B:       # a list or tuple answers an int key too
+            return None
         keys = list(samples[0])
         try:
             columns = [list(map(operator.itemgetter(k), samples)) for k in keys]
             if sum(map(len, samples)) != len(keys) * B:      # a sample with other keys
                 return None
-        except (KeyError, TypeError, IndexError):          # not all mappings: the walk names the sample
+        except KeyError:                                    # a missing key: the walk names the sample
             return None
         out, padded, shapes = {}, {}, []
         real = total = 0

@@ -38,11 +38,15 @@ def _where(key: str) -> str:
 def collate_mapping(ctx, items: list, key: str) -> dict:
     """Dicts -> a dict of collated values; every sample must have the same keys.
 
-    Every key of sample 0 present (the column lookups raise otherwise) and as many
-    keys in all as ``B`` times sample 0's means the same key set; both checks are
-    C-level loops (``map(itemgetter)`` and ``map(len)``)."""
+    Every sample of sample 0's type, every key of sample 0 present (the column
+    lookups raise otherwise) and as many keys in all as ``B`` times sample 0's means
+    the same key set; the checks are C-level loops (``map(type)``, ``map(itemgetter)``
+    and ``map(len)``). Mappings of mixed types are collated when each is a mapping."""
     keys = list(items[0].keys())
     try:
+        if list(map(type, items)).count(type(items[0])) != len(items) \
+                and not all(isinstance(x, collections.abc.Mapping) for x in items):
+            raise TypeError          # not a mapping: a list or tuple would answer int keys
         columns = [list(map(operator.itemgetter(k), items)) for k in keys]
         if sum(map(len, items)) != len(keys) * len(items):
             raise KeyError

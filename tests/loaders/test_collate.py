@@ -587,6 +587,10 @@ def test_flat_rows_route_with_other_keys_and_samples_equals_the_walk():
         assert fast.stats.shapes == walk.stats.shapes
     with pytest.raises(TypeError, match="sample 1 is a ndarray, but sample 0 is a mapping"):
         DynTileCollate()([{"a": [1, 2]}, np.arange(3)])
+    with pytest.raises(TypeError, match="sample 1 is a list, but sample 0 is a mapping"):
+        DynTileCollate()([{0: [1, 2]}, [[3, 4]]])                # a list answers the int key 0
+    mixed = DynTileCollate()([{"a": [1, 2]}, collections.OrderedDict(a=[3])])   # mappings of two types
+    assert mixed["a"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
 
 
 def test_tensor_and_parameter_mixed_in_a_key_is_named():
