@@ -7,6 +7,7 @@ Nothing is ever cut: a target smaller than the data is an error.
 """
 from __future__ import annotations
 
+import bisect
 import operator
 import sys
 from typing import Sequence
@@ -312,7 +313,7 @@ def _row_setup(dt: np.dtype, token, multiple, plan, fill):
     if bits is None:
         setup = None
     elif plan is not None:
-        setup = (bits, lambda n: plan.round_up(n)[0])
+        setup = (bits, _plan_rows(plan))
     else:
         m = _shapes.check_multiple(multiple)
         setup = (bits, lambda n: -(-n // m) * m)
@@ -321,6 +322,20 @@ def _row_setup(dt: np.dtype, token, multiple, plan, fill):
             _ROW_SETUP.clear()
         _ROW_SETUP[key] = setup
     return setup
+
+
+def _plan_rows(plan):
+    """``size_of(longest)`` for a one-axis plan: the smallest boundary ``>=`` it, by one
+    ``bisect`` (``plan.round_up`` validates and builds tuples: per batch, that cost
+    more than the rest of the planning); over the plan, ``round_up`` raises."""
+    bounds = plan.axis_boundaries[0]
+    top = bounds[-1]
+
+    def size_of(n: int) -> int:
+        if 0 <= n <= top:
+            return bounds[bisect.bisect_left(bounds, n)]
+        return plan.round_up(n)[0]
+    return size_of
 
 
 def pad_rows(samples: list, *, multiple: int = 8, plan=None, fill=0, side: str = "right"):

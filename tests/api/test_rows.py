@@ -73,3 +73,16 @@ def test_refuses_rows_over_the_plan_and_pad_batch_explains():
 def test_bad_side_is_an_error():
     with pytest.raises(ValueError, match="side"):
         dt.pad_rows([[1]], side="up")
+
+
+def test_plan_row_length_equals_round_up():
+    """The collate's cached row length for a one-axis plan is plan.round_up's, errors included."""
+    from dyntile.padding import _plan_rows
+    from dyntile.planning import BucketPlan
+    plan = BucketPlan((8, 24, 48, 1000))
+    size_of = _plan_rows(plan)
+    for n in list(range(0, 60)) + [999, 1000]:
+        assert size_of(n) == plan.round_up(n)[0]
+    for n in (1001, 10**9):
+        with pytest.raises(ValueError, match="over the largest boundary 1000"):
+            size_of(n)
