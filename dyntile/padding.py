@@ -292,7 +292,7 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
     return batch, torch.from_numpy(lengths)
 
 
-#: (dtype, token, fill type, fill, multiple or plan) -> (fill bits, size_of): what the
+#: (dtype, token, fill type, fill, multiple or plan boundaries) -> (fill bits, size_of): what the
 #: one-call row routes (:func:`_pad_token_rows`, :func:`_pad_number_lists`) would
 #: otherwise work out again for every batch
 _ROW_SETUP: dict = {}
@@ -302,7 +302,7 @@ def _row_setup(dt: np.dtype, token, multiple, plan, fill):
     """``(fill bits, size_of)`` for rows of ``dt`` (``token``: a torch-only dtype it
     carries), ``size_of(longest)`` giving the padded length; ``None`` for dtypes the
     kernels do not move."""
-    key = (dt, token, type(fill), fill, multiple if plan is None else plan)
+    key = (dt, token, type(fill), fill, multiple if plan is None else plan.boundaries)  # a plan's hash costs more
     try:
         return _ROW_SETUP[key]
     except KeyError:

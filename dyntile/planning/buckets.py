@@ -131,6 +131,9 @@ class BucketPlan:
             b = _check_boundaries(b, m, 0)
         object.__setattr__(self, "boundaries", b)
         object.__setattr__(self, "multiple", m)
+        # read per batch by the collate routes: kept rather than recomputed (not fields:
+        # equality, hashing and repr see boundaries, multiple and cost only)
+        object.__setattr__(self, "_ndim", len(b) if isinstance(b[0], tuple) else 1)
 
     # ---- structure
 
@@ -142,7 +145,7 @@ class BucketPlan:
     @property
     def ndim(self) -> int:
         """Number of planned axes."""
-        return len(self.boundaries) if self.multi_axis else 1
+        return self._ndim
 
     @property
     def axis_boundaries(self) -> tuple[tuple[int, ...], ...]:
