@@ -391,10 +391,7 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
     native = tensor_reader.describe_rows(samples)
     if native is not None:
         shapes, strides, ptrs, longest, total = native
-        T = size_of(longest)
-        if T < longest:
-            return None
-        batch = np.empty((len(samples), T), dt)
+        batch = np.empty((len(samples), size_of(longest)), dt)   # too short: pad_pointers raises, pad_rows says None
         _pad.pad_pointers(ptrs, shapes, strides, batch, bits, left, copy_threads(batch.nbytes))
         batch = sys.modules["torch"].from_numpy(batch)
         return (batch if token is None else batch.view(token)), shapes.reshape(-1), longest, total

@@ -81,15 +81,8 @@ def describe_native(samples: list):
     x0 = samples[0]
     if type(x0) is not sys.modules["torch"].Tensor:
         return None
-    nd = x0.dim()
-    n = len(samples)
-    shapes = np.empty((n, nd), np.int64)
-    strides = np.empty((n, nd), np.int64)
-    ptrs = np.empty(n, np.intp)
-    refused, _ = native(samples, nd, shapes, strides, ptrs, np.empty(max(nd, 1), np.int64))
-    if refused != -1:
-        return None
-    return shapes, strides, ptrs, x0.dtype, -1
+    read = _read(native, samples, x0.dim())
+    return None if read is None else (*read[:3], x0.dtype, -1)
 
 
 def describe_rows(samples: list):
@@ -98,14 +91,20 @@ def describe_rows(samples: list):
     longest row and the sum of the lengths. ``None`` when the native reader is missing
     or refuses a sample (the caller's general route then decides)."""
     native = native_reader()
-    if native is None:
+    read = None if native is None else _read(native, samples, 1)
+    if read is None:
         return None
+    shapes, strides, ptrs, maxes, total = read
+    return shapes, strides, ptrs, int(maxes[0]), total
+
+
+def _read(native, samples: list, nd: int):
+    """One call of the native reader for tensors of rank ``nd``: ``(shapes, strides,
+    ptrs, per-axis maxima, elements)``, or ``None`` when it refuses a sample."""
     n = len(samples)
-    shapes = np.empty((n, 1), np.int64)
-    strides = np.empty((n, 1), np.int64)
+    shapes = np.empty((n, nd), np.int64)
+    strides = np.empty((n, nd), np.int64)
     ptrs = np.empty(n, np.intp)
-    longest = np.empty(1, np.int64)
-    refused, total = native(samples, 1, shapes, strides, ptrs, longest)
-    if refused != -1:
-        return None
-    return shapes, strides, ptrs, int(longest[0]), total
+    maxes = np.empty(max(nd, 1), np.int64)
+    refused, elements = native(samples, nd, shapes, strides, ptrs, maxes)
+    return None if refused != -1 else (shapes, strides, ptrs, maxes, elements)

@@ -8,7 +8,6 @@ in :mod:`loaders.leaf_handlers`; counters live in :mod:`loaders.collate_stats`.
 from __future__ import annotations
 
 import math
-import operator
 import warnings
 from typing import Any, Collection, Mapping, Sequence
 
@@ -21,7 +20,7 @@ from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import check_multiple, check_tile, normalize_axis
 
 from .collate_stats import CollateStats
-from .leaf_handlers import handler_for, join_key
+from .leaf_handlers import handler_for, join_key, mapping_columns
 
 __all__ = ["DynTileCollate"]
 
@@ -164,20 +163,14 @@ class DynTileCollate:
         over the plan, an unnamed key of equal lengths, which is stacked): the walk then
         collates it, or names what is wrong."""
         B = len(samples)
-        if list(map(type, samples)).count(dict) != B:       # a list or tuple answers an int key too
-            return None
-        keys = list(samples[0])
         try:
-            columns = [list(map(operator.itemgetter(k), samples)) for k in keys]
-            if sum(map(len, samples)) != len(keys) * B:      # a sample with other keys
-                return None
-        except KeyError:                                    # a missing key: the walk names the sample
+            keys, columns = mapping_columns(samples)
+        except (KeyError, TypeError, IndexError):          # not mappings of one key set: the walk names the sample
             return None
         out, padded, shapes = {}, {}, []
         real = total = 0
         for k, column in zip(keys, columns):
-            v0 = column[0]
-            if not ((type(v0) is list and v0 and type(v0[0]) is int) or (type(v0) is _TENSOR and v0.dim() == 1)):
+            if not _row_leaf(column[0]):
                 return None
             name = k if type(k) is str else join_key("", k)   # the walk's name of the leaf (options, stats)
             rows = pad_rows(column, multiple=self.multiple, plan=self.plan, fill=self.fill_for(name), side=self.side)
@@ -315,16 +308,14 @@ class _Batch:
         self.refused: set = set()                    # keys the direct route refused (not tried twice)
 
     def walk(self, items: list, key: str):
-        x0 = items[0]
-        cls = type(x0)
         # the common leaves (token ids as lists of ints, 1-D tensors) go straight to the
         # one-call route: a batch's walk is a handful of Python frames, which matters
         # most when a worker's __getitem__ calls have just evicted them from the caches
-        if self.c._direct and ((cls is list and x0 and type(x0[0]) is int) or (cls is _TENSOR and x0.dim() == 1)):
+        if self.c._direct and _row_leaf(items[0]):
             out = self.pad_direct(items, key)
             if out is not None:
                 return out
-        return handler_for(cls, key)(self, items, key)
+        return handler_for(type(items[0]), key)(self, items, key)
 
     def grow_rows(self, value: torch.Tensor, B: int, key: str) -> torch.Tensor:
         """A collated tensor of ``B`` rows grown to ``self.rows`` rows of its key's fill
@@ -485,6 +476,13 @@ def map_tensors(value, fn, key: str = ""):
 
 _NP_TO_TORCH: dict = {}
 _TENSOR = torch.Tensor
+
+
+def _row_leaf(x) -> bool:
+    """Whether ``x`` is a leaf of the one-call route: a list of ints (judged by its first
+    element; the kernel checks the rest) or a 1-D tensor."""
+    cls = type(x)
+    return (cls is list and bool(x) and type(x[0]) is int) or (cls is _TENSOR and x.dim() == 1)
 
 
 def _counts(real: int, total: int, shapes: list, truncated: int, extended: int) -> dict:

@@ -25,7 +25,7 @@ import torch
 
 from dyntile import tensor_reader
 
-__all__ = ["handler_for", "HANDLERS", "join_key"]
+__all__ = ["handler_for", "HANDLERS", "join_key", "mapping_columns"]
 
 
 def _where(key: str) -> str:
@@ -42,18 +42,27 @@ def collate_mapping(ctx, items: list, key: str) -> dict:
     lookups raise otherwise) and as many keys in all as ``B`` times sample 0's means
     the same key set; the checks are C-level loops (``map(type)``, ``map(itemgetter)``
     and ``map(len)``). Mappings of mixed types are collated when each is a mapping."""
-    keys = list(items[0].keys())
     try:
-        if list(map(type, items)).count(type(items[0])) != len(items) \
-                and not all(isinstance(x, collections.abc.Mapping) for x in items):
-            raise TypeError          # not a mapping: a list or tuple would answer int keys
-        columns = [list(map(operator.itemgetter(k), items)) for k in keys]
-        if sum(map(len, items)) != len(keys) * len(items):
-            raise KeyError
+        keys, columns = mapping_columns(items)
     except (KeyError, TypeError, IndexError):
+        keys = list(items[0].keys())
         _raise_key_mismatch(items, keys, key)
         raise TypeError(f"{_where(key)}: the samples could not be read as mappings with keys {keys}") from None
     return {k: ctx.walk(column, join_key(key, k)) for k, column in zip(keys, columns)}
+
+
+def mapping_columns(items: list) -> tuple[list, list]:
+    """``(keys, columns)`` of mapping samples: sample 0's keys and, per key, the B
+    values. Raises ``KeyError``, ``TypeError`` or ``IndexError`` unless every sample
+    is a mapping with sample 0's key set (see :func:`collate_mapping`)."""
+    keys = list(items[0].keys())
+    if list(map(type, items)).count(type(items[0])) != len(items) \
+            and not all(isinstance(x, collections.abc.Mapping) for x in items):
+        raise TypeError              # not a mapping: a list or tuple would answer int keys
+    columns = [list(map(operator.itemgetter(k), items)) for k in keys]
+    if sum(map(len, items)) != len(keys) * len(items):
+        raise KeyError
+    return keys, columns
 
 
 def _raise_key_mismatch(items: list, keys: list, key: str):
