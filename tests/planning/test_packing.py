@@ -227,7 +227,8 @@ def test_pack_rows_decoder_reference():
 def test_pack_rows_pieces_lie_back_to_back(L, T, overflow):
     """The samples' tokens in order are the rows' contents without their padding tails
     (what collate_packed relies on to pad each leaf with one pad_jagged call)."""
-    shapes = [(64, T)] if overflow == "split" else [(64, T), (64, 32)]
+    # 256 rows hold any draw: at most 40 samples of at most ceil(30 / 8) = 4 rows each
+    shapes = [(256, T)] if overflow == "split" else [(256, T), (256, 32)]
     d = pack_rows(L, shapes, overflow=overflow)
     B, T = d.shape
     assert np.all(np.diff(d.indices) >= 0) and np.all(np.diff(d.rows) >= 0)
