@@ -14,10 +14,13 @@ given as dicts of ``input_ids`` and ``labels``:
 * ``dyntile``: ``DynTileCollate`` (no plan: batch max rounded up to 8; and with an
   8-bucket plan).
 
-Last, the same two-key comparison against ``pad_sequence`` on samples built just
+Then the same two-key comparison against ``pad_sequence`` on samples built just
 before each collate (as a ``DataLoader`` worker's ``__getitem__`` makes them): the
 caches are then cold for both, which costs dyntile's per-tensor reads more; and
 against Hugging Face on new lists of new ints (as a tokenizer hands them over).
+Last, the two-key batches through a ``DataLoader`` with one worker, where each
+batch also crosses from the worker to the main process (DynTileCollate's
+one-buffer transfer, next to torch's per-tensor one).
 
 Run: ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python asv_benches/collate_compare.py``
 (medians of interleaved repeats; ratios are what to read on a busy machine).
@@ -34,7 +37,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))      # the asv suite, as a package
 
-from benchmarks.bench_collate import hf_collate, make_batches, pad_sequence_collate  # noqa: E402
+from benchmarks.bench_collate import hf_collate, loader_seconds, make_batches, pad_sequence_collate  # noqa: E402
 from dyntile.planning import plan_buckets  # noqa: E402
 from loaders import DynTileCollate  # noqa: E402
 
@@ -79,6 +82,27 @@ def fresh_ratio(batches, ours, reference, repeat: int, build=as_tensors) -> tupl
             totals[name].append(t[name] / len(batches) * 1e6)
     ours_us, ref_us = statistics.median(totals["ours"]), statistics.median(totals["reference"])
     return ours_us, ref_us, ref_us / ours_us
+
+
+def loader_table(order: str, args) -> None:
+    """us/batch through a ``DataLoader`` with one worker (the collate runs there and
+    every batch crosses to this process), the methods interleaved, medians."""
+    _, batches = make_batches("tensors", args.batches, args.batch, order=order)
+    pads = {"input_ids": 0, "labels": -100}
+    methods = {"dyntile (one-buffer transfer)": DynTileCollate(pad_values=pads),
+               "dyntile (torch's transfer)": DynTileCollate(pad_values=pads, worker_transfer="torch"),
+               "pad_sequence + mask": pad_sequence_collate}
+    results = {name: [] for name in methods}
+    turns = list(methods.items())
+    for r in range(max(1, args.repeat // 2)):
+        for name, fn in turns[r % len(turns):] + turns[:r % len(turns)]:
+            results[name].append(loader_seconds(fn, batches) / (len(batches) - 1))
+    base = statistics.median(results["dyntile (one-buffer transfer)"])
+    print(f"\nthrough a DataLoader (1 worker), {order} batches of {args.batch} dict samples (input_ids, labels)")
+    print(f"{'method':34s} {'us/batch':>10s} {'batches/s':>10s} {'dyntile speedup':>16s}")
+    for name, ts in results.items():
+        t = statistics.median(ts)
+        print(f"{name:34s} {t * 1e6:10.1f} {1 / t:10.0f} {t / base:15.1f}x")
 
 
 def main(argv=None) -> None:
@@ -129,13 +153,15 @@ def main(argv=None) -> None:
     try:
         hf = hf_collate()
     except NotImplementedError:                         # transformers is not installed
-        return
-    for order in ("random", "grouped"):
+        hf = None
+    for order in ("random", "grouped") if hf is not None else ():
         _, lists = make_batches("lists", args.batches, args.batch, order=order, labels=False)
         ours, ref, ratio = fresh_ratio(lists, DynTileCollate(pad_values={"input_ids": 0}), hf, max(1, args.repeat // 2),
                                        build=as_new_lists)
         print(f"\nfresh samples, {order} batches (new lists of new ints just before each collate; input_ids): "
               f"dyntile {ours:.1f} us, HF DataCollatorWithPadding(8) {ref:.1f} us: {ratio:.1f}x")
+    for order in ("random", "grouped"):
+        loader_table(order, args)
 
 
 if __name__ == "__main__":

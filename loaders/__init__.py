@@ -10,6 +10,9 @@
 * :mod:`loaders.packing_sampler` / :mod:`loaders.packed_collate` --
   ``PackingBatchSampler`` and ``collate_packed``: whole samples packed into
   fixed ``[B, T]`` rows;
+* :mod:`loaders.worker_transfer` -- ``WorkerBatch``: a batch built in a ``DataLoader``
+  worker crosses to the main process as one buffer, not one shared-memory segment
+  per tensor;
 * :mod:`loaders.distributed` -- rank and world-size discovery shared by samplers.
 
 ``loaders`` builds on :mod:`dyntile` (never the other way round) and imports torch.

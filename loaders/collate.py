@@ -13,6 +13,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
 from dyntile.masks import padding_mask
 from dyntile.padding import pad_batch, pad_rows
@@ -21,10 +22,12 @@ from dyntile.shapes import check_multiple, check_tile, normalize_axis
 
 from .collate_stats import CollateStats
 from .leaf_handlers import handler_for, join_key, mapping_columns
+from .worker_transfer import WorkerBatch
 
 __all__ = ["DynTileCollate"]
 
 OVERFLOWS = ("error", "truncate", "extend")
+WORKER_TRANSFERS = ("one_buffer", "torch")
 STATS_KEY = "collate_stats"
 _PIN_WARNED = False
 
@@ -75,6 +78,13 @@ class DynTileCollate:
     ``shapes`` and ``overflow``), a sequence of ``(B, T)`` shapes, or a dict of its
     keyword arguments.
 
+    ``worker_transfer``: how a dict batch built in a ``DataLoader`` worker reaches the
+    main process. ``"one_buffer"`` (default) sends all its tensors in one buffer
+    (:mod:`loaders.worker_transfer`): torch's own transfer (``"torch"``) gives every
+    tensor a shared-memory segment of its own, at a fixed cost per tensor that
+    measured 3-8x a whole collate of 64 token rows. The main process gets the same
+    plain ``dict`` either way.
+
     ``stats`` counts batches, real and padded elements and distinct shapes **per
     process**: each ``DataLoader`` worker has its own copy, so use
     ``num_workers=0`` or ``return_stats=True`` (each dict batch carries its counts
@@ -96,13 +106,15 @@ class DynTileCollate:
                  lengths_key: str | None = "lengths", mask_from: str | None = None,
                  mask_dtype: torch.dtype = torch.bool, tile: tuple[int, int] | None = None,
                  pin_memory: bool = False, overflow: str = "error", return_stats: bool = False,
-                 pack=None):
+                 pack=None, worker_transfer: str = "one_buffer"):
         if plan is not None and not isinstance(plan, BucketPlan):
             raise TypeError(f"plan should be a dyntile BucketPlan, but got {type(plan).__name__}")
         if side not in ("right", "left"):
             raise ValueError(f"side should be 'right' or 'left', but got {side!r}")
         if overflow not in OVERFLOWS:
             raise ValueError(f"overflow should be one of {OVERFLOWS}, but got {overflow!r}")
+        if worker_transfer not in WORKER_TRANSFERS:
+            raise ValueError(f"worker_transfer should be one of {WORKER_TRANSFERS}, but got {worker_transfer!r}")
         self.plan = plan
         self.multiple = check_multiple(multiple)
         self.pad_values = dict(pad_values or {})
@@ -123,6 +135,8 @@ class DynTileCollate:
         self.overflow = overflow
         self.return_stats = bool(return_stats)
         self.pack = _pack_options(pack)
+        self.worker_transfer = worker_transfer
+        self._worker_buffer = worker_transfer == "one_buffer"
         self.stats = CollateStats()
         # one pad_rows call can plan, allocate and copy a 1-D leaf by itself: a 1-axis
         # plan (or none), no batch padding, pinning or tiling (those need the shape first)
@@ -132,6 +146,12 @@ class DynTileCollate:
     # ---- collate_fn protocol
 
     def __call__(self, samples: Sequence) -> Any:
+        out = self._collate(samples)
+        if self._worker_buffer and type(out) is dict and get_worker_info() is not None:
+            return WorkerBatch(out)                  # crosses to the main process as one buffer
+        return out
+
+    def _collate(self, samples: Sequence) -> Any:
         if len(samples) == 0:
             raise ValueError("DynTileCollate needs at least one sample, but got an empty batch")
         if self.pack is not None:
@@ -201,7 +221,8 @@ class DynTileCollate:
         plan = self.plan.boundaries if self.plan is not None else None
         return (f"DynTileCollate(plan={plan}, multiple={self.multiple}, pad_values={self.pad_values}, "
                 f"side={self.side!r}, batch_multiple={self.batch_multiple}, tile={self.tile}, "
-                f"pin_memory={self.pin_memory}, overflow={self.overflow!r})")
+                f"pin_memory={self.pin_memory}, overflow={self.overflow!r}, "
+                f"worker_transfer={self.worker_transfer!r})")
 
     # ---- masks and lengths
 

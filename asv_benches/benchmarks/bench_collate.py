@@ -16,6 +16,9 @@ a log-normal stand-in), leaves given as torch tensors or as Python lists:
   and on grouped batches built just before each collate (``fresh``: a ``DataLoader``
   worker's case), tensor and list leaves; targets: at most 1/3 against
   ``pad_sequence`` and 1/100 against ``hf``;
+* ``LoaderSpeedup.track_speedup`` -- the same ratio through a ``DataLoader`` with one
+  worker (collate in the worker, the batch crossing to the main process), against
+  ``pad_sequence`` and against DynTileCollate with torch's per-tensor transfer;
 * ``CollateMemory.peakmem_collate`` -- peak memory of one large collate.
 
 torch runs single-threaded here, as it does in ``DataLoader`` workers (which set
@@ -31,6 +34,7 @@ import numpy as np
 try:
     import torch
     from torch.nn.utils.rnn import pad_sequence
+    from torch.utils.data import DataLoader
 except ImportError:
     torch = None
 
@@ -186,6 +190,66 @@ class CollateSpeedup:
                 o, r = self._seconds(self.ours), self._seconds(self.ref)
             ours.append(o)
             ref.append(r)
+        return statistics.median(ours) / statistics.median(ref)
+
+    track_speedup.unit = "dyntile time / reference time"
+
+
+class _Samples:
+    """A map-style dataset over ready samples (``DataLoader`` needs ``__getitem__``)."""
+
+    def __init__(self, samples: list):
+        self.samples = samples
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i: int):
+        return self.samples[i]
+
+
+def loader_seconds(collate, batches: list, workers: int = 1) -> float:
+    """Seconds a ``DataLoader`` (``workers`` worker processes, in order, batches of
+    ``len(batches[0])``) takes to deliver ``batches`` after its first one: the worker
+    collates and the batch crosses to this process, as in training."""
+    samples = [s for b in batches for s in b]
+    loader = DataLoader(_Samples(samples), batch_size=len(batches[0]), collate_fn=collate,
+                        num_workers=workers, prefetch_factor=4 if workers else None)
+    it = iter(loader)
+    next(it)                                            # worker start-up: not timed
+    t0 = time.perf_counter()
+    for _ in it:
+        pass
+    return time.perf_counter() - t0
+
+
+class LoaderSpeedup:
+    """Through a ``DataLoader`` with one worker: the collate runs in the worker and
+    each batch crosses to the main process. ``reference="dyntile_torch_transfer"``
+    is DynTileCollate with ``worker_transfer="torch"`` (a shared-memory segment per
+    tensor, as every other collate's batches cross), which isolates what the
+    one-buffer transfer saves. Lower is better."""
+
+    params = [["pad_sequence", "dyntile_torch_transfer"], ["random", "grouped"]]
+    param_names = ["reference", "order"]
+    timeout = 300
+
+    def setup(self, reference, order):
+        lengths, self.batches = make_batches("tensors", n_batches=24, order=order)
+        self.ours = make_collate("dyntile", "tensors", lengths)
+        if reference == "pad_sequence":
+            self.ref = pad_sequence_collate
+        else:
+            from loaders import DynTileCollate
+            self.ref = DynTileCollate(pad_values={"input_ids": 0, "labels": -100}, worker_transfer="torch")
+
+    def track_speedup(self, reference, order):
+        ours, ref = [], []
+        for i in range(5):                              # interleaved, alternating who goes first
+            pair = (self.ours, self.ref) if i % 2 else (self.ref, self.ours)
+            times = [loader_seconds(fn, self.batches) for fn in pair]
+            ours.append(times[0] if i % 2 else times[1])
+            ref.append(times[1] if i % 2 else times[0])
         return statistics.median(ours) / statistics.median(ref)
 
     track_speedup.unit = "dyntile time / reference time"
