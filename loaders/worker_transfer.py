@@ -12,7 +12,8 @@ a whole batch of 64 token sequences: a batch of ``input_ids``, ``labels``,
 :class:`WorkerBatch` is the dict a collate returns inside a worker: it pickles
 its tensor values as one byte buffer carried in the pickle itself (one copy in,
 one out, no shared memory), and the main process gets back a plain ``dict`` of
-tensors, equal in key order, dtypes, shapes and values. Batches of more than
+tensors, equal in key order, dtypes, shapes and values (each tensor contiguous,
+conjugate and negative views resolved). Batches of more than
 :data:`PIPE_LIMIT` bytes of tensors keep torch's own transfer, where the copies
 would cost more than the segments they save; so do values that are not plain
 dense CPU tensors (they are pickled as they are, next to the buffer).
@@ -35,9 +36,9 @@ def in_worker() -> bool:
 
 def _packable(value) -> bool:
     """A tensor whose bytes are all there is to it: exact ``torch.Tensor``, dense,
-    on the CPU, not quantized, no autograd history to keep."""
+    on the CPU, not quantized or nested, no autograd history to keep."""
     return (type(value) is torch.Tensor and value.layout is torch.strided and value.device.type == "cpu"
-            and not value.requires_grad and not value.is_quantized)
+            and not value.requires_grad and not value.is_quantized and not value.is_nested)
 
 
 class WorkerBatch(dict):
@@ -49,6 +50,12 @@ class WorkerBatch(dict):
     __slots__ = ()
 
     def __reduce__(self):
+        try:
+            return self._packed()
+        except Exception:        # never fail here: a DataLoader worker's queue drops a batch it
+            return dict, (dict(self),)   # cannot pickle and the main process waits for it forever
+
+    def _packed(self):
         specs, offset, count = [], 0, 0
         for key, value in self.items():
             if _packable(value):

@@ -70,15 +70,30 @@ def test_a_single_tensor_keeps_torchs_transfer():
     assert_same_batch(roundtrip(WorkerBatch(want)), want)
 
 
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
 def test_what_is_not_a_plain_cpu_tensor_is_pickled_as_it_is():
     grad = torch.ones(3, requires_grad=True)
     param = torch.nn.Parameter(torch.zeros(2))
-    want = {"a": torch.arange(4), "grad": grad, "param": param, "b": torch.ones(2, 2)}
+    nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
+    want = {"a": torch.arange(4), "grad": grad, "param": param, "nested": nested,
+            "sparse": torch.eye(3).to_sparse(), "b": torch.ones(2, 2)}
     specs = WorkerBatch(want).__reduce__()[1][1]
-    assert [len(s) for s in specs] == [5, 2, 2, 5]
+    assert [len(s) for s in specs] == [5, 2, 2, 2, 2, 5]
     got = roundtrip(WorkerBatch(want))
     assert got["grad"].requires_grad and type(got["param"]) is torch.nn.Parameter
+    assert got["nested"].is_nested and got["sparse"].is_sparse
     assert list(got) == list(want) and torch.equal(got["a"], want["a"]) and torch.equal(got["b"], want["b"])
+
+
+def test_a_failure_while_packing_falls_back_to_torchs_transfer(monkeypatch):
+    """In a worker, an exception from __reduce__ would drop the batch (the DataLoader
+    then waits for it forever): packing falls back to a plain dict instead."""
+    def broken(self):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(WorkerBatch, "_packed", broken)
+    want = {"a": torch.arange(3), "b": torch.ones(2)}
+    assert WorkerBatch(want).__reduce__()[0] is dict
+    assert_same_batch(roundtrip(WorkerBatch(want)), want)
 
 
 def test_views_zero_size_and_scalars():
@@ -148,7 +163,7 @@ def test_dataloader_workers_deliver_what_the_main_process_collates(transfer):
     collate = DynTileCollate(pad_values={"input_ids": 0, "labels": -100}, worker_transfer=transfer)
     data = Rows(lengths)
     want = list(DataLoader(data, batch_size=3, collate_fn=collate, num_workers=0))
-    got = list(DataLoader(data, batch_size=3, collate_fn=collate, num_workers=2))
+    got = list(DataLoader(data, batch_size=3, collate_fn=collate, num_workers=2, timeout=120))  # a lost batch: an error
     assert len(got) == len(want) == 3
     for g, w in zip(got, want):
         assert_same_batch(g, w)
