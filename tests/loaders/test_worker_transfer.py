@@ -70,7 +70,7 @@ def test_a_single_tensor_keeps_torchs_transfer():
     assert_same_batch(roundtrip(WorkerBatch(want)), want)
 
 
-@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
+@pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors", "ignore:Sparse invariant checks")
 def test_what_is_not_a_plain_cpu_tensor_is_pickled_as_it_is():
     grad = torch.ones(3, requires_grad=True)
     param = torch.nn.Parameter(torch.zeros(2))
