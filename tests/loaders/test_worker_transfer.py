@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import loaders.collate as collate_module
 from loaders import DynTileCollate
-from loaders.worker_transfer import PIPE_LIMIT, WorkerBatch, unpack_batch
+from loaders.worker_transfer import PIPE_LIMIT, TENSOR_LIMIT, WorkerBatch, unpack_batch
 
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
           torch.bfloat16, torch.float32, torch.float64, torch.complex64]
@@ -59,9 +59,47 @@ def test_large_batch_takes_one_shared_segment():
     want = {"a": random_tensor(rng, torch.float64, (n,)), "b": random_tensor(rng, torch.int32, (3, 11))}
     buffer = WorkerBatch(want).__reduce__()[1][0]
     assert isinstance(buffer, torch.Tensor) and buffer.is_shared()
-    got = roundtrip(WorkerBatch(want))
-    assert_same_batch(got, want)
-    assert got["a"].untyped_storage().data_ptr() == got["b"].untyped_storage().data_ptr()   # one segment
+    assert_same_batch(roundtrip(WorkerBatch(want)), want)
+
+
+def test_received_tensors_own_their_memory():
+    """As after torch's transfer: no tensor shares, or keeps alive, another's storage."""
+    for n in (3, PIPE_LIMIT // 8 + 1):                     # both routes
+        want = {"lengths": torch.arange(4), "input_ids": torch.ones(n, dtype=torch.int64)}
+        got = roundtrip(WorkerBatch(want))
+        for v in got.values():
+            assert v.untyped_storage().nbytes() == v.numel() * v.element_size()
+        got["lengths"].resize_(40).fill_(0)                # grows its own storage, not into a neighbour's
+        assert got["input_ids"].eq(1).all()
+
+
+def test_tensors_over_the_tensor_limit_keep_torchs_transfer():
+    big = torch.ones(TENSOR_LIMIT // 4 + 1, dtype=torch.float32)
+    want = {"big": big, "a": torch.arange(3), "b": torch.zeros(2)}
+    specs = WorkerBatch(want).__reduce__()[1][1]
+    assert [len(s) for s in specs] == [2, 5, 5]
+    assert_same_batch(roundtrip(WorkerBatch(want)), want)
+
+
+def test_conjugate_and_negative_views_arrive_resolved_on_every_route():
+    c = torch.tensor([1 + 2j, 3 - 1j])
+    for want in ({"c": c.conj(), "name": "one tensor"}, {"c": c.conj(), "n": torch._neg_view(torch.ones(2))}):
+        got = roundtrip(WorkerBatch(want))
+        assert torch.equal(got["c"], c.conj().resolve_conj()) and not got["c"].is_conj()
+        if "n" in want:
+            assert got["n"].eq(-1).all()
+
+
+def test_copies_and_pytree_see_a_dict():
+    import copy
+    from torch.utils import _pytree
+    batch = WorkerBatch({"a": torch.arange(3), "b": torch.ones(2)})
+    shallow = copy.copy(batch)
+    assert type(shallow) is WorkerBatch and shallow["a"] is batch["a"]
+    deep = copy.deepcopy(batch)
+    assert type(deep) is WorkerBatch and deep["a"] is not batch["a"] and torch.equal(deep["a"], batch["a"])
+    mapped = _pytree.tree_map(lambda t: t * 2, batch)
+    assert type(mapped) is WorkerBatch and mapped["a"].tolist() == [0, 2, 4]
 
 
 def test_a_single_tensor_keeps_torchs_transfer():
