@@ -79,11 +79,11 @@ class DynTileCollate:
     keyword arguments.
 
     ``worker_transfer``: how a dict batch built in a ``DataLoader`` worker reaches the
-    main process. ``"one_buffer"`` (default) sends all its tensors in one buffer
-    (:mod:`loaders.worker_transfer`): torch's own transfer (``"torch"``) gives every
-    tensor a shared-memory segment of its own, at a fixed cost per tensor that
-    measured 3-8x a whole collate of 64 token rows. The main process gets the same
-    plain ``dict`` either way.
+    main process. ``"one_buffer"`` (default) sends its tensors of up to 1 MiB each in
+    one buffer (:mod:`loaders.worker_transfer`); torch's own transfer (``"torch"``)
+    gives every tensor a shared-memory segment of its own, at a fixed cost per tensor
+    that measured 3-8x a whole collate of 64 token rows. The main process gets the
+    same plain ``dict`` of tensors either way.
 
     ``stats`` counts batches, real and padded elements and distinct shapes **per
     process**: each ``DataLoader`` worker has its own copy, so use
