@@ -84,6 +84,28 @@ def fresh_ratio(batches, ours, reference, repeat: int, build=as_tensors) -> tupl
     return ours_us, ref_us, ref_us / ours_us
 
 
+def rotated(methods: dict, rounds: int, seconds) -> dict:
+    """``{name: [seconds per batch, one per round]}``, the methods interleaved and their
+    order rotated each round, so that each in turn follows each other (fair on a busy
+    machine; the one after HF starts with cold caches)."""
+    results = {name: [] for name in methods}
+    turns = list(methods.items())
+    for r in range(rounds):
+        for name, fn in turns[r % len(turns):] + turns[:r % len(turns)]:
+            results[name].append(seconds(fn))
+    return results
+
+
+def print_table(title: str, results: dict) -> None:
+    """us/batch, batches/s and each method's time over the first method's (medians)."""
+    base = statistics.median(next(iter(results.values())))
+    print(f"\n{title}")
+    print(f"{'method':34s} {'us/batch':>10s} {'batches/s':>10s} {'dyntile speedup':>16s}")
+    for name, ts in results.items():
+        t = statistics.median(ts)
+        print(f"{name:34s} {t * 1e6:10.1f} {1 / t:10.0f} {t / base:15.1f}x")
+
+
 def loader_table(order: str, args) -> None:
     """us/batch through a ``DataLoader`` with one worker (the collate runs there and
     every batch crosses to this process), the methods interleaved, medians."""
@@ -92,17 +114,9 @@ def loader_table(order: str, args) -> None:
     methods = {"dyntile (one-buffer transfer)": DynTileCollate(pad_values=pads),
                "dyntile (torch's transfer)": DynTileCollate(pad_values=pads, worker_transfer="torch"),
                "pad_sequence + mask": pad_sequence_collate}
-    results = {name: [] for name in methods}
-    turns = list(methods.items())
-    for r in range(max(1, args.repeat // 2)):
-        for name, fn in turns[r % len(turns):] + turns[:r % len(turns)]:
-            results[name].append(loader_seconds(fn, batches) / (len(batches) - 1))
-    base = statistics.median(results["dyntile (one-buffer transfer)"])
-    print(f"\nthrough a DataLoader (1 worker), {order} batches of {args.batch} dict samples (input_ids, labels)")
-    print(f"{'method':34s} {'us/batch':>10s} {'batches/s':>10s} {'dyntile speedup':>16s}")
-    for name, ts in results.items():
-        t = statistics.median(ts)
-        print(f"{name:34s} {t * 1e6:10.1f} {1 / t:10.0f} {t / base:15.1f}x")
+    results = rotated(methods, max(1, args.repeat // 2), lambda fn: loader_seconds(fn, batches) / (len(batches) - 1))
+    print_table(f"through a DataLoader (1 worker), {order} batches of {args.batch} dict samples (input_ids, labels)",
+                results)
 
 
 def main(argv=None) -> None:
@@ -131,18 +145,9 @@ def main(argv=None) -> None:
             continue
         for fn in methods.values():                      # warm up
             fn(batches[0])
-        results = {name: [] for name in methods}
-        turns = list(methods.items())
-        for r in range(args.repeat):                     # interleave the methods: fair on a busy machine;
-            for name, fn in turns[r % len(turns):] + turns[:r % len(turns)]:   # each in turn follows each other
-                results[name].append(measure(fn, batches, 1))       # (the one after HF starts with cold caches)
-        base = statistics.median(results["dyntile (multiple=8)"])
+        results = rotated(methods, args.repeat, lambda fn: measure(fn, batches, 1))
         keys = "input_ids, labels" if labels else "input_ids"
-        print(f"\n{kind}, {order} batches: {args.batches} batches of {args.batch} dict samples ({keys})")
-        print(f"{'method':34s} {'us/batch':>10s} {'batches/s':>10s} {'dyntile speedup':>16s}")
-        for name, ts in results.items():
-            t = statistics.median(ts)
-            print(f"{name:34s} {t * 1e6:10.1f} {1 / t:10.0f} {t / base:15.1f}x")
+        print_table(f"{kind}, {order} batches: {args.batches} batches of {args.batch} dict samples ({keys})", results)
 
     for order in ("random", "grouped"):
         _, lists = make_batches("lists", args.batches, args.batch, order=order)

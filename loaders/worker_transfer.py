@@ -71,14 +71,17 @@ class WorkerBatch(dict):
         try:
             return self._packed()
         except Exception:        # never fail here: a DataLoader worker's queue drops a batch it
-            return dict, ({k: _resolved(v) for k, v in self.items()},)   # cannot pickle, and the
-                                                                         # main process waits forever
+            return self._as_torch_sends_it()      # cannot pickle, and the main process waits forever
+
+    def _as_torch_sends_it(self):
+        """The reduction of the plain dict, conjugate and negative views resolved."""
+        return dict, ({k: _resolved(v) for k, v in self.items()},)
 
     def _packed(self):
         specs, offset, count = [], 0, 0
         for key, value in self.items():
-            nbytes = value.numel() * value.element_size() if _packable(value) else TENSOR_LIMIT + 1
-            if nbytes <= TENSOR_LIMIT:
+            nbytes = value.numel() * value.element_size() if _packable(value) else -1
+            if 0 <= nbytes <= TENSOR_LIMIT:
                 offset = -(-offset // _ALIGN) * _ALIGN
                 specs.append((key, offset, nbytes, value.dtype, tuple(value.shape)))
                 offset += nbytes
@@ -86,7 +89,7 @@ class WorkerBatch(dict):
             else:
                 specs.append((key, _resolved(value)))
         if count < 2:                                # nothing to save: torch's own transfer
-            return dict, ({k: _resolved(v) for k, v in self.items()},)
+            return self._as_torch_sends_it()
         if offset <= PIPE_LIMIT:                     # inside the pickle
             buffer = bytearray(offset)
             flat = _as_bytes_tensor(buffer)
@@ -94,8 +97,7 @@ class WorkerBatch(dict):
             buffer = flat = _shared_bytes(offset)
         for spec in specs:
             if len(spec) == 5:
-                key, start, nbytes, dtype, shape = spec
-                flat[start:start + nbytes].view(dtype).view(shape).copy_(self[key])
+                _view(flat, spec).copy_(self[spec[0]])
         return unpack_batch, (buffer, specs)
 
 
@@ -104,14 +106,13 @@ def unpack_batch(buffer, specs: list) -> dict:
     tensors in ``buffer`` (a ``bytearray`` or a shared uint8 tensor), each copied
     into its own storage, and the values that travelled beside it."""
     flat = buffer if isinstance(buffer, torch.Tensor) else _as_bytes_tensor(buffer)
-    out = {}
-    for spec in specs:
-        if len(spec) == 5:
-            key, start, nbytes, dtype, shape = spec
-            out[key] = flat[start:start + nbytes].view(dtype).view(shape).clone()
-        else:
-            out[spec[0]] = spec[1]
-    return out
+    return {spec[0]: _view(flat, spec).clone() if len(spec) == 5 else spec[1] for spec in specs}
+
+
+def _view(flat: torch.Tensor, spec: tuple) -> torch.Tensor:
+    """The tensor a ``(key, offset, nbytes, dtype, shape)`` spec places in the byte tensor ``flat``."""
+    _, start, nbytes, dtype, shape = spec
+    return flat[start:start + nbytes].view(dtype).view(shape)
 
 
 def _shared_bytes(nbytes: int) -> torch.Tensor:

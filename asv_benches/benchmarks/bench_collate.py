@@ -245,11 +245,10 @@ class LoaderSpeedup:
 
     def track_speedup(self, reference, order):
         ours, ref = [], []
+        turns = ((self.ours, ours), (self.ref, ref))
         for i in range(5):                              # interleaved, alternating who goes first
-            pair = (self.ours, self.ref) if i % 2 else (self.ref, self.ours)
-            times = [loader_seconds(fn, self.batches) for fn in pair]
-            ours.append(times[0] if i % 2 else times[1])
-            ref.append(times[1] if i % 2 else times[0])
+            for fn, times in (turns if i % 2 else turns[::-1]):
+                times.append(loader_seconds(fn, self.batches))
         return statistics.median(ours) / statistics.median(ref)
 
     track_speedup.unit = "dyntile time / reference time"
