@@ -85,6 +85,29 @@ def test_packed_b_group_stays_within_its_byte_budget():
         assert two - 2 * a_block <= max(kgroup_bytes, one - a_block)
 
 
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_row_slabs_need_enough_rows_per_thread(threads):
+    slab_rows, per_thread = gemm.ROW_SLABS
+    for m in (1, slab_rows, threads * slab_rows - 1):
+        assert gemm.row_slab_count(m, threads) == 0          # the team shares short products
+    for m in (threads * slab_rows, 2 * threads * slab_rows - 1, 10**6):
+        slabs = gemm.row_slab_count(m, threads)
+        assert slabs % threads == 0 and threads <= slabs <= per_thread * threads
+        assert m // slabs >= slab_rows
+    assert gemm.row_slab_count(10**6, threads) == per_thread * threads
+    assert gemm.row_slab_count(10**6, 1) == 0                # one thread: one product
+
+
+def test_row_slabs_pack_b_per_thread():
+    slab_rows, _ = gemm.ROW_SLABS
+    bs = TABLE[gemm.isa(), "float32"]
+    m, n, k = 2 * slab_rows, bs["nc"], bs["kc"]
+    one = gemm.packing_buffer_bytes("float32", m, n, k, threads=1)
+    a_block = bs["mc"] * bs["kc"] * 4
+    assert gemm.packing_buffer_bytes("float32", m, n, k, threads=2) == 2 * one
+    assert gemm.packing_buffer_bytes("float32", m - 1, n, k, threads=2) == 2 * a_block + (one - a_block)
+
+
 @pytest.mark.parametrize("dtype", sorted(ITEMSIZE))
 @pytest.mark.parametrize("size", [1, 5, 383, 385, 1000, 2048, 4097, 9000])
 def test_k_and_n_split_into_equal_blocks(dtype, size):

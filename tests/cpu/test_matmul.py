@@ -99,6 +99,27 @@ def test_many_threads_few_rows(rng, isa, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("threads", [2, 3])
+def test_tall_products_in_row_slabs(rng, isa, dtype, threads):
+    """Products with SLAB_ROWS rows per thread run as one-thread products on slabs of
+    rows: odd row counts, transposed, reversed and sliced operands, strided out, batches."""
+    slab_rows, per_thread = gemm.ROW_SLABS
+    m = per_thread * threads * slab_rows + 7            # not a multiple of MR
+    assert gemm.row_slab_count(m, threads) >= threads
+    a, b = rand(rng, (m, 37), dtype), rand(rng, (37, 45), dtype)
+    for x in (a, np.asfortranarray(a), a[::-1]):
+        assert_matmul_close(matmul(x, b, threads=threads), x, b)
+    wide = rand(rng, (2 * m, 90), dtype)[::2, ::2]      # both strides of A past one element
+    assert_matmul_close(matmul(wide[:, :37], b.T[:, :37].T, threads=threads), wide[:, :37], b)
+    out = np.full((m, 2 * 45), np.nan, dtype)[:, ::2]
+    assert matmul(a, b, out=out, threads=threads) is out
+    assert_matmul_close(out, a, b)
+    batch = rand(rng, (3, 1, m, 11), dtype)
+    mats = rand(rng, (2, 11, 19), dtype)
+    assert_matmul_close(matmul(batch, mats, threads=threads), batch, mats)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_vector_products_every_layout(rng, isa, dtype):
     """m == 1 / n == 1 (GEMV): contiguous rows, contiguous columns, neither; batched."""
     mat = rand(rng, (70, 301), dtype)
