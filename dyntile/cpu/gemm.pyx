@@ -30,8 +30,10 @@ Threads: one OpenMP parallel region per call, three ways to share the work:
 - tall products (at least SLAB_ROWS rows per thread): row slabs. C's rows split into
   one or two slabs per thread, claimed from a shared counter; each slab is a whole
   one-thread product (its own packed B, no barrier). Packing B once per slab costs
-  ~1/SLAB_ROWS of the flops; 2 threads on the Zen 3 below gained 5-15% at n = 1024 and
-  2048 over the team (and 0-5% on 4096x768 @ 768x768), measured paired in one process;
+  ~1/SLAB_ROWS of the flops. 2 threads on the Zen 3 below, paired in one process
+  against the team: +5-15% at n = 1024 and 2048 (0-5% on 4096x768 @ 768x768) while
+  the host was busy, where the team's barriers wait on a thread the VM is slow to
+  run again; within +-3% on a quiet host;
 - otherwise the team shares each matrix. Every thread walks the jc loop; the team
   packs up to KGROUP_MAX (4) KC blocks of B at once (threads claim groups of
   PACK_B_GROUP micro-panels from a shared counter), a barrier, then threads claim
