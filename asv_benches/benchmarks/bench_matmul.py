@@ -6,9 +6,9 @@ One class, the library a parameter beside dyntile (like NumPy's ``bench_linalg.p
   limited to ``threads`` threads (threadpoolctl for OpenBLAS, ``torch.set_num_threads``);
 * ``peakmem_matmul`` -- the process's peak memory around one product: dyntile's only
   extra allocation is its packing buffers (``dyntile.cpu.gemm.packing_buffer_bytes``:
-  ``threads`` MC x KC blocks of A and one KC x NC block of B, which a team of threads
-  packs up to 8 MiB of at once; on AVX2, where B's block lives in L3 and NC is up to
-  4096, 2.9 MiB for float32 n = 2048 on one thread, 5.7 MiB on two).
+  ``threads`` MC x KC blocks of A and a KC x NC block of B, one per thread for tall
+  products that run in row slabs, else one that a team packs up to 8 MiB of at once;
+  on AVX2, 1.5 MiB for n = 2048 on one thread, 3.0 MiB on two).
 
 Targets (issue 3): dyntile at least NumPy's speed at one thread for n >= 256 and the
 transformer-layer shape, at least 0.9x at two threads. Run OpenBLAS with
