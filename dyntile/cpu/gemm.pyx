@@ -278,12 +278,12 @@ cdef void macro_kernel(const gemm_problem *g, int64_t mc_cur, int64_t nc_cur, in
 
 # -------------------------------------------------------------------------- five loops
 
-cdef inline int64_t row_slabs(const gemm_problem *g, int threads) noexcept nogil:
-    """Slabs of C's rows a team of `threads` splits one product into (a multiple of
-    `threads`), or 0: the team shares the product instead."""
-    if threads < 2 or g.m < threads * SLAB_ROWS:
+cdef inline int64_t row_slabs(int64_t m, int threads) noexcept nogil:
+    """Slabs of C's `m` rows a team of `threads` splits one product into (a multiple
+    of `threads`, each at least SLAB_ROWS rows), or 0: the team shares the product."""
+    if threads < 2 or m < threads * SLAB_ROWS:
         return 0
-    return min(g.m // SLAB_ROWS, SLABS_PER_THREAD * threads) // threads * threads
+    return min(m // SLAB_ROWS, SLABS_PER_THREAD * threads) // threads * threads
 
 
 cdef void gemm_row_slabs(const gemm_problem *g, const floating *a, const floating *b,
@@ -301,9 +301,8 @@ cdef void gemm_row_slabs(const gemm_problem *g, const floating *a, const floatin
         s = w - bi * n_slabs
         r0 = split_lo(m_panels, s, n_slabs) * g.bs.mr
         slab.m = min(split_lo(m_panels, s + 1, n_slabs) * g.bs.mr, g.m) - r0
-        if slab.m > 0:
-            gemm_blocked(&slab, a + a_off[bi] + r0 * g.rs_a, b + b_off[bi],
-                         c + c_off[bi] + r0 * g.rs_c, bp, ap, NULL, 1, 0, 1)
+        gemm_blocked(&slab, a + a_off[bi] + r0 * g.rs_a, b + b_off[bi],
+                     c + c_off[bi] + r0 * g.rs_c, bp, ap, NULL, 1, 0, 1)
         w = dt_omp_fetch_inc(counter)
 
 
@@ -474,17 +473,22 @@ cdef inline void *align64(void *p) noexcept nogil:
 cdef struct packing_sizes:
     int64_t ap, bp          # elements of one packed A block and of the packed B (group)
     int64_t kgroup          # KC blocks of B a team packs at once
+    int64_t n_slabs         # row slabs of each product (0: the team shares it)
+    int64_t b_copies        # packed Bs: one per thread unless the team shares one
 
 
 cdef packing_sizes packing_plan(const gemm_problem *g, int threads, bint team,
                                 int64_t itemsize) noexcept nogil:
-    """Packing buffers of one product: a thread's MC x KC block of A, and the KC x NC
+    """How `threads` share products (`team`: not one whole matrix per thread), and
+    the packing buffers that takes: a thread's MC x KC block of A, and the KC x NC
     block of B (a team's group of up to KGROUP_MAX of them, at most KGROUP_BYTES;
-    one block when `team` is False or the product runs in row slabs)."""
+    one block, per thread, for one matrix per thread or row slabs)."""
     cdef packing_sizes ps
     cdef int64_t kc = min(<int64_t> g.bs.kc, g.k)
-    team = team and row_slabs(g, threads) == 0
     cdef int64_t b_block = ceil_div(min(<int64_t> g.bs.nc, g.n), g.bs.nr) * g.bs.nr * kc
+    ps.n_slabs = row_slabs(g.m, threads) if team else 0
+    team = team and ps.n_slabs == 0
+    ps.b_copies = 1 if team or threads < 2 else threads
     ps.kgroup = 1
     if threads > 1 and team:
         ps.kgroup = max(1, min(min(ceil_div(g.k, g.bs.kc), KGROUP_MAX),
@@ -501,8 +505,6 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
     cdef int64_t nbatch = a_off.shape[0], bi
     cdef bint per_thread_items = (threads > 1 and nbatch >= threads
                                   and 2 * g.m * g.n * g.k < SMALL_GEMM_FLOPS)
-    cdef int64_t n_slabs = 0 if per_thread_items else row_slabs(g, threads)
-    cdef bint own_b = per_thread_items or n_slabs > 0        # a packed B per thread
     cdef packing_sizes ps = packing_plan(g, threads, not per_thread_items, sizeof(floating))
     cdef int64_t kgroup = ps.kgroup
     cdef int64_t ap_size = ps.ap + 16, bp_size = ps.bp + 16
@@ -522,7 +524,7 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
         return gemv_batched(g, a, b, c, a_off, b_off, c_off, threads)
     threads = max(1, threads)
     counters[0] = counters[1] = 0
-    raw = malloc((threads * ap_size + (threads if own_b else 1) * bp_size)
+    raw = malloc((threads * ap_size + ps.b_copies * bp_size)
                  * sizeof(floating) + 64)
     if raw == NULL:
         raise MemoryError("dyntile.matmul: could not allocate the GEMM packing buffers")
@@ -533,10 +535,10 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
                 for bi in range(nbatch):
                     gemm_blocked(g, a + a_off[bi], b + b_off[bi], c + c_off[bi],
                                  buf + ap_size, buf, NULL, 1, 0, 1)
-            elif n_slabs:                           # slabs of rows, a one-thread product each
+            elif ps.n_slabs:                        # slabs of rows, a one-thread product each
                 with parallel(num_threads=threads):
                     tid = threadid()
-                    gemm_row_slabs(g, a, b, c, &a_off[0], &b_off[0], &c_off[0], nbatch, n_slabs,
+                    gemm_row_slabs(g, a, b, c, &a_off[0], &b_off[0], &c_off[0], nbatch, ps.n_slabs,
                                    buf + threads * ap_size + tid * bp_size, buf + tid * ap_size,
                                    &counters[0])
             elif per_thread_items:                  # one whole matrix per thread
@@ -738,9 +740,7 @@ ROW_SLABS = (SLAB_ROWS, SLABS_PER_THREAD)
 def row_slab_count(int64_t m, int threads) -> int:
     """Slabs of rows an (m x any) product splits into on ``threads`` threads (0: the
     team shares the product); a multiple of ``threads``."""
-    cdef gemm_problem g
-    g.m = m
-    return row_slabs(&g, threads)
+    return row_slabs(m, threads)
 
 
 def blocking_table() -> dict:
@@ -763,8 +763,7 @@ def packing_buffer_bytes(str dtype, int64_t m, int64_t n, int64_t k, int threads
     cdef bint f32 = dtype == "float32"
     cdef gemm_problem g = make_problem(_isa, DT_F32 if f32 else DT_F64, m, n, k, k, 1, n, 1, n, 1)
     cdef packing_sizes ps = packing_plan(&g, threads, True, 4 if f32 else 8)
-    cdef int64_t b_copies = threads if row_slabs(&g, threads) else 1
-    return (threads * ps.ap + b_copies * ps.bp) * (4 if f32 else 8)
+    return (threads * ps.ap + ps.b_copies * ps.bp) * (4 if f32 else 8)
 
 
 def block_sizes(str dtype, int64_t m, int64_t n, int64_t k) -> dict:
