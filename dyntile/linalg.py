@@ -99,8 +99,12 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     :func:`numpy.matmul`. NumPy arrays, lists and CPU torch tensors are accepted
     (torch in -> torch out); CUDA arrays go to :func:`dyntile.cuda.matmul`.
 
-    ``out``: optional result array of the right shape and a dtype the result casts
-    to (``same_kind``); it must not overlap ``a`` or ``b``. ``threads``: at most
+    ``out``: optional result array (or a 1-tuple of one, as NumPy takes) of the
+    result's shape, or with leading axes the batch broadcasts to, and a dtype the
+    result casts to (``same_kind``); it must not overlap ``a`` or ``b``. Array
+    subclasses (``np.matrix``, masked arrays) go to :func:`numpy.matmul`, which
+    wraps and masks them; bfloat16/float8 tensors to ``torch.matmul`` after the same
+    checks (``torch.promote_types`` for mixed dtypes). ``threads``: at most
     this many OpenMP threads (default: the cores available); products under about
     8 Mflop run on one, and so does everything in a process forked from this one
     (OpenMP's thread pool does not survive fork).
@@ -115,18 +119,29 @@ def matmul(a, b, out=None, *, threads: int | None = None):
         result = _GEMM.matmul_2d(a, b, out, threads or 0, PARALLEL_FLOPS, _check_threads)
         if result is not None:
             return result
+    if type(out) is tuple:
+        out = _single_out(out)
     operands = [a, b] if out is None else [a, b, out]
     if backend_of(operands, what="matmul operands") == "cuda":
         from dyntile.cuda import matmul as cuda_matmul  # numba loads only here
 
         return cuda_matmul(a, b, out=out)
+    if any(map(_ndarray_subclass, operands)):       # np.matrix, masked arrays: NumPy wraps and masks
+        _check_threads(threads, 0)
+        return np.matmul(a, b, out=out)
     torch_result = is_torch_tensor(a) or is_torch_tensor(b)
-    if torch_result and (_torch_only_dtype(a) or _torch_only_dtype(b)):
-        return _torch_matmul(a, b, out)
+    if torch_result and any(map(_torch_only_dtype, operands)):
+        return _torch_matmul(a, b, out, threads)
     a_np, b_np = _host_array(a, "a"), _host_array(b, "b")
     shapes = matmul_shapes(a_np.shape, b_np.shape)
     res_dtype = np.result_type(a_np, b_np)
-    out_np = None if out is None else _check_out(out, shapes, res_dtype, a_np, b_np)
+    out_np = None
+    if out is not None:
+        out_np, shapes = _check_out(out, shapes, res_dtype, a_np, b_np)
+        if is_torch_tensor(out) and (out.is_conj() or out.is_neg()):   # its memory holds conj/-values:
+            result = matmul(a, b, threads=threads)                      # torch's copy_ writes them
+            out.copy_(result if is_torch_tensor(result) else sys.modules["torch"].as_tensor(result))
+            return out
     nthreads = _check_threads(threads, 2 * shapes.m * shapes.n * shapes.k * math.prod(shapes.batch))
 
     if res_dtype in _KERNELS:
@@ -167,28 +182,68 @@ def _host_array(x, name: str) -> np.ndarray:
     return arr
 
 
+def _single_out(out: tuple):
+    """NumPy's ``out=(array,)`` form: the one array."""
+    if len(out) != 1:
+        raise ValueError(f"matmul: the 'out' tuple must have exactly one entry (matmul has one "
+                         f"output), but got {len(out)}")
+    return out[0]
+
+
+def _ndarray_subclass(x) -> bool:
+    """A NumPy array subclass that :func:`numpy.matmul` treats specially (``np.matrix``,
+    masked arrays, ...); ``np.memmap`` is a plain array to matmul."""
+    return isinstance(x, np.ndarray) and type(x) is not np.ndarray and not isinstance(x, np.memmap)
+
+
 def _check_out(out, shapes: MatmulShapes, res_dtype: np.dtype, a: np.ndarray, b: np.ndarray):
-    """The NumPy view of ``out`` after checking its kind, shape, dtype and overlap."""
+    """``(NumPy view of out's memory, shapes)`` after checking ``out``'s kind, shape,
+    dtype and overlap. As in NumPy, ``out`` may have more leading axes than the operands'
+    batch: they broadcast to it (``shapes`` then has out's batch)."""
     if is_torch_tensor(out):
-        out_np = out.detach().numpy()
+        _check_out_grad(out)
+        out_np = _torch_memory(out)
     elif isinstance(out, np.ndarray):
         out_np = out
     else:
         raise TypeError(f"matmul: out should be a NumPy array or a torch tensor, but got "
                         f"{type(out).__name__}")
-    if out_np.shape != shapes.out_shape:
-        raise ValueError(f"matmul: out has shape {out_np.shape}, but the product of shapes "
-                         f"{a.shape} and {b.shape} has shape {shapes.out_shape}")
+    shapes = _out_shapes(tuple(out_np.shape), shapes, a.shape, b.shape)
     if not np.can_cast(res_dtype, out_np.dtype, "same_kind"):
         raise TypeError(f"matmul: cannot write the {res_dtype} result into out of dtype "
                         f"{out_np.dtype} (casting rule 'same_kind')")
     if not out_np.flags.writeable:
         raise ValueError("matmul: out is read-only")
+    _check_disjoint(out_np, a, b)
+    return out_np, shapes
+
+
+def _check_out_grad(out) -> None:
+    if out.requires_grad:
+        raise TypeError("matmul: out requires grad; dyntile.matmul does not record autograd "
+                        "(neither does torch.matmul with out=), so pass out.detach()")
+
+
+def _out_shapes(out_shape: tuple, shapes: MatmulShapes, a_shape: tuple, b_shape: tuple) -> MatmulShapes:
+    """``shapes`` for an ``out`` of ``out_shape``: the product's own shape, or one whose
+    extra or larger leading axes the operands' batch broadcasts to; else ``ValueError``."""
+    if out_shape == shapes.out_shape:
+        return shapes
+    core = shapes.out_shape[len(shapes.batch):]
+    lead = len(out_shape) - len(core)
+    out_batch = out_shape[:lead]
+    if lead < 0 or out_shape[lead:] != core or _broadcast(shapes.batch, out_batch) != out_batch:
+        raise ValueError(f"matmul: out has shape {out_shape}, but the product of shapes "
+                         f"{a_shape} and {b_shape} has shape {shapes.out_shape} (out may only "
+                         f"add leading axes that the batch broadcasts to)")
+    return shapes._replace(batch=out_batch, out_shape=out_shape)
+
+
+def _check_disjoint(out_np: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     for name, x in (("a", a), ("b", b)):
         if _overlaps(out_np, x):
             raise ValueError(f"matmul: out overlaps operand {name} in memory; the result "
                              f"cannot be written over an input (pass a separate out)")
-    return out_np
 
 
 def _overlaps(x: np.ndarray, y: np.ndarray) -> bool:
@@ -293,9 +348,48 @@ def _torch_only_dtype(x) -> bool:
     return x.dtype == torch.bfloat16 or "float8" in str(x.dtype)
 
 
-def _torch_matmul(a, b, out):
-    """Dtypes NumPy lacks: the correct path is torch's own matmul."""
+def _torch_memory(t) -> np.ndarray:
+    """A NumPy view of a CPU tensor's memory, for shape and overlap checks: conjugate and
+    negative bits dropped, and dtypes NumPy lacks seen as integers of their width."""
+    if t.is_conj():
+        t = t.conj()                          # a view without the bit, same memory
+    if t.is_neg():
+        t = t._neg_view()
+    if _torch_only_dtype(t):
+        torch = sys.modules["torch"]
+        t = t.view({1: torch.uint8, 2: torch.int16}[t.element_size()])
+    return t.detach().numpy()
+
+
+def _torch_operand(x, name: str):
     torch = sys.modules["torch"]
-    a_t = a if is_torch_tensor(a) else torch.as_tensor(np.asarray(a))
-    b_t = b if is_torch_tensor(b) else torch.as_tensor(np.asarray(b))
-    return torch.matmul(a_t, b_t) if out is None else torch.matmul(a_t, b_t, out=out)
+    if not is_torch_tensor(x):
+        return torch.as_tensor(_host_array(x, name))
+    if x.requires_grad:
+        _host_array(x, name)                  # raises, naming the operand
+    return x
+
+
+def _torch_matmul(a, b, out, threads):
+    """Dtypes NumPy lacks (bfloat16, float8): torch's own matmul, after the checks and
+    with the promotion (``torch.promote_types``) every other dtype gets. Runs on torch's
+    threads (``threads`` is checked, but torch's own setting applies)."""
+    torch = sys.modules["torch"]
+    a_t, b_t = _torch_operand(a, "a"), _torch_operand(b, "b")
+    shapes = matmul_shapes(a_t.shape, b_t.shape)
+    _check_threads(threads, 0)
+    dtype = torch.promote_types(a_t.dtype, b_t.dtype)
+    if out is not None:
+        if not is_torch_tensor(out):
+            raise TypeError(f"matmul: a {dtype} product needs a torch tensor out, but got "
+                            f"{type(out).__name__}")
+        _check_out_grad(out)
+        _out_shapes(tuple(out.shape), shapes, tuple(a_t.shape), tuple(b_t.shape))
+        if not torch.can_cast(dtype, out.dtype):
+            raise TypeError(f"matmul: cannot write the {dtype} result into out of dtype {out.dtype}")
+        _check_disjoint(_torch_memory(out), _torch_memory(a_t), _torch_memory(b_t))
+    result = torch.matmul(a_t.to(dtype), b_t.to(dtype))
+    if out is None:
+        return result
+    out.copy_(result)                         # broadcasts to out's leading axes
+    return out

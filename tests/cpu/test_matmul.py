@@ -353,6 +353,85 @@ def test_out_aliasing_an_input_rejected(rng):
     matmul(sq, buf[:, 0::2], out=buf[:, 1::2])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
+@pytest.mark.parametrize("a_shape,b_shape,out_shape", [((3, 4), (4, 5), (2, 3, 5)), ((4,), (4,), (3,)),
+                                                       ((2, 1, 3, 4), (5, 4, 6), (7, 2, 5, 3, 6))])
+def test_out_may_broadcast_the_batch(rng, dtype, a_shape, b_shape, out_shape):
+    """As in NumPy, out's extra leading axes broadcast the operands (every copy written)."""
+    a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
+    out, expected = np.full(out_shape, -7, dtype), np.full(out_shape, -9, dtype)
+    assert matmul(a, b, out=out) is out
+    np.matmul(a, b, out=expected)
+    np.testing.assert_allclose(out, expected, rtol=1e-5)
+    if len(a_shape) == 1 and len(b_shape) == 1:
+        return                                  # a scalar product: any out shape is a batch of it
+    bad = np.empty(out_shape[:-1] + (out_shape[-1] + 1,), dtype)
+    with pytest.raises(ValueError):
+        np.matmul(a, b, out=bad)
+    with pytest.raises(ValueError, match="only add leading axes"):
+        matmul(a, b, out=bad)
+
+
+def test_out_as_a_one_tuple(rng):
+    a, b = rand(rng, (5, 6), np.float64), rand(rng, (6, 7), np.float64)
+    out = np.empty((5, 7))
+    assert matmul(a, b, out=(out,)) is out
+    assert_matmul_close(out, a, b)
+    with pytest.raises(ValueError, match="exactly one entry"):
+        matmul(a, b, out=(out, out))
+
+
+@pytest.mark.filterwarnings("ignore:the matrix subclass:PendingDeprecationWarning")
+def test_array_subclasses_follow_numpy():
+    m = np.matrix([[1.0, 2.0], [3.0, 4.0]])
+    got = matmul(m, m)
+    assert type(got) is np.matrix and np.array_equal(got, np.matmul(m, m))
+    ma = np.ma.array([[1.0, 2.0], [3.0, 4.0]], mask=[[0, 1], [0, 0]])
+    want = np.matmul(ma, ma)
+    got = matmul(ma, ma)
+    assert type(got) is type(want) and np.array_equal(np.ma.getmaskarray(got), np.ma.getmaskarray(want))
+
+
+def test_torch_out_checked_like_inputs(rng):
+    torch = pytest.importorskip("torch")
+    a = torch.from_numpy(rand(rng, (4, 5), np.float32))
+    b = torch.from_numpy(rand(rng, (5, 3), np.float32))
+    with pytest.raises(TypeError, match="out requires grad"):
+        matmul(a, b, out=torch.zeros(4, 3, requires_grad=True))
+    c = torch.from_numpy(rand(rng, (4, 4), np.complex64))
+    out = torch.zeros(4, 4, dtype=torch.complex64).conj()          # memory holds the conjugate
+    assert matmul(c, c, out=out) is out
+    assert out.is_conj() and torch.allclose(out, c @ c)
+    with pytest.raises(ValueError, match="overlaps operand a"):
+        matmul(c, c, out=c.conj())
+
+
+def test_torch_only_dtypes_checked_and_promoted_like_others():
+    """bfloat16 runs on torch.matmul, after the same checks as every dtype."""
+    torch = pytest.importorskip("torch")
+    x = torch.ones(4, 4, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="overlaps operand a"):
+        matmul(x, x, out=x)
+    with pytest.raises(ValueError, match=r"out has shape \(2, 2\)"):
+        matmul(x, x, out=torch.empty(2, 2, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="threads"):
+        matmul(x, x, threads="x")
+    with pytest.raises(TypeError, match="requires grad"):
+        matmul(x.clone().requires_grad_(), x)
+    with pytest.raises(TypeError, match="out requires grad"):
+        matmul(x, x, out=torch.zeros(4, 4, dtype=torch.bfloat16, requires_grad=True))
+    with pytest.raises(ValueError, match="does not have enough dimensions"):
+        matmul(torch.tensor(2.0, dtype=torch.bfloat16), x)
+    with pytest.raises(ValueError, match="not aligned"):
+        matmul(x, torch.ones(3, 4, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="cannot write"):
+        matmul(x, x, out=torch.empty(4, 4, dtype=torch.int32))
+    mixed = matmul(x, torch.full((4, 2), 0.5))                       # promoted, as torch.promote_types says
+    assert mixed.dtype == torch.float32 and torch.equal(mixed, torch.full((4, 2), 2.0))
+    out = torch.empty(3, 4, 4, dtype=torch.bfloat16)
+    assert matmul(x, x, out=out) is out and torch.equal(out, torch.full((3, 4, 4), 4.0, dtype=torch.bfloat16))
+
+
 # --------------------------------------------------------------------- zero sizes
 
 @pytest.mark.parametrize("dtype", DTYPES)
