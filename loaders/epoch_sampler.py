@@ -2,9 +2,12 @@
 
 A subclass builds each epoch's batches as a pure function of its data, ``seed``,
 ``epoch`` and ``num_replicas`` (method :meth:`batches`); this base class turns that
-into the ``batch_sampler`` protocol: iteration that continues a stopped pass,
-``set_epoch``, and ``state_dict``/``load_state_dict`` that resume mid-epoch by
-rebuilding the epoch's list and skipping by slicing (nothing is replayed).
+into the ``batch_sampler`` protocol: each iteration a pass over the epoch from its
+start (as torch's samplers do), ``set_epoch``, and ``state_dict``/``load_state_dict``
+that resume mid-epoch by rebuilding the epoch's list and skipping by slicing
+(nothing is replayed). A pass that stops early is not continued by the next one:
+a ``DataLoader`` with workers draws batches ahead of the loop, so the sampler's own
+count would skip batches the loop never saw.
 """
 from __future__ import annotations
 
@@ -41,11 +44,11 @@ def _plain(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
-def check_seed(seed) -> int:
-    """A seed as a non-negative ``int``."""
+def check_seed(seed, name: str = "seed") -> int:
+    """A seed (or epoch: ``name``) as a non-negative ``int``."""
     s = operator.index(seed)
     if s < 0:
-        raise ValueError(f"seed should be a non-negative integer, but got {s}")
+        raise ValueError(f"{name} should be a non-negative integer, but got {s}")
     return s
 
 
@@ -80,9 +83,9 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
 
     def __iter__(self) -> Iterator[list[int]]:
         batches = self.batches(self.epoch)
-        # continue a partial pass (or a loaded state, even one at the epoch's end);
-        # after a finished pass, iterating again replays the epoch from its start
-        start = self._yielded if self._yielded < len(batches) or self._loaded else 0
+        # a loaded state continues where it was saved (even at the epoch's end: an
+        # empty pass); any other iteration is a whole pass over the epoch
+        start = self._yielded if self._loaded else 0
         self._loaded = False
         self._yielded = start
         for batch in batches[start:]:
@@ -90,12 +93,9 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
             yield batch
 
     def set_epoch(self, epoch: int) -> None:
-        """Use ``epoch``'s shuffle next; a new epoch restarts from its first batch.
-
-        Without a new epoch, an iteration that stopped early (``break``) is
-        continued by the next one, and a finished epoch is replayed.
-        """
-        epoch = operator.index(epoch)
+        """Use ``epoch`` (a non-negative integer) next; a new epoch drops a loaded
+        position, the same epoch keeps it."""
+        epoch = check_seed(epoch, "epoch")
         if epoch != self.epoch:
             self._yielded = 0
             self._loaded = False
@@ -132,7 +132,7 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
             raise ValueError(f"sampler state was saved for another batch layout ({state['layout']}, this sampler: "
                              f"{self.layout}): its lengths, plan, budget, shuffle or drop_last differ, so the "
                              f"epoch's batches would differ")
-        seed, epoch = check_seed(state["seed"]), operator.index(state["epoch"])
+        seed, epoch = check_seed(state["seed"]), check_seed(state["epoch"], "epoch")
         done = operator.index(state["batches_yielded"])
         old = self.seed, self.epoch
         self.seed, self.epoch = seed, epoch          # len() may depend on them (packing)

@@ -26,6 +26,16 @@ class Tokens(Dataset):
         return {"input_ids": s, "labels": s.clone(), "index": i}
 
 
+def test_loop_stopped_early_then_a_whole_epoch():
+    """Workers draw batches ahead; after a ``break``, the next pass still yields the
+    epoch's every sample once."""
+    sampler = BucketBatchSampler(np.full(64, 8), batch_size=4, seed=0)
+    loader = DataLoader(list(range(64)), batch_sampler=sampler, num_workers=2)
+    next(iter(loader))
+    seen = [i for batch in loader for i in batch.tolist()]
+    assert sorted(seen) == list(range(64))
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_loader_with_sampler_and_collate(num_workers):
     lengths = np.random.default_rng(1).integers(1, 300, size=150)

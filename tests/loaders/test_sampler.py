@@ -99,6 +99,19 @@ def test_resume_equals_uninterrupted_run(stop, epoch, replicas):
     assert len(list(resumed)) == len(expected)
 
 
+def test_every_iteration_is_a_whole_pass():
+    """A pass stopped early is not continued (a DataLoader with workers has drawn
+    batches ahead of the loop, which the sampler cannot tell from used ones): the
+    next pass is the whole epoch, as with torch's samplers."""
+    s = BucketBatchSampler(random_lengths(200), max_tokens=1024, seed=3)
+    expected = list(s)
+    for stop in (0, 1, len(expected) // 2):
+        it = iter(s)
+        for _ in range(stop):
+            next(it)
+        assert list(s) == expected
+
+
 def test_state_dict_batches_done_and_checks():
     L = random_lengths(100)
     s = BucketBatchSampler(L, max_tokens=1024)
@@ -166,6 +179,8 @@ def test_bad_input():
         BucketBatchSampler(L, batch_size=2, num_replicas=2, rank=2)
     with pytest.raises(ValueError, match="seed should be a non-negative"):
         BucketBatchSampler(L, batch_size=2, seed=-1)
+    with pytest.raises(ValueError, match="epoch should be a non-negative"):
+        BucketBatchSampler(L, batch_size=2).set_epoch(-1)
     with pytest.raises(TypeError, match="BucketPlan"):
         BucketBatchSampler(L, plan=(8, 64), batch_size=2)
 
