@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["exactly_representable", "promote_samples", "KERNEL_KINDS", "moved_by_kernels"]
+__all__ = ["check_exact_cast", "check_round_trip", "exactly_representable", "promote_samples", "KERNEL_KINDS", "moved_by_kernels"]
 
 #: dtype kinds the width-typed copy kernels move as raw bits (itemsize 1, 2, 4 or 8)
 KERNEL_KINDS = frozenset("biufcmM")
@@ -70,9 +70,28 @@ def promote_samples(strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np
         result = np.result_type(*[a.dtype for _, a in weak if a.size] or [np.int64])
     for i, a in weak:
         if a.dtype != result:
-            with np.errstate(all="ignore"):
-                cast = a.astype(result)
-            if not np.array_equal(cast, a):
-                raise TypeError(f"sample {i} (a list) holds values that {result} cannot store exactly, "
-                                f"e.g. {a.reshape(-1)[np.argmax(cast.reshape(-1) != a.reshape(-1))]!r}")
+            check_exact_cast(a, result, f"sample {i} (a list)")
     return result
+
+
+def check_exact_cast(a: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
+    """``a`` cast to ``dtype``, or ``TypeError`` naming ``what`` and a value it would change.
+
+    Exact means the cast and back gives every value (NaN as NaN): comparing the cast
+    with ``a`` itself would compare in the wider type, where an int64 rounded to
+    float64 (2**53 + 1) looks equal to itself."""
+    with np.errstate(all="ignore"):
+        cast = a.astype(dtype)
+        back = cast.astype(a.dtype)
+    check_round_trip(a, back, dtype, what)
+    return cast
+
+
+def check_round_trip(a: np.ndarray, back: np.ndarray, dtype, what: str) -> None:
+    """``TypeError`` naming ``what`` unless ``back`` (``a`` cast to ``dtype`` and back)
+    holds every value of ``a`` (NaN as NaN)."""
+    nan = a.dtype.kind in "fc"
+    if not np.array_equal(back, a, equal_nan=nan):
+        flat, changed = a.reshape(-1), back.reshape(-1)
+        bad = (changed != flat) & ~(np.isnan(flat) & np.isnan(changed)) if nan else changed != flat
+        raise TypeError(f"{what} holds values that {dtype} cannot store exactly, e.g. {flat[np.argmax(bad)]!r}")

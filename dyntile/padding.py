@@ -20,7 +20,7 @@ from dyntile.arrays import as_numpy, check_out, torch_numpy_dtype, wrap_like
 from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_torch_tensor
-from dyntile.dtypes import promote_samples
+from dyntile.dtypes import check_round_trip, promote_samples
 from dyntile.fill import check_fill, fill_bits, kernel_fill_bits
 from dyntile.threads import copy_threads
 
@@ -64,6 +64,8 @@ def _normalize(samples: list, dtype, promote: bool = True):
                 raise TypeError(f"sample {i} is {kind}, but sample {first_kind[0]} is {first_kind[1]}; "
                                 f"promote=False needs one kind (lists of numbers may join either)")
         a, tok = as_numpy(x, what=f"sample {i}")
+        if tok is not None and dtype is not None:     # bfloat16 bits to dtype=: torch casts the values
+            a, tok = _cast_torch_only(x, tok, np.dtype(dtype), i), None
         if is_t:
             if torch_like and tok != token:
                 raise TypeError(f"sample {i} has torch dtype {x.dtype}, which NumPy cannot promote with "
@@ -89,10 +91,42 @@ def _normalize(samples: list, dtype, promote: bool = True):
         j = strong[0][0]
         raise TypeError(f"sample {i} has dtype {samples[i].dtype}, but sample {j} has {samples[j].dtype}; "
                         f"promote=False needs one dtype (cast the samples, or pass dtype=)")
+    if token is not None and dtype is None:     # the batch carries bfloat16 (float8) as integer bits
+        _join_torch_only(samples, arrays, weak, token)
+        strong, weak = strong + [(i, arrays[i].dtype) for i, _ in weak], []
     dt = promote_samples(strong, weak, dtype)
     arrays = [a if a.dtype == dt else a.astype(dt, casting="unsafe") for a in arrays]
     shapes = np.array([a.shape for a in arrays], dtype=np.int64).reshape(len(arrays), ndim)
     return arrays, shapes, dt, torch_like, token
+
+
+def _cast_torch_only(x, token, dtype: np.dtype, i: int) -> np.ndarray:
+    """Sample ``i``, a tensor of a dtype NumPy lacks (``token``: bfloat16, float8),
+    cast by torch to ``dtype`` (same_kind: floats and complex)."""
+    if dtype.kind not in "fc":
+        raise TypeError(f"sample {i} has dtype {token}, which cannot be cast to dtype={dtype} "
+                        f"(same_kind casting)")
+    torch = sys.modules["torch"]
+    return x.detach().to(torch.from_numpy(np.empty(0, dtype)).dtype).numpy()
+
+
+def _join_torch_only(samples: list, arrays: list, weak: list, token) -> None:
+    """A batch of ``token`` tensors (bfloat16, float8: their values travel as integer
+    bits, which NumPy would promote as integers): lists of numbers become those bits
+    when ``token`` holds their values exactly (``TypeError`` naming the list if not);
+    NumPy arrays cannot join (``TypeError``: NumPy has no such dtype to promote with)."""
+    torch = sys.modules["torch"]
+    first = next(i for i, x in enumerate(samples) if is_torch_tensor(x))
+    i = next((i for i, x in enumerate(samples) if isinstance(x, np.ndarray)), None)
+    if i is not None:
+        raise TypeError(f"sample {i} is a NumPy {samples[i].dtype} array, but sample {first} is a {token} "
+                        f"tensor, which NumPy cannot promote with; cast them to one dtype (or pass dtype=)")
+    bits = torch.from_numpy(arrays[first][:0]).dtype
+    for i, a in weak:
+        values = torch.from_numpy(np.ascontiguousarray(a))
+        cast = values.to(token)
+        check_round_trip(a, cast.to(values.dtype).numpy(), token, f"sample {i} (a list)")
+        arrays[i] = cast.view(bits).numpy()
 
 
 def _shape(shapes: np.ndarray, i: int) -> tuple[int, ...]:
@@ -125,7 +159,7 @@ def _target_shape(shapes: np.ndarray, multiple, axes, shape, plan) -> tuple[int,
     if shape is not None:
         if plan is not None:
             raise ValueError("pass either shape= or plan=, not both")
-        target = tuple(int(s) for s in (shape if np.ndim(shape) else (shape,)))
+        target = _shapes.check_shape(shape)
         if len(target) != ndim:
             raise ValueError(f"shape={target} has {len(target)} dimensions but samples have {ndim}")
         over = np.flatnonzero(maxes > np.array(target))
@@ -497,7 +531,7 @@ def pad_to(x, shape, *, fill=0, side: str = "right", out=None):
            [0, 0, 0, 0],
            [0, 0, 0, 0]])
     """
-    target = tuple(int(s) for s in (shape if np.ndim(shape) else (shape,)))
+    target = _shapes.check_shape(shape)
     xshape = tuple(int(s) for s in getattr(x, "shape", np.shape(x)))
     if len(target) != len(xshape):
         raise ValueError(f"cannot pad x of shape {xshape} to shape {target}: the ranks differ")
@@ -507,7 +541,9 @@ def pad_to(x, shape, *, fill=0, side: str = "right", out=None):
                              f"({s} > {t}); pad_to never truncates")
     batch_out = None
     if out is not None:
-        oshape = tuple(getattr(out, "shape", ()))
+        if not hasattr(out, "shape") or not hasattr(out, "reshape"):
+            raise TypeError(f"out should be an array (NumPy, torch or CUDA), but got {type(out).__name__}")
+        oshape = tuple(out.shape)
         if oshape != target:
             raise ValueError(f"out has shape {oshape}, but pad_to needs {target}")
         batch_out = out.reshape((1,) + target)  # a view: adding a unit axis never copies

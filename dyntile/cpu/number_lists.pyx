@@ -80,9 +80,12 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
     ``out`` of bool, int64 or float64, each row padded with the fill's bit pattern.
 
     Returns -1, or the first sample holding an int that ``out`` cannot store
-    (outside int64, or too large for float64): nothing is cut, the caller decides.
+    exactly (outside int64, or rounded in float64): nothing is cut or rounded, the
+    caller decides.
     """
     cdef Py_ssize_t n = len(samples), T = cnp.PyArray_DIMS(out)[1], i, j, m, lo
+    cdef int64_t iv
+    cdef double d
     cdef int width = cnp.PyArray_ITEMSIZE(out), typenum = cnp.PyArray_TYPE(out)
     cdef char* base = <char*>cnp.PyArray_DATA(out)
     cdef PyObject* v
@@ -118,13 +121,27 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
                 elif typenum == cnp.NPY_INT64:
                     if not dt_long_as_i64(v, <int64_t*>base + lo + j):
                         return i
+                elif dt_long_as_i64(v, &iv):
+                    if not _exact_in_double(iv):      # 2**53 + 1 would round: the caller decides
+                        return i
+                    (<double*>base)[lo + j] = <double>iv
                 else:
                     try:
-                        (<double*>base)[lo + j] = PyLong_AsDouble(<object>v)
+                        d = PyLong_AsDouble(<object>v)
                     except OverflowError:
                         return i
+                    if int(d) != <object>v:
+                        return i
+                    (<double*>base)[lo + j] = d
         base += T * width
     return -1
+
+
+cdef inline bint _exact_in_double(int64_t v) noexcept nogil:
+    """True if the int64 ``v`` converts to float64 without rounding."""
+    cdef double d = <double>v
+    cdef int64_t exact = 9007199254740992        # 2**53: every int up to it is a double
+    return (-exact <= v and v <= exact) or (d < 9.223372036854775808e18 and <int64_t>d == v)
 
 
 cdef object _list_lengths(list samples, Py_ssize_t* longest, Py_ssize_t* total):

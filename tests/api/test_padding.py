@@ -106,6 +106,34 @@ def test_promotion_and_unsafe_mixes():
     assert batch.dtype == np.float64
 
 
+def test_int_lists_never_round_in_a_float_batch():
+    """Lists are typed by their own values: an int list beside a float list makes a
+    float64 batch only when float64 holds its ints exactly (else the error names it)."""
+    big = 2 ** 53 + 1
+    with pytest.raises(TypeError, match=r"sample 0 \(a list\) .*float64 cannot store exactly, e.g. .*9007199254740993"):
+        dt.pad_batch([[big, 1], [0.5]])
+    with pytest.raises(TypeError, match=r"sample 1 \(a list\) .*int64 cannot store exactly"):   # arrays set the dtype
+        dt.pad_batch([np.array([big, 1]), [0.5]])
+    batch, _ = dt.pad_batch([[2 ** 53, -2 ** 62], [0.5]], multiple=1)     # powers of two are exact
+    assert batch.tolist() == [[2.0 ** 53, -2.0 ** 62], [0.5, 0.0]]
+    batch, _ = dt.pad_batch([[big, 0.5]], multiple=1)                     # within one list: numpy.asarray's float64
+    assert batch.dtype == np.float64
+    batch, _ = dt.pad_batch([np.ones(2, np.float32), [float("nan"), 1]], multiple=1)   # NaN is stored exactly
+    assert np.isnan(batch[1, 0]) and batch.dtype == np.float32
+
+
+def test_shapes_must_be_integers():
+    with pytest.raises(TypeError, match=r"shape\[0\] should be an integer, but got 3.7"):
+        dt.pad_to(np.ones(2), (3.7,))
+    with pytest.raises(TypeError, match=r"shape\[0\] should be an integer"):
+        dt.pad_batch([np.ones(2)], shape=(3.7,))
+    with pytest.raises(ValueError, match="sizes >= 0"):
+        dt.padding_mask(np.array([1]), (-1,))
+    with pytest.raises(TypeError, match="out should be an array"):
+        dt.pad_to(np.ones(2), (3,), out=[0, 0, 0])
+    assert dt.pad_to(np.ones(2), np.int64(3)).tolist() == [1.0, 1.0, 0.0]
+
+
 def test_promote_false_rejects_mixed_dtypes():
     with pytest.raises(TypeError, match="sample 1 has dtype int64, but sample 0 has int32; promote=False"):
         dt.pad_batch([np.ones(2, np.int32), np.ones(3, np.int64)], promote=False)

@@ -52,6 +52,33 @@ def test_mixed_tensor_and_numpy_and_requires_grad():
     assert batch.tolist() == [[1, 1, 1, 0]]
 
 
+@pytest.mark.parametrize("token", [torch.bfloat16, torch.float8_e4m3fn])
+def test_torch_only_dtypes_take_lists_by_value(token):
+    """bfloat16 travels as int16 bits: a list joins by its values (1 -> 1.0), never
+    as bit patterns; values the dtype would change, and NumPy arrays, are refused."""
+    x = torch.tensor([1.5, -2.0], dtype=token)
+    batch, _ = dt.pad_batch([x, [1, 2, 0.5], [], [True]], multiple=1)
+    assert batch.dtype == token
+    assert batch.float().tolist() == [[1.5, -2.0, 0.0], [1.0, 2.0, 0.5], [0.0, 0.0, 0.0], [1.0, 0.0, 0.0]]
+    with pytest.raises(TypeError, match=r"sample 1 \(a list\) holds values that torch.* cannot store exactly, e.g. .*1.1"):
+        dt.pad_batch([x, [1.1]])
+    for other in (np.ones(2, np.int16), np.ones(2, np.float32)):
+        with pytest.raises(TypeError, match="sample 1 is a NumPy .* array, but sample 0 is a torch.* tensor"):
+            dt.pad_batch([x, other])
+        with pytest.raises(TypeError, match="sample 0 is a NumPy .* array, but sample 1 is a torch.* tensor"):
+            dt.pad_batch([other, x])
+
+
+def test_torch_only_dtypes_cast_by_value_to_dtype():
+    x = torch.tensor([1.5, -2.0], dtype=torch.bfloat16)
+    batch, _ = dt.pad_batch([x, [3.0]], dtype=np.float32, multiple=1)
+    assert batch.dtype == torch.float32 and batch.tolist() == [[1.5, -2.0], [3.0, 0.0]]
+    batch, _ = dt.pad_batch([x, np.ones(1, np.float64)], dtype=np.float64, multiple=1)
+    assert batch.tolist() == [[1.5, -2.0], [1.0, 0.0]]
+    with pytest.raises(TypeError, match="sample 0 has dtype torch.bfloat16, which cannot be cast to dtype=int16"):
+        dt.pad_batch([x], dtype=np.int16)
+
+
 def test_torch_out_and_errors():
     out = torch.empty(2, 8, dtype=torch.int64)
     res, _ = dt.pad_batch([torch.arange(3), torch.arange(5)], out=out)
