@@ -6,6 +6,7 @@ import numpy as np
 from dyntile.arrays import as_numpy, wrap_like
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import is_torch_tensor
+from dyntile.shapes import check_shape
 
 __all__ = ["padding_mask"]
 
@@ -28,7 +29,7 @@ def padding_mask(lengths, shape, *, side: str = "right"):
         return _mask_rows(lengths, shape, side)  # the common case (a collate's lengths), kept cheap
     torch_like = is_torch_tensor(lengths)
     n, _ = as_numpy(lengths, what="lengths")
-    shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    shape = check_shape(shape)
     n = n.astype(np.int64, copy=False).reshape(len(n), -1) if n.ndim else n.reshape(1, 1)
     if n.shape[1] != len(shape):
         raise ValueError(f"lengths give {n.shape[1]} sizes per sample but shape={shape} has {len(shape)} axes")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import operator
 from typing import Sequence
 
-__all__ = ["round_up", "padded_shape", "tile_grid", "tiled_shape", "check_multiple"]
+__all__ = ["round_up", "padded_shape", "tile_grid", "tiled_shape", "check_multiple", "check_shape"]
 
 
 def _as_index(value, name: str) -> int:
@@ -24,6 +24,16 @@ def check_multiple(multiple, name: str = "multiple") -> int:
     if m < 1:
         raise ValueError(f"{name} should be a positive integer, but got {m}")
     return m
+
+
+def check_shape(shape, name: str = "shape") -> tuple[int, ...]:
+    """A shape (an int or a sequence of them, each ``>= 0``) as a tuple of ``int``;
+    ``TypeError`` for non-integers (3.7 is not truncated to 3), ``ValueError`` below 0."""
+    entries = tuple(shape) if hasattr(shape, "__len__") else (shape,)
+    out = tuple(_as_index(s, f"{name}[{i}]") for i, s in enumerate(entries))
+    if any(s < 0 for s in out):
+        raise ValueError(f"{name} should hold sizes >= 0, but got {out}")
+    return out
 
 
 def round_up(n, multiple) -> int:

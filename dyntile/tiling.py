@@ -93,7 +93,7 @@ def untile(t, shape, *, out=None):
         raise ValueError(f"untile needs a tiled array (..., gm, gn, tm, tn) of at least 4 dimensions, "
                          f"but got shape {tshape}")
     lead, (gm, gn, tm, tn) = tshape[:-4], tshape[-4:]
-    shape = tuple(int(s) for s in shape)
+    shape = _shapes.check_shape(shape)
     if len(shape) == len(lead) + 2 and len(shape) > 2:
         if shape[:-2] != lead:
             raise ValueError(f"shape={shape} does not match the leading axes {lead} of the tiled array")
