@@ -49,7 +49,8 @@ class DynTileCollate:
     leaves are padded with :func:`dyntile.pad_batch`:
 
     * axes: axis 0 of 1-D leaves; for N-D leaves ``axes`` if given, else the first
-      ``plan.ndim`` axes with a plan, else the axes whose sizes differ;
+      ``plan.ndim`` axes with a plan, else the axes whose sizes differ (axis 0 for
+      a declared sequence whose samples share one shape);
     * size: the plan's boundary (``plan.round_up``), or the batch maximum rounded
       up to ``multiple`` without a plan;
     * fill: ``pad_values[key]`` (``key`` is the dict key, or the dotted path of a
@@ -60,7 +61,9 @@ class DynTileCollate:
     (e.g. ``pad_values={"label": -100}``); lists of strings keep their B entries. ``bucket_rows`` (needs ``plan``; one row count per bucket, in
     ``plan.bucket_shapes()`` order, e.g. ``BucketBatchSampler.batch_sizes``) pads
     every batch to its bucket's row count instead, so the last, partial batch of a
-    bucket keeps the bucket's shape: a run sees exactly one shape per bucket. For dict samples, ``mask_key`` (``(B, T)`` of ``mask_dtype``, true on
+    bucket keeps the bucket's shape: a run sees exactly one shape per bucket (the
+    bucket of the ``mask_from`` leaf, else of the first padded leaf, sets the rows
+    of every leaf). For dict samples, ``mask_key`` (``(B, T)`` of ``mask_dtype``, true on
     data) and ``lengths_key`` (int64 ``(B,)``, or ``(B, ndim)`` for N-D leaves) are
     added from the leaf ``mask_from`` (default: the first ragged leaf); a sample
     that already has such a key keeps its own; ``None`` turns them off. Other
@@ -125,6 +128,8 @@ class DynTileCollate:
         self._plans_sequences = (pad_keys is None and not self.pad_values and mask_from is None
                                  and plan is not None and plan.ndim == 1)
         self.axes = None if axes is None else tuple(int(a) for a in axes)
+        if self.axes == ():
+            raise ValueError("axes should name at least one axis to pad (or be None: see the docstring)")
         self.batch_multiple = None if batch_multiple is None else check_multiple(batch_multiple, "batch_multiple")
         self.bucket_rows = _bucket_rows(plan, bucket_rows, batch_multiple)
         self.mask_key, self.lengths_key, self.mask_from = mask_key, lengths_key, mask_from
@@ -164,8 +169,9 @@ class DynTileCollate:
         ctx = _Batch(self)
         out = ctx.walk(samples if type(samples) is list else list(samples), "")  # the walk never mutates it
         B = len(samples)
-        if ctx.rows > B:                             # batch padding: every leaf gets the padded leaves' rows
-            out = map_tensors(out, lambda t, key: ctx.grow_rows(t, B, key))
+        rows = ctx.batch_rows(B)
+        if rows > B:                                 # batch padding: every tensor leaf gets the batch's rows
+            out = map_tensors(out, lambda t, key: ctx.grow_rows(t, B, rows, key))
         if isinstance(out, dict):
             self._add_mask_and_lengths(out, ctx.padded)
         if self._pin:                                # padded leaves were allocated pinned; the rest is copied
@@ -288,7 +294,8 @@ class DynTileCollate:
                 raise ValueError(f"key {key!r}: {e}") from None
         if self.plan is not None and self.plan.ndim <= ndim:
             return tuple(range(self.plan.ndim))
-        return tuple(int(a) for a in np.flatnonzero((shapes != shapes[0]).any(axis=0)))
+        differ = tuple(int(a) for a in np.flatnonzero((shapes != shapes[0]).any(axis=0)))
+        return differ or (0,)         # a declared sequence whose samples share one shape: its first axis
 
     def rows_for(self, B: int, sizes: tuple, key: str) -> int:
         """Rows of the padded batch: ``B``, rounded up to ``batch_multiple``, or the
@@ -325,8 +332,8 @@ class _Batch:
         self.real = self.total = self.extended = 0
         self.truncated: set = set()                  # samples cut (once each, whatever their keys)
         self.shapes: list = []
-        self.rows = 0                                # rows of padded leaves beyond B (batch_multiple, bucket_rows)
-        self.refused: set = set()                    # keys the direct route refused (not tried twice)
+        self.rows = 0                                # bucket_rows: the rows of the mask_from (or first) leaf's bucket
+        self.refused: dict = {}                      # key -> why the direct route refused it (not tried twice)
 
     def walk(self, items: list, key: str):
         # the common leaves (token ids as lists of ints, 1-D tensors) go straight to the
@@ -338,21 +345,48 @@ class _Batch:
                 return out
         return handler_for(type(items[0]), key)(self, items, key)
 
-    def grow_rows(self, value: torch.Tensor, B: int, key: str) -> torch.Tensor:
-        """A collated tensor of ``B`` rows grown to ``self.rows`` rows of its key's fill
-        (numbers, stacked leaves); padded leaves keep the rows their bucket gave them."""
-        if value.dim() == 0 or value.shape[0] != B or key in self.padded:
+    def batch_rows(self, B: int) -> int:
+        """Rows of every tensor leaf of this batch of ``B`` samples: ``B`` rounded up to
+        ``batch_multiple``, or with ``bucket_rows`` the row count of the bucket of the
+        ``mask_from`` leaf (else of the first padded leaf), which the sampler batches by."""
+        if self.c.bucket_rows is None:
+            return self.c.rows_for(B, (), "")
+        return max(self.rows, B)
+
+    def leaf_rows(self, B: int, sizes: tuple, key: str) -> int:
+        """Rows to allocate for a padded leaf of bucket ``sizes``: the batch's rows when
+        known (a leaf padded before the ``mask_from`` leaf gets ``B``, and is grown to
+        them at the end by :meth:`grow_rows`)."""
+        c = self.c
+        if c.bucket_rows is None:
+            return c.rows_for(B, sizes, key)
+        if key == c.mask_from if c.mask_from is not None else not self.padded:
+            self.rows = c.rows_for(B, sizes, key)
+        return self.rows or B
+
+    def grow_rows(self, value: torch.Tensor, B: int, rows: int, key: str) -> torch.Tensor:
+        """A collated tensor of ``B`` rows grown to ``rows`` rows of its key's fill
+        (numbers, stacked leaves, and a padded leaf allocated before the batch's rows
+        were known: its sizes, mask and counts get the extra, empty rows)."""
+        if value.dim() == 0 or value.shape[0] != B:
             return value
         fill = self.c.fill_for(key)
         try:
-            extra = torch.full((self.rows - B, *value.shape[1:]), fill, dtype=value.dtype)
+            extra = torch.full((rows - B, *value.shape[1:]), fill, dtype=value.dtype)
             stored = extra.view(-1)[0].item() if extra.numel() else fill
             if not (value.dtype.is_floating_point or value.dtype.is_complex or stored == fill):
                 raise ValueError(f"it would be stored as {stored!r}")       # torch casts silently
-        except (RuntimeError, TypeError, ValueError) as e:
+        except (RuntimeError, TypeError, ValueError, OverflowError) as e:
             raise ValueError(f"key {key!r}: cannot pad the batch dimension of a {value.dtype} leaf with "
                              f"fill={fill!r} ({e}); give pad_values[{key.rsplit('.', 1)[-1]!r}]") from None
-        return torch.cat((value, extra))
+        grown = torch.cat((value, extra))
+        if key in self.padded:
+            sizes, axes, shape = self.padded[key]
+            self.padded[key] = (np.concatenate((sizes, np.zeros((rows - B,) + sizes.shape[1:], sizes.dtype))),
+                                axes, tuple(grown.shape))
+            self.total += extra.numel()
+            self.shapes[self.shapes.index((key, shape))] = (key, tuple(grown.shape))
+        return grown
 
     def is_ragged(self, key: str, shapes: np.ndarray) -> bool:
         return self.c.always_pads(key, shapes.shape[1]) or bool((shapes != shapes[0]).any())
@@ -378,8 +412,8 @@ class _Batch:
             try:
                 batch, lengths = pad_batch(items, multiple=c.multiple, plan=c.plan, fill=fill, side=c.side,
                                            promote=False)
-            except (TypeError, ValueError):
-                self.refused.add(key)
+            except (TypeError, ValueError) as e:
+                self.refused[key] = str(e)
                 return None
             lengths = np.asarray(lengths)
             rows = batch, lengths, int(lengths.max()), int(lengths.sum())
@@ -417,8 +451,7 @@ class _Batch:
         for a, size in zip(axes, c.target_sizes(maxes, key, axes)):
             target[a] = size
         B = len(items)
-        rows = c.rows_for(B, tuple(target[a] for a in axes), key)
-        self.rows = max(self.rows, rows)
+        rows = self.leaf_rows(B, tuple(target[a] for a in axes), key)
         fill = c.fill_for(key)
         out = torch.empty((rows, *target), dtype=_torch_dtype(items[0]), pin_memory=c._pin and c.tile is None)
         try:

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from dyntile import tensor_reader
+from dyntile.dtypes import check_exact_cast
 
 __all__ = ["handler_for", "HANDLERS", "join_key", "mapping_columns"]
 
@@ -128,8 +129,8 @@ def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
                 return _stack(items)
             return ctx.pad(items, shapes, key)
     dtype = x0.dtype
-    if len({(type(x), x.dtype) for x in items}) > 1:
-        _raise_mixed(items, kind, dtype, key)
+    if len({(type(x), getattr(x, "dtype", None)) for x in items}) > 1:
+        _raise_mixed(items, kind, dtype, key, ctx.refused.get(key))
     shape_list = [x.shape for x in items]
     ndim = len(shape_list[0])
     if len({len(s) for s in shape_list}) > 1:
@@ -143,8 +144,13 @@ def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
     return ctx.pad(items, shapes, key)
 
 
-def _raise_mixed(items: list, kind: type, dtype, key: str):
-    i, got = next((i, x) for i, x in enumerate(items) if type(x) is not kind or x.dtype != dtype)
+def _raise_mixed(items: list, kind: type, dtype, key: str, reason: str | None = None):
+    """``TypeError`` naming the first sample of another type or dtype than sample 0; for
+    a list of numbers, ``reason``: why the direct route (where lists join tensors of a
+    dtype that holds their values) refused it."""
+    i, got = next((i, x) for i, x in enumerate(items) if type(x) is not kind or getattr(x, "dtype", None) != dtype)
+    if reason is not None and not hasattr(got, "dtype"):      # a list the tensors' dtype cannot hold
+        raise TypeError(f"{_where(key)}: {reason}")
     what = f"dtype {got.dtype}" if type(got) is kind else f"type {type(got).__name__}"
     want = f"dtype {dtype}" if type(got) is kind else f"type {kind.__name__}"
     raise TypeError(f"{_where(key)}: sample {i} has {what}, but sample 0 has {want}; "
@@ -188,8 +194,24 @@ def _number_arrays(items: list, key: str) -> list:
                         f"{next(type(v).__name__ for v in items[i] if not _is_number(v))}")
     if flat.size == 0:                          # empty lists carry no type (as in pad_batch)
         flat = flat.astype(np.int64)
+    elif flat.dtype.kind == "f":                # each list is typed by its own values (as in pad_batch):
+        _check_float_lists(items, key)          # an int list must not round in float64
     ends = np.cumsum(lengths).tolist()
     return [flat[e - n:e] for e, n in zip(ends, lengths)]
+
+
+def _check_float_lists(items: list, key: str) -> None:
+    """``TypeError`` naming the first list whose ints float64 would round."""
+    for i, x in enumerate(items):
+        a = np.asarray(x)
+        if a.dtype == object:
+            raise TypeError(f"{_where(key)}: sample {i} holds ints outside int64, which float64 (the "
+                            f"batch's dtype) would round; pass them as floats or as one dtype")
+        if a.dtype.kind in "iu":
+            try:
+                check_exact_cast(a, np.dtype(np.float64), f"sample {i} (a list)")
+            except TypeError as e:
+                raise TypeError(f"{_where(key)}: {e} (the batch is float64: another sample holds floats)") from None
 
 
 def collate_numbers(ctx, items: list, key: str) -> torch.Tensor:

@@ -310,6 +310,12 @@ def test_overflow_policies():
     ([{"a": object()}, {"a": object()}], TypeError, "key 'a': cannot collate values of type object"),
     ([(1, 2), (1,)], ValueError, "sample 1 has 1 elements, but sample 0 has 2"),
     ([{"a": [1.5]}, {"a": [2]}], None, None),
+    ([{"a": torch.ones(2, dtype=torch.uint8)}, {"a": [-1]}], TypeError,
+     r"key 'a': sample 1 \(a list\) holds values that uint8 cannot store exactly"),
+    ([{"a": torch.ones(2, dtype=torch.float16)}, {"a": [70000]}], TypeError,
+     r"key 'a': sample 1 \(a list\) holds values that float16 cannot store exactly"),
+    ([{"a": [2 ** 53 + 1, 1]}, {"a": [0.5]}], TypeError,
+     r"key 'a': sample 0 \(a list\) holds values that float64 cannot store exactly"),
 ])
 def test_bad_input_names_sample_and_key(samples, exc, msg):
     collate = DynTileCollate()
@@ -426,6 +432,45 @@ def test_bucket_rows_give_one_shape_per_bucket():
         DynTileCollate(plan, bucket_rows=[8, 8])
     with pytest.raises(ValueError, match="larger than its bucket_rows entry 1"):
         DynTileCollate(plan, bucket_rows=[1] * 4, pad_values={"x": 0})([{"x": [1]}, {"x": [2]}])
+
+
+def test_bucket_rows_come_from_one_leaf():
+    """Leaves in different buckets get one row count: that of the mask_from leaf's
+    bucket (else the first padded leaf's), the sampler's batch size for it."""
+    plan = BucketPlan((8, 16))
+    samples = [{"x": torch.ones(13), "y": torch.ones(3), "n": 1}, {"x": torch.ones(5), "y": torch.ones(2), "n": 2}]
+    for mask_from, rows, mask_shape in ((None, 2, (2, 16)), ("x", 2, (2, 16)), ("y", 4, (4, 8))):
+        collate = DynTileCollate(plan, bucket_rows=[4, 2], pad_values={"x": 0, "y": -1}, mask_from=mask_from,
+                                 return_stats=True)
+        out = collate(samples)
+        assert {k: tuple(v.shape)[:1] for k, v in out.items() if isinstance(v, torch.Tensor)} == \
+            {"x": (rows,), "y": (rows,), "n": (rows,), "attention_mask": (rows,), "lengths": (rows,)}
+        assert out["attention_mask"].shape == mask_shape
+        assert out["x"][2:].eq(0).all() and out["y"][2:].eq(-1).all() and out["lengths"][2:].eq(0).all()
+        stats = out["collate_stats"]
+        assert stats["padded_elements"] == rows * 16 + rows * 8
+        assert stats["shapes"] == [("x", (rows, 16)), ("y", (rows, 8))]
+
+
+def test_batch_multiple_without_a_ragged_leaf():
+    out = DynTileCollate(batch_multiple=4)([{"x": torch.ones(3), "s": 1}, {"x": torch.ones(3), "s": 2}])
+    assert out["x"].shape == (4, 3) and out["s"].tolist() == [1, 2, 0, 0]
+
+
+def test_declared_nd_sequence_of_one_shape_pads_its_first_axis():
+    collate = DynTileCollate(pad_values={"labels": -100})
+    for samples in ([{"labels": torch.zeros(2, 3, dtype=torch.long)}],
+                    [{"labels": torch.zeros(2, 3, dtype=torch.long)}, {"labels": torch.ones(2, 3, dtype=torch.long)}]):
+        out = collate(samples)
+        assert out["labels"].shape == (len(samples), 8, 3) and out["labels"][:, 2:].eq(-100).all()
+        assert out["attention_mask"].shape == (len(samples), 8) and out["attention_mask"].sum() == 2 * len(samples)
+    with pytest.raises(ValueError, match="at least one axis"):
+        DynTileCollate(axes=())
+
+
+def test_huge_fill_for_batch_padding_is_named():
+    with pytest.raises(ValueError, match="key 's': cannot pad the batch dimension"):
+        DynTileCollate(batch_multiple=4, pad_values={"s": 10 ** 400})([{"x": [1], "s": 1.0}, {"x": [1, 2], "s": 2.0}])
 
 
 def test_batch_padding_reaches_every_leaf():
