@@ -11,11 +11,17 @@ The epoch's batches are a pure function of ``(lengths, shapes, seed, epoch,
 num_replicas)``: every rank builds the same list and takes batch ``rank`` of every
 step; a resumed run rebuilds it and skips by slicing (nothing is replayed).
 
-Remainder handling: every sample is yielded exactly once per epoch, on exactly one
-rank; nothing is repeated or dropped. The number of batches of each shape is
-rounded up to a multiple of ``num_replicas`` and rows are spread evenly over the
-batches, so some batches hold fewer than ``B`` rows (the collate pads the missing
-rows); all ranks get the same number of batches and the same shape at every step.
+Remainder handling (as :class:`loaders.sampler.BucketBatchSampler`): all ranks get
+the same number of batches and the same shape at every step. The number of batches
+of each shape is rounded up to a multiple of ``num_replicas`` and rows are spread
+evenly over them, so some batches hold fewer than ``B`` rows (the collate pads the
+missing rows). Every sample is yielded at least once per epoch; when a shape has too
+few samples for that many batches (e.g. 6 samples that each need a ``[1, T2]``
+batch, on 4 ranks), at most ``num_replicas - 1`` samples of that shape are repeated
+in the epoch, none for a single process; see :mod:`dyntile.planning.packing`. So the
+count may vary by epoch (:meth:`PackingBatchSampler.__len__`), but no epoch fails:
+bad arguments (empty ``lengths``, a ``pool_size`` that is not a positive integer, a
+budget under one sample) are refused at construction.
 """
 from __future__ import annotations
 
@@ -23,7 +29,7 @@ import operator
 
 import numpy as np
 
-from dyntile.planning.packing import PackedBatch, pack_lengths, packing_shapes
+from dyntile.planning.packing import PackedBatch, check_pool_size, pack_lengths, packing_shapes
 
 from .epoch_sampler import EpochBatchSampler, layout_digest
 
@@ -42,7 +48,10 @@ class PackingBatchSampler(EpochBatchSampler):
     :mod:`dyntile.planning.packing`). :attr:`shapes` lists the batch shapes
     (one or two ``(B, T)``); pass them to the collate. Deterministic per ``seed``
     and epoch (:meth:`set_epoch`); resumable (:meth:`state_dict`);
-    ``num_replicas``/``rank`` default to ``torch.distributed``.
+    ``num_replicas``/``rank`` default to ``torch.distributed``. ``pool_size``: samples
+    sorted together before packing (``None``: the whole epoch). With several ranks a
+    few samples may be repeated in an epoch (at most ``num_replicas - 1`` per shape,
+    see the module docstring).
 
     >>> sampler = PackingBatchSampler([5, 3, 6, 2, 7, 1], max_tokens=16, seed=0)
     >>> sampler.shapes, len(sampler), sorted(i for b in sampler for i in b)
@@ -57,12 +66,14 @@ class PackingBatchSampler(EpochBatchSampler):
         self._shape_args = dict(seq_len=seq_len, max_tokens=max_tokens, batch_rows=batch_rows,
                                 multiple=multiple, overflow=overflow, plan=plan)
         self.shapes = packing_shapes(self.lengths, **self._shape_args)
+        if self.lengths.size == 0:
+            raise ValueError(f"lengths should be non-empty, but got shape {self.lengths.shape}")
         self.lengths = self.lengths.astype(np.int64)
         self.overflow = overflow
-        self.pool_size = pool_size
+        self.pool_size = check_pool_size(pool_size)
         super().__init__(len(self.lengths), shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
         self.layout = layout_digest(np.ascontiguousarray(self.lengths), [tuple(s) for s in self.shapes],
-                                    overflow, pool_size, self.shuffle)
+                                    overflow, self.pool_size, self.shuffle)
         self._cache: tuple[tuple[int, int], list[PackedBatch]] | None = None
 
     # ---- epoch construction

@@ -42,12 +42,18 @@ each sits in some row as an empty segment (offset = where it would start,
 
 Remainder and ranks. With ``num_replicas=R`` the number of batches of each shape is
 rounded up to a multiple of ``R`` and rows are spread evenly over them (so batches
-may hold fewer than ``B`` rows; the collate pads empty rows), every sample still
-exactly once. Batches are grouped in *steps* of ``R`` same-shape batches; batch
-``k`` of the list belongs to rank ``k % R`` at step ``k // R``. Only when there are
-fewer rows than batches needed are rows broken up further (one sample per batch);
-if even that is not enough (fewer samples of a shape than ranks) a ``ValueError``
-says so.
+may hold fewer than ``B`` rows; the collate pads empty rows). Batches are grouped in
+*steps* of ``R`` same-shape batches; batch ``k`` of the list belongs to rank
+``k % R`` at step ``k // R``. When a shape has fewer rows than the batches it needs,
+samples get rows of their own, one sample more each time, until every batch of the
+shape is one row: a sample taken out of a shared row of that shape; for the short
+shape, else a short sample taken out of a long row. Only when no sample can move is
+a sample of that shape *repeated* (the rule of ``BucketBatchSampler``, which repeats
+samples of a bucket): at most ``R - 1`` repeats per shape and epoch, none for
+``R = 1``. So every sample appears at least once per epoch, and exactly once unless
+it is one of those repeats; e.g. 130 samples that need ``[1, T2]`` batches on 4 ranks
+give 132 such batches, two of them repeats. No input that :func:`packing_shapes`
+accepts is refused for its number of ranks.
 """
 from __future__ import annotations
 
@@ -58,7 +64,7 @@ import numpy as np
 
 from dyntile.shapes import check_multiple, round_up
 
-__all__ = ["pack_lengths", "pack_rows", "packing_shapes", "PackedBatch", "OVERFLOWS"]
+__all__ = ["pack_lengths", "pack_rows", "packing_shapes", "check_pool_size", "PackedBatch", "OVERFLOWS"]
 
 OVERFLOWS = ("second_shape", "split", "error")
 
@@ -152,6 +158,18 @@ def _check_overflow(overflow) -> str:
     if overflow not in OVERFLOWS:
         raise ValueError(f"overflow should be one of {OVERFLOWS}, but got {overflow!r}")
     return overflow
+
+
+def check_pool_size(pool_size) -> int | None:
+    """``pool_size`` as a positive ``int``, or ``None`` (one pool)."""
+    if pool_size is None:
+        return None
+    if isinstance(pool_size, bool):
+        raise TypeError(f"pool_size should be a positive integer or None, but got {pool_size!r}")
+    n = _as_index(pool_size, "pool_size")
+    if n < 1:
+        raise ValueError(f"pool_size should be a positive integer or None, but got {n}")
+    return n
 
 
 def _check_shapes(shapes) -> tuple[tuple[int, int], ...]:
@@ -323,20 +341,98 @@ def _sort_by(key: np.ndarray, *arrays: np.ndarray) -> list[np.ndarray]:
     return [a[srt] for a in arrays]
 
 
-def _break_row(p_bin, p_size, p_start, bins, new_bin, *, long_only, T, R, shape) -> np.ndarray:
-    """Move the last sample of the fullest shared row in ``bins`` to row ``new_bin``."""
-    counts = np.bincount(p_bin, minlength=int(bins.max(initial=0)) + 1)[bins] if bins.size else bins
-    for k in np.argsort(-counts, kind="stable").tolist():
-        if counts[k] < 2:
-            break
-        last = np.flatnonzero(p_bin == bins[k])[-1]
-        if p_start[last] == 0 and (not long_only or p_size[last] > T):
-            p_bin = p_bin.copy()
-            p_bin[last] = new_bin
-            return p_bin
-    raise ValueError(f"cannot give each of num_replicas={R} ranks the same number of {list(shape)} batches: "
-                     f"there are too few samples of that shape; use fewer ranks, a larger seq_len, "
-                     f"or fewer samples per batch")
+@dataclasses.dataclass
+class _Layout:
+    """The epoch's pieces (sorted by row, each row's opener first) and rows, while rows
+    of each shape are dealt into batches; rows may gain a moved or repeated sample."""
+
+    item: np.ndarray     # (P,) position of the piece's sample in the pool order
+    bin: np.ndarray      # (P,) row of the piece
+    size: np.ndarray     # (P,) tokens of the piece
+    start: np.ndarray    # (P,) first token of the piece within its sample
+    opener: np.ndarray   # (P,) bool: the piece opens its row
+    bin_cap: np.ndarray  # (rows,) capacity of each row
+    cont: np.ndarray     # (rows,) bool: the row continues the split sample of the row before
+    n_orig: int          # pieces before any repeat
+
+    def move(self, piece: int, cap: int) -> np.ndarray:
+        """Move ``piece`` (a whole sample, not an opener) to a new row of ``cap`` tokens."""
+        new = self.bin_cap.size
+        self.bin[piece], self.opener[piece] = new, True
+        self.bin_cap, self.cont = np.append(self.bin_cap, cap), np.append(self.cont, False)
+        return np.array([new])
+
+    def repeat(self, item: int, cap: int) -> np.ndarray:
+        """Copy sample ``item`` (all its pieces, one per row) into new rows of ``cap`` tokens."""
+        src = np.flatnonzero(self.item[:self.n_orig] == item)
+        new = self.bin_cap.size + np.arange(src.size)
+        self.item, self.bin = np.append(self.item, self.item[src]), np.append(self.bin, new)
+        self.size, self.start = np.append(self.size, self.size[src]), np.append(self.start, self.start[src])
+        self.opener = np.append(self.opener, np.ones(src.size, bool))
+        self.bin_cap = np.append(self.bin_cap, np.full(src.size, cap))
+        self.cont = np.append(self.cont, np.arange(src.size) > 0)
+        return new
+
+
+def _piece_to_move(lay: _Layout, rows: np.ndarray, long: bool, T: int) -> int | None:
+    """The last whole sample, not an opener, longer than ``T`` (``long``) or not, of the
+    fullest row in ``rows`` that has one; ``None`` if no row has one."""
+    in_rows = np.zeros(lay.bin_cap.size, bool)
+    in_rows[rows] = True
+    fits = lay.size > T if long else lay.size <= T
+    cand = np.flatnonzero(in_rows[lay.bin] & ~lay.opener & (lay.start == 0) & fits)
+    if cand.size == 0:
+        return None
+    pieces_in_row = np.bincount(lay.bin, minlength=lay.bin_cap.size)[lay.bin[cand]]
+    return int(cand[np.lexsort((cand, pieces_in_row))[-1]])
+
+
+def _repeat_item(lengths: np.ndarray, long: bool, T: int, k: int) -> int:
+    """The ``k``-th sample (cycling, in pool order) to repeat for the long shape
+    (``long``: a sample longer than ``T``) or the short one (one of at most ``T``
+    tokens when there is any)."""
+    cand = np.flatnonzero(lengths > T if long else lengths <= T)
+    if cand.size == 0:
+        cand = np.arange(lengths.size)
+    return int(cand[k % cand.size])
+
+
+def _batch_ends(rows: np.ndarray, dealt: np.ndarray) -> np.ndarray:
+    """The last row of every batch (``dealt``: batch of each row, non-decreasing)."""
+    if rows.size == 0:
+        return rows
+    return rows[np.append(np.flatnonzero(np.diff(dealt)), dealt.size - 1)]
+
+
+def _deal_shape(lay: _Layout, shape: tuple, long: bool, T: int, R: int, lengths: np.ndarray,
+                long_ends: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """``(rows, batch of each row)`` for the rows of ``shape``, in a multiple of ``R`` batches.
+
+    While the rows (groups of rows of a split sample) are too few for that many
+    batches, one sample gets a row of its own: a sample moved out of a shared row of
+    this shape; for the short shape, else a short sample moved out of a long row that
+    ends its batch (``long_ends``: nothing follows it, so the decoder still finds the
+    rows); else a repeated sample of this shape. Each such step adds one row and the
+    number of batches needed stays the same, so at most ``R - 1`` steps are taken
+    (at most ``R - 1`` repeats) and in the end every batch of the shape is one row
+    (or one split sample's group of rows).
+    """
+    B, Ts = shape
+    rows = np.flatnonzero(lay.bin_cap == Ts)
+    group_start = np.flatnonzero(~lay.cont[rows])
+    repeats = 0
+    while (dealt := _deal_rows(rows.size, group_start, B, R)) is None:
+        piece = _piece_to_move(lay, rows, long, T)
+        if piece is None and long_ends is not None:
+            piece = _piece_to_move(lay, long_ends, False, T)
+        if piece is not None:
+            new = lay.move(piece, Ts)
+        else:
+            new = lay.repeat(_repeat_item(lengths, long, T, repeats), Ts)
+            repeats += 1
+        group_start = np.append(group_start, rows.size)
+        rows = np.append(rows, new)
+    return rows, dealt
 
 
 def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None = None,
@@ -349,8 +445,9 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
     :func:`packing_shapes` (same arguments). Returns the epoch's batches in step
     order: with ``num_replicas=R``, batch ``k`` is rank ``k % R``'s batch at step
     ``k // R``, and the ``R`` batches of a step share one shape. Every sample
-    appears in exactly one batch (in several rows of it when split); deterministic
-    per ``(seed, epoch)``. ``pool_size``: samples sorted together (``None``: the
+    appears in one batch (in several rows of it when split), apart from at most
+    ``num_replicas - 1`` repeats per shape that keep the ranks in step (see the
+    module docstring); deterministic per ``(seed, epoch)``. ``pool_size``: samples sorted together (``None``: the
     whole epoch; smaller pools mix batches more across epochs).
 
     >>> batches = pack_lengths([5, 3, 6, 2, 7, 1], max_tokens=16, seed=0)
@@ -365,8 +462,7 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
     R = _as_index(num_replicas, "num_replicas")
     if R < 1:
         raise ValueError(f"num_replicas should be a positive integer, but got {R}")
-    if pool_size is not None and _as_index(pool_size, "pool_size") < 1:
-        raise ValueError(f"pool_size should be a positive integer or None, but got {pool_size}")
+    pool_size = check_pool_size(pool_size)
     seed, epoch = _as_index(seed, "seed"), _as_index(epoch, "epoch")
     if seed < 0 or epoch < 0:
         raise ValueError(f"seed and epoch should be non-negative integers, but got seed={seed}, epoch={epoch}")
@@ -396,22 +492,19 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
         p_item, p_bin, p_size, p_start = np.arange(L.size), item_bin, size, np.zeros(L.size, np.int64)
     p_item, p_bin, p_size, p_start = _sort_by(p_bin, p_item, p_bin, p_size, p_start)  # opener first
 
-    # deal the rows of each shape into batches; a group = the rows of one split sample
+    # deal the rows of each shape into batches, the long shape first (the short one
+    # may take samples out of long rows that end a batch); a group = the rows of one split sample
     cont = np.zeros(bin_cap.size, bool)
     cont[p_bin[p_start > 0]] = True  # rows 2.. of a split sample stay with the row before
-    dealt_by_shape = []
-    for s, (B, Ts) in enumerate(shapes):
-        bins = np.flatnonzero(bin_cap == Ts)
-        group_start = np.flatnonzero(~cont[bins])
-        while (dealt := _deal_rows(bins.size, group_start, B, R)) is None:
-            # fewer rows than batches needed: move one sample out of a shared row into its own
-            new_bin = bin_cap.size
-            p_bin = _break_row(p_bin, p_size, p_start, bins, new_bin, long_only=s == 1, T=T, R=R, shape=(B, Ts))
-            bin_cap = np.append(bin_cap, Ts)
-            cont = np.append(cont, False)
-            group_start = np.append(group_start, bins.size)
-            bins = np.append(bins, new_bin)
-        dealt_by_shape.append((bins, dealt))
+    opener = np.ones(p_bin.size, bool)
+    opener[1:] = p_bin[1:] != p_bin[:-1]
+    lay = _Layout(p_item, p_bin.copy(), p_size, p_start, opener, bin_cap, cont, p_item.size)
+    dealt_by_shape: list = [None] * len(shapes)
+    long_ends = None
+    for s in reversed(range(len(shapes))):
+        dealt_by_shape[s] = _deal_shape(lay, shapes[s], s == 1, T, R, L[order], long_ends)
+        long_ends = _batch_ends(*dealt_by_shape[s])
+    p_item, p_bin, p_size, p_start, bin_cap = lay.item, lay.bin, lay.size, lay.start, lay.bin_cap
     batch_of_bin = np.empty(bin_cap.size, np.int64)
     local_row = np.empty(bin_cap.size, np.int64)
     batch_shape, n_batches = [], 0
@@ -421,7 +514,7 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
         nb = int(dealt[-1]) + 1 if dealt.size else 0
         batch_shape += [shape] * nb
         n_batches += nb
-    # offsets within rows (again: rows may have been broken up)
+    # offsets within rows (again: samples may have moved to rows of their own)
     p_item, p_bin, p_size, p_start = _sort_by(p_bin, p_item, p_bin, p_size, p_start)
     cs = np.cumsum(p_size) - p_size
     p_off = cs - cs[np.searchsorted(p_bin, np.arange(bin_cap.size))[p_bin]]

@@ -69,24 +69,101 @@ def test_state_dict_batches_done_and_checks():
     same.load_state_dict(state)
 
 
+def check_ranks(L, samplers, overflow="second_shape"):
+    """Every rank's epoch: same count, same shape per step, rows within the tiles, every
+    sample at least once and at most num_replicas - 1 repeats per shape."""
+    R = len(samplers)
+    per_rank = [list(s) for s in samplers]
+    assert len({len(b) for b in per_rank}) == 1 and all(len(b) == len(s) for b, s in zip(per_rank, samplers))
+    for step in zip(*per_rank):
+        decoded = [pack_rows(L[b], samplers[0].shapes, overflow=overflow) for b in step]  # rows <= B, or raises
+        assert len({d.shape for d in decoded}) == 1, "same shape on every rank at every step"
+        assert all(0 < len(b) and sum(L[b]) <= d.shape[0] * d.shape[1] for b, d in zip(step, decoded))
+    flat = np.concatenate([np.concatenate(b) for b in per_rank if b])
+    counts = np.bincount(flat, minlength=len(L))
+    assert counts.size == len(L) and counts.min() >= 1, "every sample at least once per epoch, over all ranks"
+    assert counts.sum() - len(L) <= (R - 1) * len(samplers[0].shapes), "at most R - 1 repeats per shape"
+    return counts
+
+
 @settings(max_examples=15, deadline=None)
 @given(n=st.integers(1, 150), R=st.integers(1, 4), seed=st.integers(0, 5),
        overflow=st.sampled_from(["second_shape", "split"]))
 def test_ranks_in_step(n, R, seed, overflow):
     L = np.random.default_rng(seed).integers(0, 100, n)
-    try:
-        samplers = [PackingBatchSampler(L, max_tokens=256, seq_len=64, overflow=overflow, seed=seed,
-                                        num_replicas=R, rank=r) for r in range(R)]
-        per_rank = [list(s) for s in samplers]
-    except ValueError as e:
-        assert "num_replicas" in str(e)
-        return
-    assert len({len(b) for b in per_rank}) == 1 and all(len(b) == len(s) for b, s in zip(per_rank, samplers))
-    for step in zip(*per_rank):
-        shapes = {pack_rows(L[b], samplers[0].shapes, overflow=overflow).shape for b in step}
-        assert len(shapes) == 1, "same shape on every rank at every step"
-    flat = np.concatenate([np.concatenate(b) for b in per_rank if b]) if any(per_rank) else np.zeros(0)
-    assert np.array_equal(np.sort(flat), np.arange(n)), "every sample once per epoch, over all ranks"
+    samplers = [PackingBatchSampler(L, max_tokens=256, seq_len=64, overflow=overflow, seed=seed,
+                                    num_replicas=R, rank=r) for r in range(R)]
+    counts = check_ranks(L, samplers, overflow)
+    if R == 1:
+        assert np.all(counts == 1)
+
+
+def replicas(L, R, **kw):
+    return [PackingBatchSampler(L, **kw, num_replicas=R, rank=r) for r in range(R)]
+
+
+@pytest.mark.parametrize("n_long, R", [(6, 4), (6, 3), (130, 4)])
+def test_one_row_long_batches_on_any_number_of_ranks(n_long, R):
+    # each [1, 104] batch holds one long sample; 6 or 130 of them on 4 ranks used to raise at len()
+    L = np.array([100] * n_long + [10] * 40)
+    samplers = replicas(L, R, seq_len=64, max_tokens=150)
+    assert samplers[0].shapes == ((2, 64), (1, 104))
+    for epoch in range(3):
+        for s in samplers:
+            s.set_epoch(epoch)
+        counts = check_ranks(L, samplers)
+        assert counts.sum() - L.size == -(-n_long // R) * R - n_long  # the long batches' remainder only
+
+
+def test_six_short_samples_on_three_ranks_each_once():
+    # five 5s top up long rows, 60 is the short shape's only row; two 5s take short rows instead
+    L = np.array([96] + [90] * 5 + [60] + [5] * 5)
+    samplers = replicas(L, 3, seq_len=64, max_tokens=128)
+    for epoch in range(3):
+        for s in samplers:
+            s.set_epoch(epoch)
+        assert np.all(check_ranks(L, samplers) == 1)
+
+
+def test_small_pools_every_epoch():
+    L = np.array([92, 109, 17])
+    samplers = replicas(L, 2, seq_len=64, max_tokens=506, pool_size=2)
+    for epoch in range(6):
+        for s in samplers:
+            s.set_epoch(epoch)
+        check_ranks(L, samplers)
+
+
+def test_random_small_configs_every_epoch():
+    rng = np.random.default_rng(11)
+    for trial in range(60):
+        L = rng.integers(0, 110, int(rng.integers(1, 20)))
+        R, pool = int(rng.integers(1, 5)), int(rng.integers(2, 9))
+        overflow = str(rng.choice(["second_shape", "split"]))
+        try:
+            samplers = replicas(L, R, seq_len=64, max_tokens=int(rng.integers(128, 600)), pool_size=pool,
+                                overflow=overflow, seed=trial)
+        except ValueError as e:
+            assert "needs" in str(e), e          # a sample over the budget, refused at construction
+            continue
+        for epoch in range(4):
+            for s in samplers:
+                s.set_epoch(epoch)
+            check_ranks(L, samplers, overflow)
+
+
+@pytest.mark.parametrize("kw, err, match", [
+    (dict(lengths=[]), ValueError, "lengths should be non-empty"),
+    (dict(pool_size=0), ValueError, "pool_size should be a positive integer or None, but got 0"),
+    (dict(pool_size=-3), ValueError, "pool_size should be a positive integer or None, but got -3"),
+    (dict(pool_size=2.5), TypeError, "pool_size should be an integer"),
+    (dict(pool_size="8"), TypeError, "pool_size should be an integer"),
+    (dict(pool_size=True), TypeError, "pool_size should be a positive integer or None"),
+])
+def test_bad_arguments_refused_at_construction(kw, err, match):
+    kw = {"lengths": LENGTHS, **kw}
+    with pytest.raises(err, match=match):
+        PackingBatchSampler(kw.pop("lengths"), max_tokens=256, **kw)
 
 
 def test_dataloader_integration():
