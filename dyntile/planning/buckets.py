@@ -71,6 +71,9 @@ def _as_lengths(lengths, name: str = "lengths") -> np.ndarray:
         raise ValueError(f"{name} should be non-empty, but got shape {arr.shape}")
     if arr.ndim == 2 and arr.shape[1] == 0:
         raise ValueError(f"{name} of shape (n, d) needs d >= 1, but got shape {arr.shape}")
+    if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
+        pos = np.unravel_index(int(np.argmax(arr.reshape(-1))), arr.shape)
+        raise ValueError(f"{name} should be below 2**63, but got {name}[{', '.join(map(str, pos))}]={int(arr[pos])}")
     arr = arr.astype(np.int64, copy=False)
     neg = np.flatnonzero(arr.reshape(-1) < 0)
     if neg.size:
@@ -476,10 +479,13 @@ def plan_buckets(lengths, max_buckets: int | Sequence[int] = 8, multiple: int = 
     m = check_multiple(multiple)
     p = _POWER[_check_cost(cost)]
     d = 1 if L.ndim == 1 else L.shape[1]
-    ks = (max_buckets,) * d if isinstance(max_buckets, (int, np.integer)) else tuple(max_buckets)
-    if len(ks) != d:
-        raise ValueError(f"max_buckets should be an int or {d} ints (one per axis), but got {max_buckets!r}")
-    ks = tuple(operator.index(k) for k in ks)
+    ks = (max_buckets,) * d if not isinstance(max_buckets, (list, tuple, np.ndarray)) else tuple(max_buckets)
+    try:
+        if len(ks) != d:
+            raise TypeError
+        ks = tuple(operator.index(k) for k in ks)
+    except TypeError:
+        raise TypeError(f"max_buckets should be an int or {d} ints (one per axis), but got {max_buckets!r}") from None
     for a, k in enumerate(ks):
         if k < 1:
             raise ValueError(f"max_buckets should be >= 1, but got {k}" + (f" for axis {a}" if d > 1 else ""))

@@ -107,6 +107,11 @@ def test_bad_lengths(bad, exc, msg):
         plan_buckets(bad)
 
 
+def test_lengths_beyond_int64_are_named():
+    with pytest.raises(ValueError, match=r"below 2\*\*63, but got lengths\[1\]=9223372036854775808"):
+        plan_buckets(np.array([1, 2 ** 63], np.uint64))
+
+
 def test_bad_lengths_2d_names_row_and_column():
     with pytest.raises(ValueError, match=r"lengths\[2, 1\]=-1"):
         plan_buckets([[1, 2], [3, 4], [5, -1]])
@@ -117,6 +122,8 @@ def test_bad_lengths_2d_names_row_and_column():
     ({"multiple": 0}, "multiple should be a positive integer"),
     ({"cost": "cubic"}, "cost should be one of"),
     ({"max_buckets": (2, 3)}, "one per axis"),
+    ({"max_buckets": 2.5}, r"max_buckets should be an int .* but got 2.5"),
+    ({"max_buckets": None}, r"max_buckets should be an int"),
 ])
 def test_bad_options(kwargs, msg):
     with pytest.raises((ValueError, TypeError), match=msg):
