@@ -48,14 +48,24 @@ def torch_fill_bits(fill, token) -> int:
     """Bit pattern of ``fill`` in a torch-only float dtype ``token`` (e.g. bfloat16)."""
     import math
 
+    import numbers
+
     torch = sys.modules["torch"]
+    if isinstance(fill, np.ndarray) and fill.ndim == 0:
+        fill = fill.item()
+    if not isinstance(fill, (numbers.Real, np.integer, np.floating, np.bool_)):
+        raise TypeError(f"fill should be a real number, but got {fill!r} of type {type(fill).__name__}")
     try:
         f = float(fill)
-    except (TypeError, ValueError, OverflowError):
-        raise ValueError(f"fill={fill!r} cannot be stored in {token}") from None
+    except OverflowError:
+        raise ValueError(f"fill={fill!r} overflows {token}") from None
     t = torch.tensor(f, dtype=torch.float64).to(token)
-    if math.isfinite(f) and not math.isfinite(float(t)):
-        raise ValueError(f"fill={fill!r} overflows {token}")
+    stored = float(t)
+    # torch saturates some float8 types (1000 -> 448, inf -> 448): compare with the range
+    if math.isfinite(f) and (not math.isfinite(stored) or abs(f) > torch.finfo(token).max):
+        raise ValueError(f"fill={fill!r} overflows {token} (max {torch.finfo(token).max})")
+    if math.isinf(f) and not math.isinf(stored):
+        raise ValueError(f"fill={fill!r} cannot be stored in {token}: it has no infinity")
     width = t.element_size()
     bits = int(t.view(getattr(torch, _BIT_VIEWS[width])).item())
     return bits & ((1 << (8 * width)) - 1)
@@ -96,6 +106,32 @@ def as_numpy(x, what: str = "array"):
     return arr, None
 
 
+def overlaps(x: np.ndarray, y: np.ndarray) -> bool:
+    """Whether ``x`` and ``y`` share an element in memory (exactly where NumPy can
+    tell within a small budget; else, conservatively, True when their bounds meet)."""
+    if not np.may_share_memory(x, y):
+        return False
+    try:
+        return bool(np.shares_memory(x, y, max_work=1 << 16))
+    except np.exceptions.TooHardError:
+        return True
+
+
+def memory_view(x) -> np.ndarray:
+    """A NumPy view of the memory of ``x`` (a NumPy array, or a CPU tensor: conjugate
+    and negative bits dropped, dtypes NumPy lacks seen as integers of their width),
+    for overlap checks; never a copy."""
+    if not is_torch_tensor(x):
+        return np.asarray(x)
+    if x.is_conj():
+        x = x.conj()                          # a view without the bit, same memory
+    if x.is_neg():
+        x = x._neg_view()
+    if torch_dtype_token(x) is not None:
+        x = x.view(getattr(sys.modules["torch"], _BIT_VIEWS[x.element_size()]))
+    return x.detach().numpy()
+
+
 def wrap_like(result: np.ndarray, torch_like: bool, token=None):
     """Return ``result`` as a torch tensor (sharing memory) when the input was torch."""
     if not torch_like:
@@ -105,19 +141,31 @@ def wrap_like(result: np.ndarray, torch_like: bool, token=None):
     return t.view(token) if token is not None else t
 
 
-def check_out(out, shape: tuple, dtype: np.dtype, what: str = "the result") -> np.ndarray:
+def check_out(out, shape: tuple, dtype: np.dtype, what: str = "the result", token=None,
+              inputs: tuple = ()) -> np.ndarray:
     """The NumPy view of a user's ``out=`` (NumPy array or CPU torch tensor), checked
-    for shape, dtype and writability the way NumPy checks ``out`` arguments."""
+    for shape, dtype and writability the way NumPy checks ``out`` arguments, and for
+    overlap with the NumPy views ``inputs`` (the kernels do not buffer). ``token``: the
+    result's torch-only dtype (bfloat16...), which ``dtype`` carries as integers."""
+    out_token = None
     if is_torch_tensor(out):
-        arr, _ = as_numpy(out, what="out")
+        if out.is_conj() or out.is_neg():
+            raise ValueError("out is a conjugate or negative view, whose memory holds other values than it "
+                             "shows; pass a tensor without the bit (e.g. torch.empty_like(out))")
+        arr, out_token = as_numpy(out, what="out")
     elif isinstance(out, np.ndarray):
         arr = out
     else:
         raise TypeError(f"out should be a NumPy array or torch tensor, but got {type(out).__name__}")
     if arr.shape != tuple(shape):
         raise ValueError(f"out has shape {arr.shape}, but {what} has shape {tuple(shape)}")
-    if arr.dtype != dtype:
-        raise TypeError(f"out has dtype {arr.dtype}, but {what} has dtype {dtype}")
+    if arr.dtype != dtype or out_token != token:
+        have = out.dtype if is_torch_tensor(out) and (out_token or token) else arr.dtype
+        raise TypeError(f"out has dtype {have}, but {what} has dtype {token or dtype}")
+    for x in inputs:
+        if overlaps(arr, x):
+            raise ValueError(f"out overlaps an input in memory; {what} cannot be written over its data "
+                             f"(pass a separate out)")
     if not arr.flags.writeable:
         raise ValueError("out is read-only")
     return arr

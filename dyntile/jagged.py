@@ -12,7 +12,6 @@ tensors and packed token streams use: ``values`` ``(N, *rest)`` holds ``B`` rows
 from __future__ import annotations
 
 import math
-import operator
 import sys
 
 import numpy as np
@@ -96,8 +95,7 @@ def _row_lengths(lengths) -> list:
 def _padded_length(longest: int, multiple, shape, plan, rest: tuple) -> int:
     """``T``: ``shape[0]``, the plan's boundary, or ``longest`` rounded up to ``multiple``."""
     if shape is not None:
-        dims = shape if isinstance(shape, (tuple, list)) or np.ndim(shape) else (shape,)
-        target = tuple(operator.index(s) for s in dims)
+        target = _shapes.check_shape(shape)
         if len(target) not in (1, 1 + len(rest)) or (len(target) > 1 and target[1:] != rest):
             raise ValueError(f"shape should be (T,) or (T, {', '.join(map(str, rest))}) for values with "
                              f"rows of shape {rest}, but got {target}")

@@ -13,6 +13,7 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from dyntile.arrays import memory_view, overlaps
 from dyntile.cpu import gemm as _GEMM
 from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.threads import in_forked_child, max_threads
@@ -202,7 +203,7 @@ def _check_out(out, shapes: MatmulShapes, res_dtype: np.dtype, a: np.ndarray, b:
     batch: they broadcast to it (``shapes`` then has out's batch)."""
     if is_torch_tensor(out):
         _check_out_grad(out)
-        out_np = _torch_memory(out)
+        out_np = memory_view(out)
     elif isinstance(out, np.ndarray):
         out_np = out
     else:
@@ -241,18 +242,9 @@ def _out_shapes(out_shape: tuple, shapes: MatmulShapes, a_shape: tuple, b_shape:
 
 def _check_disjoint(out_np: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     for name, x in (("a", a), ("b", b)):
-        if _overlaps(out_np, x):
+        if overlaps(out_np, x):
             raise ValueError(f"matmul: out overlaps operand {name} in memory; the result "
                              f"cannot be written over an input (pass a separate out)")
-
-
-def _overlaps(x: np.ndarray, y: np.ndarray) -> bool:
-    if not np.may_share_memory(x, y):
-        return False
-    try:
-        return bool(np.shares_memory(x, y, max_work=1 << 16))
-    except np.exceptions.TooHardError:
-        return True
 
 
 def _check_threads(threads, flops: int) -> int:
@@ -348,19 +340,6 @@ def _torch_only_dtype(x) -> bool:
     return x.dtype == torch.bfloat16 or "float8" in str(x.dtype)
 
 
-def _torch_memory(t) -> np.ndarray:
-    """A NumPy view of a CPU tensor's memory, for shape and overlap checks: conjugate and
-    negative bits dropped, and dtypes NumPy lacks seen as integers of their width."""
-    if t.is_conj():
-        t = t.conj()                          # a view without the bit, same memory
-    if t.is_neg():
-        t = t._neg_view()
-    if _torch_only_dtype(t):
-        torch = sys.modules["torch"]
-        t = t.view({1: torch.uint8, 2: torch.int16}[t.element_size()])
-    return t.detach().numpy()
-
-
 def _torch_operand(x, name: str):
     torch = sys.modules["torch"]
     if not is_torch_tensor(x):
@@ -387,7 +366,7 @@ def _torch_matmul(a, b, out, threads):
         _out_shapes(tuple(out.shape), shapes, tuple(a_t.shape), tuple(b_t.shape))
         if not torch.can_cast(dtype, out.dtype):
             raise TypeError(f"matmul: cannot write the {dtype} result into out of dtype {out.dtype}")
-        _check_disjoint(_torch_memory(out), _torch_memory(a_t), _torch_memory(b_t))
+        _check_disjoint(memory_view(out), memory_view(a_t), memory_view(b_t))
     result = torch.matmul(a_t.to(dtype), b_t.to(dtype))
     if out is None:
         return result

@@ -30,7 +30,7 @@ def padding_mask(lengths, shape, *, side: str = "right"):
     torch_like = is_torch_tensor(lengths)
     n, _ = as_numpy(lengths, what="lengths")
     shape = check_shape(shape)
-    n = n.astype(np.int64, copy=False).reshape(len(n), -1) if n.ndim else n.reshape(1, 1)
+    n = _as_sizes(n, len(shape))
     if n.shape[1] != len(shape):
         raise ValueError(f"lengths give {n.shape[1]} sizes per sample but shape={shape} has {len(shape)} axes")
     if len(shape) == 1:
@@ -44,6 +44,23 @@ def padding_mask(lengths, shape, *, side: str = "right"):
             k = n[:, a].reshape((-1,) + (1,) * len(shape))
             mask &= (pos < k) if side == "right" else (pos >= size - k)
     return wrap_like(mask, torch_like)
+
+
+def _as_sizes(n: np.ndarray, d: int) -> np.ndarray:
+    """Lengths as int64 ``(B, d')``: ``(B,)`` is one size per sample, ``(B, d')`` d' sizes;
+    integers only (1.9 is not cut to 1), below 2**63."""
+    if n.size == 0 and n.dtype == np.float64 and n.ndim == 1:
+        n = n.astype(np.int64)                # np.asarray([]) is float64
+    if n.dtype.kind not in "iu":
+        raise TypeError(f"lengths should be integers, but got an array of dtype {n.dtype}")
+    if n.ndim > 2:
+        raise ValueError(f"lengths should have shape (B,) or (B, d), but got shape {n.shape}")
+    if n.dtype == np.uint64 and n.size and n.max() > np.iinfo(np.int64).max:
+        raise ValueError(f"lengths should be below 2**63, but got {int(n.max())}")
+    n = n.astype(np.int64, copy=False)
+    if n.ndim == 0:
+        return n.reshape(1, 1)
+    return n.reshape(len(n), 1) if n.ndim == 1 else n
 
 
 def _mask_rows(lengths: np.ndarray, T: int, side: str) -> np.ndarray:

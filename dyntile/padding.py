@@ -16,7 +16,7 @@ import numpy as np
 
 from dyntile import shapes as _shapes
 from dyntile import tensor_reader
-from dyntile.arrays import as_numpy, check_out, torch_numpy_dtype, wrap_like
+from dyntile.arrays import as_numpy, check_out, memory_view, torch_numpy_dtype, wrap_like
 from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_torch_tensor
@@ -98,6 +98,11 @@ def _normalize(samples: list, dtype, promote: bool = True):
     arrays = [a if a.dtype == dt else a.astype(dt, casting="unsafe") for a in arrays]
     shapes = np.array([a.shape for a in arrays], dtype=np.int64).reshape(len(arrays), ndim)
     return arrays, shapes, dt, torch_like, token
+
+
+def _memory_of(samples: list) -> tuple:
+    """NumPy views of the memory of the array samples (lists have none of the user's)."""
+    return tuple(memory_view(x) for x in samples if isinstance(x, np.ndarray) or is_torch_tensor(x))
 
 
 def _cast_torch_only(x, token, dtype: np.dtype, i: int) -> np.ndarray:
@@ -290,7 +295,7 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
             return _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out)
         host, shapes, dt, torch_like, token = _normalize(samples, dtype, promote)
     target = (len(host),) + _target_shape(shapes, multiple, axes, shape, plan)
-    dest = (None if out is None else check_out(out, target, dt, "this batch"))
+    dest = None if out is None else check_out(out, target, dt, "this batch", token, _memory_of(samples))
     if dest is None:
         dest = np.empty(target, dt)
     _copy_batch(host, dest, fill, left, token)
@@ -313,7 +318,7 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
         return None
     dt, token = torch_numpy_dtype(tdtype)
     target = (len(samples),) + _target_shape(shapes, multiple, axes, shape, plan)
-    dest = (None if out is None else check_out(out, target, dt, "this batch"))
+    dest = None if out is None else check_out(out, target, dt, "this batch", token, _memory_of(samples))
     bits = kernel_fill_bits(fill, dt, token)
     if bits is None:
         return None

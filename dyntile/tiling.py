@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from dyntile import shapes as _shapes
-from dyntile.arrays import as_numpy, check_out, wrap_like
+from dyntile.arrays import as_numpy, check_out, memory_view, wrap_like
 from dyntile.cpu import tile as _tile
 from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.dtypes import moved_by_kernels
@@ -29,11 +29,12 @@ def _host(x, what: str):
     return arr, torch_like, token
 
 
-def _dest(out, shape: tuple, dt: np.dtype):
-    """A C-contiguous buffer to write, and the user's ``out`` array (or None) to copy into."""
+def _dest(out, shape: tuple, dt: np.dtype, token, x):
+    """A C-contiguous buffer to write, and the user's ``out`` array (or None) to copy
+    into; ``out`` must not overlap the input ``x``."""
     if out is None:
         return np.empty(shape, dt), None
-    arr = check_out(out, shape, dt)
+    arr = check_out(out, shape, dt, token=token, inputs=(memory_view(x),))
     return (arr, None) if arr.flags.c_contiguous else (np.empty(shape, dt), arr)
 
 
@@ -60,7 +61,7 @@ def tile(x, tile, *, fill=0, out=None):
     tshape = _shapes.tiled_shape(arr.shape, (tm, tn))
     M, N = arr.shape[-2:]
     gm, gn = tshape[-4:-2]
-    dest, user_out = _dest(out, tshape, arr.dtype)
+    dest, user_out = _dest(out, tshape, arr.dtype, token, x)
     bits = kernel_fill_bits(fill, arr.dtype, token)
     if bits is not None:
         B = math.prod(arr.shape[:-2])
@@ -88,6 +89,8 @@ def untile(t, shape, *, out=None):
     >>> np.array_equal(untile(tile(x, (2, 4)), (3, 5)), x)
     True
     """
+    if not hasattr(t, "shape"):
+        t = np.asarray(t)                     # a nested list, as tile takes
     tshape = tuple(int(s) for s in t.shape)
     if len(tshape) < 4:
         raise ValueError(f"untile needs a tiled array (..., gm, gn, tm, tn) of at least 4 dimensions, "
@@ -109,7 +112,7 @@ def untile(t, shape, *, out=None):
 
         return _cuda.untile_from(t, (M, N), out=out)
     arr, torch_like, token = _host(t, "t")
-    dest, user_out = _dest(out, lead + (M, N), arr.dtype)
+    dest, user_out = _dest(out, lead + (M, N), arr.dtype, token, t)
     if token is not None or moved_by_kernels(arr.dtype):
         B = math.prod(lead)
         t5 = np.ascontiguousarray(arr).reshape((B, gm, gn, tm, tn))

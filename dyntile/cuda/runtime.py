@@ -99,9 +99,10 @@ def output(out, out_shape: tuple, dtype, like=None, what: str = "the result"):
     if out is None:
         return allocate(out_shape, dtype, like)
     dest = as_device(out, "out")
-    if tuple(dest.shape) != tuple(out_shape) or numpy_dtype(dest.dtype) != dtype:
-        raise ValueError(f"out should have shape {tuple(out_shape)} and dtype {dtype} for {what}, but got "
-                         f"{tuple(dest.shape)} {numpy_dtype(dest.dtype)}")
+    if tuple(dest.shape) != tuple(out_shape):          # NumPy's kinds: a wrong shape ValueError, a wrong dtype TypeError
+        raise ValueError(f"out should have shape {tuple(out_shape)} for {what}, but got {tuple(dest.shape)}")
+    if numpy_dtype(dest.dtype) != dtype:
+        raise TypeError(f"out should have dtype {dtype} for {what}, but got {numpy_dtype(dest.dtype)}")
     return out, dest
 
 

@@ -132,6 +132,8 @@ def test_shapes_must_be_integers():
     with pytest.raises(TypeError, match="out should be an array"):
         dt.pad_to(np.ones(2), (3,), out=[0, 0, 0])
     assert dt.pad_to(np.ones(2), np.int64(3)).tolist() == [1.0, 1.0, 0.0]
+    with pytest.raises(TypeError, match=r"shape\[0\] should be an integer"):
+        dt.pad_jagged(np.ones(3), [3], shape=(4.0,))
 
 
 def test_promote_false_rejects_mixed_dtypes():

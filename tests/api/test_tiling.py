@@ -64,3 +64,20 @@ def test_tile_errors():
         dt.untile(x, (5, 7))
     with pytest.raises(ValueError, match="does not match the leading axes"):
         dt.untile(dt.tile(np.ones((2, 5, 7)), (2, 4)), (3, 5, 7))
+
+
+def test_out_must_not_overlap_the_input():
+    buf = np.arange(16.0)
+    with pytest.raises(ValueError, match="out overlaps an input"):
+        dt.tile(buf.reshape(4, 4), (2, 2), out=buf.reshape(2, 2, 2, 2))
+    with pytest.raises(ValueError, match="out overlaps an input"):
+        dt.untile(buf.reshape(2, 2, 2, 2), (4, 4), out=buf.reshape(4, 4))
+    buf = np.arange(1.0, 9.0)
+    with pytest.raises(ValueError, match="out overlaps an input"):
+        dt.pad_to(buf[:4], (8,), side="left", out=buf)
+    big = np.arange(20.0)
+    assert dt.pad_to(big[:4], (8,), out=big[10:18]).tolist() == [0, 1, 2, 3, 0, 0, 0, 0]   # disjoint: fine
+
+
+def test_untile_takes_nested_lists():
+    assert dt.untile([[[[1, 2], [3, 4]]]], (2, 2)).tolist() == [[1, 2], [3, 4]]

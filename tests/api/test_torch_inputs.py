@@ -128,3 +128,36 @@ def test_token_rows_with_a_plan_threads_and_lengths(monkeypatch):
         assert lengths.tolist() == [len(s) for s in seqs]
     with pytest.raises(ValueError, match="largest boundary"):
         dt.pad_batch([torch.arange(65)], plan=plan)
+
+
+def test_out_of_a_torch_only_dtype_must_match_it():
+    """bfloat16 and int16 share a width: the out check compares the torch dtypes too."""
+    x = torch.ones(2, 2, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match="out has dtype torch.int16, but the result has dtype torch.bfloat16"):
+        dt.tile(x, (2, 2), out=torch.zeros(1, 1, 2, 2, dtype=torch.int16))
+    with pytest.raises(TypeError, match="out has dtype int16, but this batch has dtype torch.bfloat16"):
+        dt.pad_to(torch.ones(2, dtype=torch.bfloat16), (3,), out=np.zeros(3, np.int16))
+    with pytest.raises(TypeError, match="out has dtype torch.bfloat16, but the result has dtype int16"):
+        dt.untile(torch.full((1, 1, 2, 2), 16256, dtype=torch.int16), (2, 2), out=torch.zeros(2, 2, dtype=torch.bfloat16))
+    out = torch.zeros(1, 1, 2, 2, dtype=torch.bfloat16)
+    assert dt.tile(x, (2, 2), out=out) is out and out.eq(1).all()
+
+
+def test_conjugate_or_negative_out_is_refused():
+    z = torch.zeros(1, 1, 2, 2, dtype=torch.complex64)
+    with pytest.raises(ValueError, match="conjugate or negative view"):
+        dt.tile(torch.full((2, 2), 1 + 1j), (2, 2), out=z.conj())
+    with pytest.raises(ValueError, match="conjugate or negative view"):
+        dt.pad_to(torch.ones(1), (2,), fill=5, out=torch.zeros(2, dtype=torch.complex64).conj().imag)
+
+
+def test_float8_and_bfloat16_fills_are_checked():
+    x8 = torch.zeros(1, 1, dtype=torch.float8_e4m3fn)
+    for fill in (1000, -1e5):                                  # torch saturates to 448: still an overflow
+        with pytest.raises(ValueError, match="overflows torch.float8_e4m3fn"):
+            dt.tile(x8, (1, 2), fill=fill)
+    with pytest.raises(ValueError, match="no infinity"):
+        dt.pad_jagged(torch.zeros(1, dtype=torch.float8_e4m3fn), [1], fill=float("inf"), multiple=2)
+    assert dt.tile(x8, (1, 2), fill=448).float().tolist() == [[[[0.0, 448.0]]]]
+    with pytest.raises(TypeError, match="fill should be a real number"):
+        dt.tile(torch.zeros(1, 1, dtype=torch.bfloat16), (1, 2), fill="2.5")
