@@ -79,7 +79,10 @@ class DynTileCollate:
     (this collate's plan grows a boundary; per process). ``pack``: delegate to
     :func:`loaders.packed_collate.collate_packed`: a ``PackingBatchSampler`` (its
     ``shapes`` and ``overflow``), a sequence of ``(B, T)`` shapes, or a dict of its
-    keyword arguments.
+    keyword arguments. ``pad_values`` (under the dict's own), ``pin_memory``,
+    ``return_stats``, ``stats`` and ``worker_transfer`` apply to packed batches too;
+    the layout options (``plan``, ``batch_multiple``, ``mask_key``, ``tile``...) are
+    refused with ``pack``.
 
     ``worker_transfer``: how a dict batch built in a ``DataLoader`` worker reaches the
     main process. ``"one_buffer"`` (default) sends its tensors of up to 1 MiB each in
@@ -139,7 +142,12 @@ class DynTileCollate:
         self._pin = self.pin_memory and _pinning_available()
         self.overflow = overflow
         self.return_stats = bool(return_stats)
-        self.pack = _pack_options(pack)
+        self.pack = _pack_options(pack, self.pad_values)
+        if self.pack is not None:
+            _check_pack_options(plan=plan, multiple=multiple, fill=fill, side=side, pad_keys=pad_keys, axes=axes,
+                                batch_multiple=batch_multiple, bucket_rows=bucket_rows, mask_key=mask_key,
+                                lengths_key=lengths_key, mask_from=mask_from, mask_dtype=mask_dtype, tile=tile,
+                                overflow=overflow)
         self.worker_transfer = worker_transfer
         self._worker_buffer = worker_transfer == "one_buffer"
         self.stats = CollateStats()
@@ -160,8 +168,7 @@ class DynTileCollate:
         if len(samples) == 0:
             raise ValueError("DynTileCollate needs at least one sample, but got an empty batch")
         if self.pack is not None:
-            from .packed_collate import collate_packed
-            return collate_packed(samples, **self.pack, pad_values=self.pad_values)
+            return self._collate_packed(samples)
         if self._direct and type(samples) is list and type(samples[0]) is dict:
             out = self._collate_rows(samples)
             if out is not None:
@@ -214,6 +221,24 @@ class DynTileCollate:
         if self.mask_from is not None and self.mask_from not in padded:
             return None                                  # the walk raises, naming the padded leaves
         self._add_mask_and_lengths(out, padded)
+        if self.return_stats:
+            out[STATS_KEY] = _counts(real, total, shapes, 0, 0)
+        self.stats.add(real, total, shapes)
+        return out
+
+    def _collate_packed(self, samples: Sequence) -> dict:
+        """``pack=``: :func:`loaders.packed_collate.collate_packed`, with this collate's
+        counters, ``return_stats`` and pinning."""
+        from .packed_collate import collate_packed
+
+        out = collate_packed(samples, **self.pack)
+        B, T = out["packing"].shape
+        tokens = int(out["packing"].sizes.sum())
+        shapes = [(k, tuple(v.shape)) for k, v in out.items()        # the token keys: [B, T, *rest]
+                  if isinstance(v, torch.Tensor) and v.shape[:2] == (B, T) and k not in _PACKED_METADATA]
+        real, total = tokens * len(shapes), B * T * len(shapes)
+        if self._pin:
+            out = map_tensors(out, lambda t, key: t.pin_memory())
         if self.return_stats:
             out[STATS_KEY] = _counts(real, total, shapes, 0, 0)
         self.stats.add(real, total, shapes)
@@ -581,11 +606,34 @@ def _bucket_rows(plan, bucket_rows, batch_multiple) -> dict | None:
     return dict(zip(shapes, rows))
 
 
-def _pack_options(pack) -> dict | None:
+def _pack_options(pack, pad_values: dict) -> dict | None:
+    """``collate_packed``'s keyword arguments from ``pack=``; ``pad_values`` are this
+    collate's, under those the dict itself gives."""
     if pack is None:
         return None
     if hasattr(pack, "shapes"):                      # a PackingBatchSampler
-        return {"shapes": list(pack.shapes), "overflow": getattr(pack, "overflow", "second_shape")}
-    if isinstance(pack, Mapping):
-        return dict(pack)
-    return {"shapes": list(pack)}
+        options = {"shapes": list(pack.shapes), "overflow": getattr(pack, "overflow", "second_shape")}
+    elif isinstance(pack, Mapping):
+        options = dict(pack)
+    else:
+        options = {"shapes": list(pack)}
+    options["pad_values"] = {**pad_values, **dict(options.get("pad_values") or {})}
+    return options
+
+
+#: what collate_packed adds beside the token keys
+_PACKED_METADATA = frozenset({"position_ids", "segment_ids", "attention_mask"})
+#: options of DynTileCollate that the packed layout decides itself, with their defaults
+_NOT_WITH_PACK = {"plan": None, "multiple": 8, "fill": 0, "side": "right", "pad_keys": None, "axes": None,
+                  "batch_multiple": None, "bucket_rows": None, "mask_key": "attention_mask",
+                  "lengths_key": "lengths", "mask_from": None, "mask_dtype": torch.bool, "tile": None,
+                  "overflow": "error"}
+
+
+def _check_pack_options(**given) -> None:
+    """``ValueError`` naming the options given with ``pack=`` that it would ignore."""
+    ignored = [k for k, v in given.items() if v is not _NOT_WITH_PACK[k] and v != _NOT_WITH_PACK[k]]
+    if ignored:
+        raise ValueError(f"with pack=, the packed layout sets the shapes, masks and padding, so {ignored} "
+                         f"would be ignored; drop them (pad_values, pin_memory, return_stats and "
+                         f"worker_transfer apply; collate_packed's own options go in the pack dict)")

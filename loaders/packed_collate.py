@@ -28,13 +28,18 @@ of split samples):
 * ``lengths`` int64 ``(n,)``: each sample's length, in sample order; ``packing``:
   the :class:`~dyntile.planning.packing.PackedBatch` (row and offset of each piece).
 
-Label keys (``label_keys``, default ``("labels",)``; pad value -100): with
-``mask_boundary_labels=True`` the label of the *first token of every piece* is set
-to -100 too, so that a model shifting labels by one (logit ``t`` predicts label
-``t + 1``) never learns to predict a sample's first token from its neighbour's last.
+Label keys (``label_keys``, default ``("labels",)``; pad value -100 unless
+``pad_values`` names another): with ``mask_boundary_labels=True`` the label of the
+*first token of every piece* is set to that pad value too, so that a model shifting
+labels by one (logit ``t`` predicts label ``t + 1``) never learns to predict a
+sample's first token from its neighbour's last.
+
+A key the samples bring themselves (their own ``position_ids``, say) is kept: the
+output of that name is not computed.
 """
 from __future__ import annotations
 
+import numbers
 import operator
 from collections.abc import Mapping
 from typing import Any, Sequence
@@ -62,8 +67,11 @@ def _is_token_leaf(v) -> bool:
 def _split_sample(s, i: int, token_keys: list | None):
     """``(token leaves, other leaves)`` of sample ``i`` (a dict, or one bare sequence)."""
     if type(s) is not dict and not isinstance(s, Mapping):
-        if not _is_token_leaf(s):
-            raise TypeError(f"sample {i} should be a dict or a 1-D sequence of tokens, but got {type(s).__name__}")
+        if not _is_token_leaf(s) or (isinstance(s, (list, tuple)) and s
+                                     and isinstance(s[0], (torch.Tensor, np.ndarray, list, tuple))):
+            raise TypeError(f"sample {i} should be a dict (e.g. {{'input_ids': ..., 'labels': ...}}) or one "
+                            f"1-D sequence of tokens, but got a {type(s).__name__}"
+                            + (" of sequences" if isinstance(s, (list, tuple)) and s else ""))
         return {_DEFAULT_KEY: s}, {}
     tokens, other = {}, {}
     for k, v in s.items():
@@ -176,7 +184,7 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
         except (TypeError, ValueError) as e:                       # a fill the dtype cannot hold
             raise type(e)(f"pad value {fill!r} for key {key!r}: {e}") from None
         if key in label_keys and mask_boundary_labels:
-            dense.view(B * T, *dense.shape[2:]).index_fill_(0, boundaries, IGNORE_INDEX)
+            dense.view(B * T, *dense.shape[2:]).index_fill_(0, boundaries, fill)
         out[key] = dense
 
     # per token of the flat stream: position within its sample, segment number in its row
@@ -187,20 +195,31 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
     seg_in_row = (np.arange(P) - packed.row_splits[packed.rows] + 1).astype(np.int32)
     segment = np.repeat(seg_in_row, packed.sizes)
     cu = _cu_seqlens(packed, used, starts)
-    out["position_ids"] = torch.from_numpy(pad_jagged(position, rows, shape=(T,))[0])
-    out["segment_ids"] = torch.from_numpy(pad_jagged(segment, rows, shape=(T,))[0])
-    out["cu_seqlens"] = torch.from_numpy(cu)
-    out["max_seqlen"] = int(np.diff(cu).max())
-    if attention_mask:
-        seg = out["segment_ids"]
-        out["attention_mask"] = seg[:, :, None] == seg[:, None, :]
-    out["lengths"] = torch.from_numpy(lengths)
-    for key in sorted({k for _, o in split or () for k in o}):
-        values = [o.get(key) for _, o in split]
-        try:
-            out[key] = torch.as_tensor(np.asarray(values)) if all(
-                isinstance(v, (int, float, bool, np.generic)) for v in values) else values
-        except (TypeError, ValueError):
-            out[key] = values
+    segment_ids = torch.from_numpy(pad_jagged(segment, rows, shape=(T,))[0])
+    computed = {"position_ids": lambda: torch.from_numpy(pad_jagged(position, rows, shape=(T,))[0]),
+                "segment_ids": lambda: segment_ids, "cu_seqlens": lambda: torch.from_numpy(cu),
+                "max_seqlen": lambda: int(np.diff(cu).max()),
+                "attention_mask": (lambda: segment_ids[:, :, None] == segment_ids[:, None, :]) if attention_mask else None,
+                "lengths": lambda: torch.from_numpy(lengths)}
+    others = sorted({k for _, o in split or () for k in o})
+    for key, make in computed.items():
+        if make is not None and key not in out and key not in others:    # a sample's own key is kept
+            out[key] = make()
+    for key in others:
+        out[key] = _stack_leaf([o.get(key) for _, o in split])
     out["packing"] = packed
     return out
+
+
+def _stack_leaf(values: list):
+    """Per-sample values of a non-token key: a tensor for numbers and 0-d arrays or
+    tensors, else the list as it is (strings, None, mixed)."""
+    if all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in values):
+        return torch.stack(values)
+    if all(isinstance(v, (numbers.Number, np.generic)) or (isinstance(v, np.ndarray) and v.ndim == 0)
+           for v in values):
+        try:
+            return torch.as_tensor(np.asarray(values))
+        except (TypeError, ValueError):
+            pass
+    return values

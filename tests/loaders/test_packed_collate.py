@@ -150,12 +150,43 @@ def test_zero_length_samples_repeat_cu_seqlens():
     ([[1] * 6, [2] * 6, [3] * 6], {}, ValueError, "need 3 rows"),
     ([[1] * 9], {}, ValueError, "longer than the rows"),
     ([3], {}, TypeError, "sample 0 should be a dict"),
+    ([(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))], {}, TypeError, "but got a tuple of sequences"),
     ([{"input_ids": np.zeros((2, 3)), "x": np.zeros((2, 3))}, {"input_ids": np.zeros((2, 4)), "x": np.zeros((2, 3))}],
      {}, ValueError, "only the first axis may differ"),
 ])
 def test_bad_input(samples, kw, exc, match):
     with pytest.raises(exc, match=match):
         collate_packed(samples, [(2, 8)], **kw)
+
+
+def test_samples_own_keys_and_scalar_leaves():
+    out = collate_packed([{"input_ids": [1, 2, 3], "position_ids": [5, 6, 7], "y": torch.tensor(3)},
+                          {"input_ids": [4], "position_ids": [9], "y": torch.tensor(4)}], [(1, 8)])
+    assert out["position_ids"].tolist() == [[5, 6, 7, 9, 0, 0, 0, 0]]     # the samples' own, packed
+    assert torch.equal(out["y"], torch.tensor([3, 4]))                   # 0-d tensors stacked
+    out = collate_packed([{"input_ids": [1], "z": np.array(2.5)}, {"input_ids": [2], "z": np.array(1.5)}], [(1, 8)])
+    assert out["z"].tolist() == [2.5, 1.5]
+
+
+def test_boundary_labels_take_the_label_pad_value():
+    out = collate_packed([{"input_ids": [1, 2], "labels": [1, 2]}, {"input_ids": [3], "labels": [3]}],
+                         [(1, 8)], pad_values={"labels": -1})
+    assert out["labels"].tolist() == [[-1, 2, -1, -1, -1, -1, -1, -1]]
+
+
+def test_collate_pack_option_counts_and_refuses_what_it_ignores():
+    from loaders import DynTileCollate
+
+    c = DynTileCollate(pack={"shapes": [(2, 8)], "pad_values": {"input_ids": 5}}, pad_values={"labels": -7},
+                       return_stats=True)
+    out = c([{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}, {"input_ids": [4, 5], "labels": [4, 5]}])
+    assert out["input_ids"][0].tolist() == [1, 2, 3, 4, 5, 5, 5, 5]
+    assert out["labels"][0].tolist() == [-7, 2, 3, -7, 5, -7, -7, -7]
+    assert out["collate_stats"]["real_elements"] == 10 and out["collate_stats"]["padded_elements"] == 32
+    assert c.stats.batches == 1 and c.stats.shapes == {("input_ids", (2, 8)): 1, ("labels", (2, 8)): 1}
+    for kw in ({"batch_multiple": 4}, {"mask_key": "am"}, {"tile": (2, 2)}, {"fill": 1}):
+        with pytest.raises(ValueError, match=f"with pack=.*{list(kw)[0]}"):
+            DynTileCollate(pack=[(2, 8)], **kw)
 
 
 # --------------------------------------------------------------------------- the real proof
