@@ -4,8 +4,8 @@
   ``torch.nn.utils.rnn.pad_sequence``;
 * ``bench_import``  -- ``import dyntile`` (and ``loaders``) and the first CUDA call
   under Numba's simulator, each in a fresh interpreter;
-* ``bench_matmul``, ``bench_collate``, ``bench_planning``, ``bench_packing``,
-  ``bench_cuda`` -- GEMM, collate, planner and sampler, packing, device kernels.
+* ``bench_matmul``, ``bench_collate``, ``bench_planning``, ``bench_packing`` --
+  GEMM, collate, planner and sampler, packing.
 
 Each class holds one topic: ``params``/``param_names`` with the library beside
 dyntile as a parameter, every allocation in ``setup``, ``time_*`` for speed,

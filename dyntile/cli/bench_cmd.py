@@ -30,7 +30,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``dyntile bench``."""
     p.add_argument("--repeat", type=int, default=5, help="runs per figure, median reported (default 5)")
     p.add_argument("--quick", action="store_true", help="small sizes only (a few seconds)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random inputs (default 0)")
 
 
 def median_time(fn: Callable[[], object], repeat: int) -> float:

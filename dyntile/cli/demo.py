@@ -104,8 +104,8 @@ def _parse_methods(text: str) -> list[str]:
     from dyntile.cli.methods import METHODS
     names = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in names if m not in METHODS]
-    if bad or not names:
-        raise CLIError(f"--methods should list some of {','.join(METHODS)}, but got {text!r}")
+    if bad or not names or len(set(names)) != len(names):
+        raise CLIError(f"--methods should list some of {','.join(METHODS)}, each once, but got {text!r}")
     return names
 
 
@@ -125,10 +125,13 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     from dyntile.cli.torch_import import require_torch
     torch = require_torch()
     methods = _parse_methods(args.methods)
+    if args.plot:
+        from dyntile.cli.plot import require_matplotlib
+        require_matplotlib()                  # before the run, not after it
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     import dyntile
-    from dyntile.cli.methods import TokenDataset, build_batching
+    from dyntile.cli.methods import TokenDataset, build_batching, pack_seq_len
     from dyntile.cli.model import TinyTransformer
     from dyntile.cli.train import train, warm_up_compiler
 
@@ -143,7 +146,7 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     plan = dyntile.plan_buckets(lengths, max_buckets=args.buckets, multiple=args.multiple, cost=args.cost)
     print(f"corpus : {corpus.name}" + (" (lengths only: token ids drawn at random)" if corpus.synthetic else ""), file=out)
     print(f"lengths: {describe_lengths(lengths)}", file=out)
-    print(f"plan   : {len(plan.boundaries)} buckets {list(plan.boundaries)}, batch sizes "
+    print(f"plan   : {_count(len(plan.boundaries), 'bucket')} {list(plan.boundaries)}, batch sizes "
           f"{list(plan.batch_sizes(args.batch_tokens, multiple=1))} at {args.batch_tokens} tokens/batch, "
           f"planned padding {100 * plan.padding_ratio(lengths, cost='linear'):.1f}%", file=out)
     out.flush()
@@ -175,8 +178,9 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     print(file=out)
     print(format_table(headers, rows), file=out)
     print(file=out)
+    seq_len = pack_seq_len(lengths, args.pack_len, args.batch_tokens, plan.multiple)
     for note in _notes(args, compile_backend, dict(zip(methods, stats)), plan.padding_ratio(lengths, cost="linear"),
-                       warm_up):
+                       warm_up, seq_len, int((lengths > seq_len).sum())):
         print(note, file=out)
     if args.plot:
         from dyntile.cli.methods import LABELS
@@ -195,12 +199,33 @@ def _row(label: str, ls: LoaderStats, tr) -> list:
             f"{tr.tokens_per_s:.0f}", f"{tr.steady_tokens_per_s:.0f}", f"{tr.first_loss:.2f}->{tr.last_loss:.2f}"]
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _packing_note(shapes, seq_len: int, longer: int, overflow: str) -> str:
+    """What the packed shapes ``(B, T)`` mean, for rows of ``seq_len`` tokens of which
+    ``longer`` samples do not fit."""
+    named = ", ".join(f"{b}x{t}" for b, t in sorted(shapes, key=lambda bt: bt[1]))
+    if longer == 0:
+        return f"dyntile packing: shape {named} (B x T): rows of T={seq_len} tokens hold every sample whole."
+    if overflow == "split":
+        return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} are split "
+                f"into chunks over consecutive rows, each chunk its own segment (--pack-overflow).")
+    alone = " (every sample is, so only that shape is used)" if len(shapes) == 1 else ""
+    return (f"dyntile packing: shapes {named} (B x T); the {longer} samples longer than T={seq_len} (--pack-len) "
+            f"are kept whole in rows of the second shape{alone} (--pack-overflow).")
+
+
 def _torch_threads() -> int:
     import torch
     return torch.get_num_threads()
 
 
-def _notes(args, backend, stats: dict, planned: float, warm_up: float) -> list[str]:
+def _notes(args, backend, stats: dict, planned: float, warm_up: float, seq_len: int = 0,
+           longer: int = 0) -> list[str]:
+    """The lines under the table; ``seq_len``: the packed rows' ``T``, ``longer``: the
+    samples longer than it."""
     how = "eager (--no-compile)" if backend is None else f"torch.compile(backend={backend!r})"
     notes = [
         "batches, shapes, padded %, loader b/s: one pass of the DataLoader over the epoch"
@@ -216,11 +241,7 @@ def _notes(args, backend, stats: dict, planned: float, warm_up: float) -> list[s
                         f"(planned {100 * planned:.1f}%) + {100 * b.empty_row_slots / max(b.slots, 1):.1f}% in empty "
                         "rows that top up each bucket's last batch (one shape per bucket).")
     if "packing" in stats:
-        shapes = sorted(stats["packing"].shapes, key=lambda bt: bt[1])
-        how_long = ("kept whole in rows of the second shape" if args.pack_overflow == "second_shape"
-                    else "split into chunks over consecutive rows, each chunk its own segment")
-        notes.insert(1, f"dyntile packing: [B, T] shapes {', '.join(str(list(x)) for x in shapes)}; samples longer "
-                        f"than T={shapes[0][1]} are {how_long} (--pack-overflow).")
+        notes.insert(1, _packing_note(stats["packing"].shapes, seq_len, longer, args.pack_overflow))
     if backend is not None:
         notes.append("graphs: graphs torch.compile built (first compile + every recompilation); "
                      "the baselines use torch.compile's defaults (a static graph, then one dynamic graph "

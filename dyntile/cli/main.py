@@ -102,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nstart with: dyntile demo", file=sys.stdout)
         return 0
     try:
+        if getattr(args, "seed", 0) < 0:
+            raise CLIError(f"--seed should be a non-negative integer, but got {args.seed}")
         return _dispatch(args)
     except (CLIError, ValueError) as exc:
         print(f"dyntile: error: {exc}", file=sys.stderr)

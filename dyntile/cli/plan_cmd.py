@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -38,19 +39,26 @@ def run_plan(args: argparse.Namespace, out=None) -> int:
     for name in ("buckets", "multiple", "batch_tokens"):
         if getattr(args, name) < 1:
             raise CLIError(f"--{name.replace('_', '-')} should be a positive integer, but got {getattr(args, name)}")
+    if args.out and not Path(args.out).resolve().parent.is_dir():      # say so before the work, not after
+        raise CLIError(f"--out {args.out}: the folder {Path(args.out).resolve().parent} does not exist")
     import dyntile
 
     corpus = load_corpus(args.data, field=args.field, pad_id=args.pad_id, allow_pickle=args.allow_pickle,
                          limit=args.limit, vocab_size=args.vocab_size, seed=args.seed, max_length=args.max_length)
     lengths = corpus.lengths
     plan = dyntile.plan_buckets(lengths, max_buckets=args.buckets, multiple=args.multiple, cost=args.cost)
+    try:
+        rows = plan_rows(plan, lengths, args.batch_tokens)
+    except ValueError as exc:                 # a budget under one sample of a bucket
+        raise CLIError(f"--batch-tokens {args.batch_tokens}: {exc}") from None
     print(f"data   : {corpus.name}", file=out)
     print(f"lengths: {describe_lengths(lengths)}", file=out)
-    print(f"plan   : {len(plan.boundaries)} buckets, multiple {plan.multiple}, cost {plan.cost}, "
+    n = len(plan.boundaries)
+    print(f"plan   : {n} bucket{'' if n == 1 else 's'}, multiple {plan.multiple}, cost {plan.cost}, "
           f"budget {args.batch_tokens} tokens/batch", file=out)
     print(file=out)
     headers = ["bucket", "boundary", "samples", "share %", "batch size", "tokens/batch", "padded %"]
-    print(format_table(headers, plan_rows(plan, lengths, args.batch_tokens)), file=out)
+    print(format_table(headers, rows), file=out)
     print(file=out)
     plain = 1.0 - lengths.sum() / (lengths.size * int(lengths.max()))
     print(f"expected padding: {100 * plan.padding_ratio(lengths, cost='linear'):.1f}% of tokens, "

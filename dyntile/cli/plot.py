@@ -8,12 +8,11 @@ import numpy as np
 
 from dyntile.cli.errors import CLIError
 
-__all__ = ["plot_demo"]
+__all__ = ["plot_demo", "require_matplotlib"]
 
 
-def plot_demo(path, lengths: np.ndarray, boundaries: Sequence[int], methods: Sequence[str],
-              padded_fractions: Sequence[float]) -> Path:
-    """Write a two-panel figure to ``path`` (format from its extension) and return the path."""
+def require_matplotlib():
+    """``matplotlib.pyplot`` (the Agg backend off a notebook), or ``CLIError`` saying how to install it."""
     try:
         import matplotlib
         if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
@@ -21,6 +20,13 @@ def plot_demo(path, lengths: np.ndarray, boundaries: Sequence[int], methods: Seq
         import matplotlib.pyplot as plt
     except ImportError:
         raise CLIError("--plot needs matplotlib, which is not installed: pip install matplotlib") from None
+    return plt
+
+
+def plot_demo(path, lengths: np.ndarray, boundaries: Sequence[int], methods: Sequence[str],
+              padded_fractions: Sequence[float]) -> Path:
+    """Write a two-panel figure to ``path`` (format from its extension) and return the path."""
+    plt = require_matplotlib()
     path = Path(path)
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     ax1.hist(lengths, bins=np.geomspace(max(1, lengths.min()), lengths.max() + 1, 60), color="0.6")

@@ -6,7 +6,8 @@ Accepted files (by extension):
 * ``.npy``   -- 1-D integer lengths; a 2-D integer array (one row of token ids per
   sample, trailing ``pad_id`` values stripped when given); or a 1-D object array of
   id sequences (needs ``allow_pickle``: loading a pickle can run code);
-* ``.npz``   -- ``ids`` (all sequences joined) with ``offsets`` (``N + 1``), or ``lengths``;
+* ``.npz``   -- ``ids`` (all sequences joined) with ``offsets`` (``N + 1``), or ``lengths``
+  (or a single unnamed 1-D array of lengths, as ``np.savez(f, lengths)`` writes);
 * ``.jsonl`` -- one JSON object per line; ``field`` holds a list of token ids or a text.
 
 Every error names the file and, where there is one, the line or sample.
@@ -109,7 +110,10 @@ def _npz(path: Path, seed: int) -> Corpus:
             return Corpus.from_sequences([ids[a:b] for a, b in zip(offsets[:-1], offsets[1:])], path.name)
         if "lengths" in keys:
             return Corpus.from_lengths(data["lengths"], path.name, seed)
-    raise CLIError(f"{path.name}: expected arrays 'ids' and 'offsets', or 'lengths'; found {sorted(keys)}")
+        if keys == {"arr_0"}:                     # np.savez(f, lengths): one unnamed array
+            return Corpus.from_lengths(data["arr_0"], path.name, seed)
+    raise CLIError(f"{path.name}: expected arrays 'ids' and 'offsets', or 'lengths' (or one unnamed "
+                   f"array of lengths); found {sorted(keys)}")
 
 
 def _npy(path: Path, pad_id: int | None, allow_pickle: bool, seed: int) -> Corpus:

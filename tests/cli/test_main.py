@@ -95,6 +95,13 @@ def test_bad_input_exits_nonzero_with_a_clear_message(capsys, tmp_path):
     _fails(capsys, ["demo", "--methods", "random,magic"], "--methods should list")
     _fails(capsys, ["demo", "--limit", "50", "--batch-tokens", "8", "--no-compile"], "raise --batch-tokens")
     _fails(capsys, ["demo", "--d-model", "30", "--heads", "4"], "multiple of --heads")
+    _fails(capsys, ["demo", "--methods", "packing,packing"], "each once")
+    _fails(capsys, ["bench", "--seed", "-1"], "--seed should be a non-negative integer")
+    np.save(tmp_path / "u64.npy", np.array([2 ** 63, 5], np.uint64))
+    _fails(capsys, ["plan", str(tmp_path / "u64.npy")], "u64.npy: lengths should be below 2**63")
+    np.save(tmp_path / "ok.npy", np.array([40, 50, 60]))
+    _fails(capsys, ["plan", str(tmp_path / "ok.npy"), "--batch-tokens", "10"], "--batch-tokens 10: ")
+    _fails(capsys, ["plan", str(tmp_path / "ok.npy"), "--out", str(tmp_path / "no" / "p.json")], "does not exist")
     assert main(["demo", "--no-such-flag"]) == 2
     assert "unrecognized arguments" in capsys.readouterr().err
 
@@ -144,3 +151,15 @@ def test_missing_torch_is_reported_with_the_install_command():
 def test_python_dash_m_version():
     r = subprocess.run([sys.executable, "-m", "dyntile", "--version"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == f"dyntile {dyntile.__version__}"
+
+
+def test_packing_note_says_what_the_shapes_mean():
+    from dyntile.cli.demo import _packing_note
+
+    one = _packing_note([(1, 1496)], 1496, 0, "second_shape")
+    assert "shape 1x1496" in one and "hold every sample whole" in one and "second shape" not in one
+    two = _packing_note([(256, 8), (2, 784)], 8, 5, "second_shape")
+    assert "2x784" in two and "256x8" in two and "the 5 samples longer than T=8" in two
+    only_long = _packing_note([(2, 784)], 8, 200, "second_shape")
+    assert "only that shape is used" in only_long
+    assert "split into chunks" in _packing_note([(4, 64)], 64, 3, "split")

@@ -38,6 +38,8 @@ def test_npz_ids_offsets_and_lengths(tmp_path):
     assert c.lengths.tolist() == [2, 3] and c.sequence(1).tolist() == [7, 8, 9]
     np.savez(tmp_path / "l.npz", lengths=np.array([3, 4]))
     assert read_corpus(tmp_path / "l.npz").lengths.tolist() == [3, 4]
+    np.savez(tmp_path / "u.npz", np.array([5, 2]))                   # unnamed: np.savez(f, lengths)
+    assert read_corpus(tmp_path / "u.npz").lengths.tolist() == [5, 2]
     np.savez(tmp_path / "bad.npz", ids=np.arange(4), offsets=np.array([0, 9]))
     with pytest.raises(CLIError, match="offsets"):
         read_corpus(tmp_path / "bad.npz")
