@@ -212,9 +212,11 @@ def _packing_note(shapes, seq_len: int, longer: int, overflow: str) -> str:
     if overflow == "split":
         return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} are split "
                 f"into chunks over consecutive rows, each chunk its own segment (--pack-overflow).")
-    alone = " (every sample is, so only that shape is used)" if len(shapes) == 1 else ""
+    if len(shapes) == 1:
+        return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} (--pack-len) "
+                f"are kept whole in its rows, and the shorter ones share those rows (--pack-overflow).")
     return (f"dyntile packing: shapes {named} (B x T); the {longer} samples longer than T={seq_len} (--pack-len) "
-            f"are kept whole in rows of the second shape{alone} (--pack-overflow).")
+            f"are kept whole in rows of the second shape (--pack-overflow).")
 
 
 def _torch_threads() -> int:

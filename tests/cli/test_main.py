@@ -161,5 +161,5 @@ def test_packing_note_says_what_the_shapes_mean():
     two = _packing_note([(256, 8), (2, 784)], 8, 5, "second_shape")
     assert "2x784" in two and "256x8" in two and "the 5 samples longer than T=8" in two
     only_long = _packing_note([(2, 784)], 8, 200, "second_shape")
-    assert "only that shape is used" in only_long
+    assert "kept whole in its rows, and the shorter ones share those rows" in only_long
     assert "split into chunks" in _packing_note([(4, 64)], 64, 3, "split")
