@@ -47,7 +47,6 @@ def torch_numpy_dtype(torch_dtype):
 def torch_fill_bits(fill, token) -> int:
     """Bit pattern of ``fill`` in a torch-only float dtype ``token`` (e.g. bfloat16)."""
     import math
-
     import numbers
 
     torch = sys.modules["torch"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_exact_cast", "check_round_trip", "exactly_representable", "promote_samples", "KERNEL_KINDS", "moved_by_kernels"]
+__all__ = ["check_exact_cast", "check_round_trip", "exactly_representable", "promote_samples", "KERNEL_KINDS",
+           "moved_by_kernels"]
 
 #: dtype kinds the width-typed copy kernels move as raw bits (itemsize 1, 2, 4 or 8)
 KERNEL_KINDS = frozenset("biufcmM")
