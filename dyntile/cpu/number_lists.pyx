@@ -83,6 +83,8 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
     exactly (outside int64, or rounded in float64): nothing is cut or rounded, the
     caller decides.
     """
+    if cnp.PyArray_NDIM(out) != 2 or not cnp.PyArray_IS_C_CONTIGUOUS(out) or cnp.PyArray_DIMS(out)[0] != len(samples):
+        raise ValueError("out should be a C-contiguous (B, T) array")      # before reading T
     cdef Py_ssize_t n = len(samples), T = cnp.PyArray_DIMS(out)[1], i, j, m, lo
     cdef int64_t iv
     cdef double d
@@ -90,8 +92,6 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
     cdef char* base = <char*>cnp.PyArray_DATA(out)
     cdef PyObject* v
     cdef list row
-    if not cnp.PyArray_IS_C_CONTIGUOUS(out) or cnp.PyArray_NDIM(out) != 2 or cnp.PyArray_DIMS(out)[0] != n:
-        raise ValueError("out should be a C-contiguous (B, T) array")
     if typenum not in (cnp.NPY_BOOL, cnp.NPY_INT64, cnp.NPY_FLOAT64):
         raise TypeError(f"out should be bool, int64 or float64, not {out.dtype}")
     for i in range(n):

@@ -234,8 +234,14 @@ def pad_pointers(const Py_ssize_t[::1] ptrs, const int64_t[:, ::1] shapes, const
     cdef int width = cnp.PyArray_ITEMSIZE(out)
     cdef int64_t out_shape[MAX_NDIM]
     cdef Py_ssize_t slab = 1
+    if nd < 0:
+        raise ValueError("pad kernel needs an out of shape (B, *sample shape), but got a 0-d out")
     if nd + 1 > MAX_NDIM:
         raise ValueError(f"pad kernel supports up to {MAX_NDIM - 1} sample dimensions, got {nd}")
+    if (shapes.shape[0] != n or strides.shape[0] != n or shapes.shape[1] != nd
+            or strides.shape[1] != nd):
+        raise ValueError(f"pad kernel needs shapes and strides of shape ({n}, {nd}), but got "
+                         f"({shapes.shape[0]}, {shapes.shape[1]}) and ({strides.shape[0]}, {strides.shape[1]})")
     if cnp.PyArray_DIMS(out)[0] != n:
         raise ValueError(f"out has {cnp.PyArray_DIMS(out)[0]} rows for {n} samples")
     if not cnp.PyArray_IS_C_CONTIGUOUS(out):

@@ -63,14 +63,14 @@ cdef void _tile_all(elem_t* out, const char* src, Py_ssize_t B, Py_ssize_t M, Py
 
 def tile_into(cnp.ndarray x, cnp.ndarray out, unsigned long long fill_bits, int num_threads=1):
     """``x`` ``(B, M, N)`` any strides -> ``out`` C-contiguous ``(B, gm, gn, tm, tn)``."""
+    if x.ndim != 3 or out.ndim != 5 or not cnp.PyArray_IS_C_CONTIGUOUS(out):    # before reading any shape
+        raise ValueError("tile_into needs x (B, M, N) and a C-contiguous out (B, gm, gn, tm, tn)")
     cdef Py_ssize_t B = x.shape[0], M = x.shape[1], N = x.shape[2]
     cdef Py_ssize_t gm = out.shape[1], gn = out.shape[2], tm = out.shape[3], tn = out.shape[4]
     cdef Py_ssize_t sb = x.strides[0], sm = x.strides[1], sn = x.strides[2]
     cdef int width = cnp.PyArray_ITEMSIZE(out)
     cdef const char* src = <const char*>cnp.PyArray_DATA(x)
     cdef void* dst = cnp.PyArray_DATA(out)
-    if x.ndim != 3 or out.ndim != 5 or not cnp.PyArray_IS_C_CONTIGUOUS(out):
-        raise ValueError("tile_into needs x (B, M, N) and a C-contiguous out (B, gm, gn, tm, tn)")
     if out.shape[0] != B or gm * tm < M or gn * tn < N or cnp.PyArray_ITEMSIZE(x) != width:
         raise ValueError("tile_into: out does not match x")
     if out.size == 0:
@@ -119,11 +119,11 @@ cdef inline void _untile_row(char* out, const char* src, Py_ssize_t r, Py_ssize_
 
 def untile_into(cnp.ndarray t, cnp.ndarray out, int num_threads=1):
     """``t`` C-contiguous ``(B, gm, gn, tm, tn)`` -> ``out`` C-contiguous ``(B, M, N)``."""
+    if t.ndim != 5 or out.ndim != 3 or not cnp.PyArray_IS_C_CONTIGUOUS(t) or not cnp.PyArray_IS_C_CONTIGUOUS(out):
+        raise ValueError("untile_into needs C-contiguous t (B, gm, gn, tm, tn) and out (B, M, N)")
     cdef Py_ssize_t B = out.shape[0], M = out.shape[1], N = out.shape[2]
     cdef Py_ssize_t gm = t.shape[1], gn = t.shape[2], tm = t.shape[3], tn = t.shape[4]
     cdef Py_ssize_t width = cnp.PyArray_ITEMSIZE(out)
-    if t.ndim != 5 or out.ndim != 3 or not cnp.PyArray_IS_C_CONTIGUOUS(t) or not cnp.PyArray_IS_C_CONTIGUOUS(out):
-        raise ValueError("untile_into needs C-contiguous t (B, gm, gn, tm, tn) and out (B, M, N)")
     if t.shape[0] != B or gm * tm < M or gn * tn < N or cnp.PyArray_ITEMSIZE(t) != width:
         raise ValueError("untile_into: out does not match t")
     if out.size == 0:

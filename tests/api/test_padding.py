@@ -262,12 +262,19 @@ _NUMBERS = {"bool": st.booleans(), "int": st.integers(-2**63, 2**63 - 1),
        data=st.data(), side=st.sampled_from(["right", "left"]), multiple=st.integers(1, 5))
 def test_number_lists_match_numpy_asarray(kinds, data, side, multiple):
     """Lists of Python numbers are read directly; the result equals padding each
-    ``numpy.asarray(list)`` (bool < int64 < float64; empty lists carry no type)."""
+    ``numpy.asarray(list)`` (bool < int64 < float64; empty lists carry no type),
+    except that a list of ints float64 would round is refused in a float64 batch."""
     element = st.one_of(*[_NUMBERS[k] for k in kinds])
     lists = data.draw(st.lists(st.lists(element, max_size=9), min_size=1, max_size=6))
-    batch, lengths = dt.pad_batch(lists, multiple=multiple, side=side, fill=1)
     typed = [np.asarray(x) for x in lists if x]
     want = np.result_type(*[a.dtype for a in typed]) if typed else np.dtype(np.int64)
+    with np.errstate(invalid="ignore"):           # 2**63 - 1 rounds up to 2**63, outside int64
+        rounds = [a.dtype.kind == "i" and (a.astype(np.float64).astype(np.int64) != a).any() for a in typed]
+    if want.kind == "f" and any(rounds):
+        with pytest.raises(TypeError, match="float64 cannot store exactly"):
+            dt.pad_batch(lists, multiple=multiple, side=side, fill=1)
+        return
+    batch, lengths = dt.pad_batch(lists, multiple=multiple, side=side, fill=1)
     assert batch.dtype == want
     T = -(-max(map(len, lists)) // multiple) * multiple
     ref = pad_reference([np.asarray(x, want) for x in lists], (T,), 1, side == "left", want)
@@ -331,3 +338,20 @@ def test_promote_false_keeps_tensors_and_arrays_apart():
     assert batch.tolist() == [[0, 1, 2, 0, 0, 0, 0, 0], [1, 2, 0, 0, 0, 0, 0, 0]]
     batch, _ = dt.pad_batch([torch.arange(3), np.arange(2)])           # promote=True mixes them
     assert isinstance(batch, torch.Tensor)
+
+
+def test_kernel_entries_check_ranks_before_reading_shapes():
+    """The Cython entries read no shape of an array of the wrong rank (a 0-d out has
+    no dims to read: that was a crash)."""
+    from dyntile.cpu import number_lists, pad, tile
+
+    calls = [lambda: tile.tile_into(np.zeros(4, np.float32), np.zeros((1, 1, 1, 4, 4), np.float32), 0),
+             lambda: tile.untile_into(np.zeros(4, np.float32), np.zeros(3, np.float32)),
+             lambda: number_lists.pad_into([[1]], np.zeros((), np.int64), 0, False),
+             lambda: pad.pad_pointers(np.zeros(1, np.intp), np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64),
+                                      np.zeros((), np.int64), 0, False),
+             lambda: pad.pad_pointers(np.zeros(1, np.intp), np.zeros((1, 0), np.int64), np.zeros((1, 0), np.int64),
+                                      np.zeros((1, 3), np.int64), 0, False)]
+    for call in calls:
+        with pytest.raises(ValueError):
+            call()

@@ -1,13 +1,14 @@
 """pad_rows (the collate's one-call route) against a reference padded by slicing."""
 import numpy as np
 import pytest
-import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dyntile as dt
 from dyntile.planning import BucketPlan
 from reference import pad_reference
+
+torch = pytest.importorskip("torch")
 
 
 def check(rows, got, T, fill, left, dtype):
