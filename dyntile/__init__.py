@@ -43,7 +43,7 @@ _EXPORTS = {
     "tile": "dyntile.tiling",
     "untile": "dyntile.tiling",
     "matmul": "dyntile.linalg",
-    "matmul_shapes": "dyntile.linalg",
+    "matmul_shapes": "dyntile.shapes",
     "plan_buckets": "dyntile.planning",
     "BucketPlan": "dyntile.planning",
     "pack_lengths": "dyntile.planning",

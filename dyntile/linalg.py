@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from dyntile.arrays import memory_view, overlaps
 from dyntile.cpu import gemm as _GEMM
 from dyntile.dispatch import backend_of, is_torch_tensor
+from dyntile.shapes import MatmulShapes, broadcast_batch, matmul_shapes
 from dyntile.threads import in_forked_child, max_threads
 
 __all__ = ["matmul", "matmul_shapes", "MatmulShapes"]
@@ -25,71 +25,6 @@ __all__ = ["matmul", "matmul_shapes", "MatmulShapes"]
 PARALLEL_FLOPS = 1 << 23
 #: never start more threads than this
 MAX_THREADS = 64
-
-_SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
-
-class MatmulShapes(NamedTuple):
-    """What a matmul of two operand shapes computes.
-
-    ``batch``: broadcast leading shape; ``m, k, n``: one product ``(m, k) @ (k, n)``
-    (a 1-D ``a`` is a ``(1, k)`` row, a 1-D ``b`` a ``(k, 1)`` column);
-    ``out_shape``: shape of the result (promoted 1-D axes removed);
-    ``a_vector`` / ``b_vector``: whether that operand was 1-D.
-    """
-
-    batch: tuple
-    m: int
-    k: int
-    n: int
-    out_shape: tuple
-    a_vector: bool
-    b_vector: bool
-
-
-def matmul_shapes(a_shape: Sequence[int], b_shape: Sequence[int]) -> MatmulShapes:
-    """Shapes of ``matmul(a, b)`` from the operand shapes, with NumPy's rules and errors.
-
-    >>> matmul_shapes((5, 1, 4, 3), (2, 3, 7))
-    MatmulShapes(batch=(5, 2), m=4, k=3, n=7, out_shape=(5, 2, 4, 7), a_vector=False, b_vector=False)
-    >>> matmul_shapes((3,), (3,)).out_shape
-    ()
-    """
-    a_shape, b_shape = tuple(int(s) for s in a_shape), tuple(int(s) for s in b_shape)
-    for i, shape in enumerate((a_shape, b_shape)):
-        if len(shape) == 0:
-            raise ValueError(
-                f"matmul: Input operand {i} does not have enough dimensions (has 0, gufunc "
-                f"core with signature {_SIGNATURE} requires 1); use * to multiply by a scalar")
-    a_vector, b_vector = len(a_shape) == 1, len(b_shape) == 1
-    m, k = (1, a_shape[0]) if a_vector else a_shape[-2:]
-    kb, n = (b_shape[0], 1) if b_vector else b_shape[-2:]
-    if k != kb:
-        raise ValueError(
-            f"matmul: shapes {a_shape} and {b_shape} are not aligned: the last axis of a "
-            f"(size {k}) must match the {'only' if b_vector else 'second-to-last'} axis of b "
-            f"(size {kb})")
-    a_batch, b_batch = a_shape[:-2], b_shape[:-2]
-    batch = _broadcast(a_batch, b_batch)
-    if batch is None:
-        raise ValueError(
-            f"matmul: batch dimensions of shapes {a_shape} and {b_shape} do not broadcast: "
-            f"{a_batch} vs {b_batch}")
-    out_shape = batch + (() if a_vector else (m,)) + (() if b_vector else (n,))
-    return MatmulShapes(batch, m, k, n, out_shape, a_vector, b_vector)
-
-
-def _broadcast(x: tuple, y: tuple):
-    """NumPy broadcasting of two shapes, or None if they do not broadcast."""
-    if len(x) < len(y):
-        x, y = y, x
-    y = (1,) * (len(x) - len(y)) + y
-    out = []
-    for p, q in zip(x, y):
-        if p != q and p != 1 and q != 1:
-            return None
-        out.append(q if p == 1 else p)
-    return tuple(out)
-
 
 def matmul(a, b, out=None, *, threads: int | None = None):
     """Matrix product with :func:`numpy.matmul` semantics, on dyntile's GEMM kernel.
@@ -233,7 +168,7 @@ def _out_shapes(out_shape: tuple, shapes: MatmulShapes, a_shape: tuple, b_shape:
     core = shapes.out_shape[len(shapes.batch):]
     lead = len(out_shape) - len(core)
     out_batch = out_shape[:lead]
-    if lead < 0 or out_shape[lead:] != core or _broadcast(shapes.batch, out_batch) != out_batch:
+    if lead < 0 or out_shape[lead:] != core or broadcast_batch(shapes.batch, out_batch) != out_batch:
         raise ValueError(f"matmul: out has shape {out_shape}, but the product of shapes "
                          f"{a_shape} and {b_shape} has shape {shapes.out_shape} (out may only "
                          f"add leading axes that the batch broadcasts to)")

@@ -250,8 +250,9 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
         numbers still take the batch dtype).
     out : array, optional
         Destination of shape ``(B, *padded)`` and the batch dtype.
-    device : "cuda", optional
-        Pad host arrays straight into a CUDA buffer (one host-to-device transfer).
+    device : "cuda" or "cpu", optional
+        ``"cuda"``: pad host arrays straight into a CUDA buffer (one host-to-device
+        transfer); ``"cpu"`` (as ``None``): on the host, unless the samples are CUDA arrays.
 
     Returns
     -------
@@ -269,6 +270,8 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
     samples = _as_list(arrays)
     if not samples:
         raise ValueError("pad_batch needs at least one array, but got an empty sequence")
+    if device == "cpu":                           # the host: what None means
+        device = None
     if axes is None and shape is None and out is None and dtype is None and device is None \
             and type(samples[0]) is not np.ndarray and is_torch_tensor(samples[0]):
         rows = _pad_token_rows(samples, multiple, plan, fill, left)
@@ -290,10 +293,16 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
         host, shapes, dt, torch_like, token = _normalize(samples, dtype, promote)
     else:
         if device is not None and device != "cuda":
-            raise ValueError(f"device should be None or 'cuda', but got {device!r}")
+            raise ValueError(f"device should be None, 'cpu' or 'cuda', but got {device!r}")
+        if device == "cuda":
+            _require_cuda()
         if device == "cuda" or backend_of(samples, what="arrays") == "cuda":
             return _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out)
         host, shapes, dt, torch_like, token = _normalize(samples, dtype, promote)
+    if dt.kind in "OUSV":
+        i = next((i for i, x in enumerate(samples) if getattr(x, "dtype", dt) == dt), 0)
+        raise TypeError(f"sample {i} has dtype {dt}; pad_batch pads numbers (bool, integer, float, complex, "
+                        f"datetime), not strings or objects")
     target = (len(host),) + _target_shape(shapes, multiple, axes, shape, plan)
     dest = None if out is None else check_out(out, target, dt, "this batch", token, _memory_of(samples))
     if dest is None:
@@ -494,6 +503,15 @@ def _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out):
     if buf is not dest:
         dest[...] = buf
     return (dest if out is None else out), lengths, int(lengths.max(initial=0)), int(lengths.sum())
+
+
+def _require_cuda() -> None:
+    """``RuntimeError`` saying so when ``device='cuda'`` was asked for on a machine without CUDA."""
+    from numba import cuda
+
+    if not cuda.is_available():
+        raise RuntimeError("device='cuda' needs a CUDA GPU and driver, which this machine lacks "
+                           "(numba.cuda.is_available() is False); pad on the host with device=None")
 
 
 def _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out):

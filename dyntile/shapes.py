@@ -6,9 +6,10 @@ CUDA backends, the planner and the loaders.
 from __future__ import annotations
 
 import operator
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
-__all__ = ["round_up", "padded_shape", "tile_grid", "tiled_shape", "check_multiple", "check_shape"]
+__all__ = ["round_up", "padded_shape", "tile_grid", "tiled_shape", "check_multiple", "check_shape",
+           "MatmulShapes", "matmul_shapes", "broadcast_batch"]
 
 
 def _as_index(value, name: str) -> int:
@@ -120,3 +121,70 @@ def check_tile(tile) -> tuple[int, int]:
     except (TypeError, ValueError):
         raise ValueError(f"tile should be a pair (tm, tn) of positive integers, but got {tile!r}") from None
     return check_multiple(tm, "tile[0]"), check_multiple(tn, "tile[1]")
+
+
+# ------------------------------------------------------------------ matmul's shapes
+
+_SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
+
+class MatmulShapes(NamedTuple):
+    """What a matmul of two operand shapes computes.
+
+    ``batch``: broadcast leading shape; ``m, k, n``: one product ``(m, k) @ (k, n)``
+    (a 1-D ``a`` is a ``(1, k)`` row, a 1-D ``b`` a ``(k, 1)`` column);
+    ``out_shape``: shape of the result (promoted 1-D axes removed);
+    ``a_vector`` / ``b_vector``: whether that operand was 1-D.
+    """
+
+    batch: tuple
+    m: int
+    k: int
+    n: int
+    out_shape: tuple
+    a_vector: bool
+    b_vector: bool
+
+
+def matmul_shapes(a_shape: Sequence[int], b_shape: Sequence[int]) -> MatmulShapes:
+    """Shapes of ``matmul(a, b)`` from the operand shapes, with NumPy's rules and errors.
+
+    >>> matmul_shapes((5, 1, 4, 3), (2, 3, 7))
+    MatmulShapes(batch=(5, 2), m=4, k=3, n=7, out_shape=(5, 2, 4, 7), a_vector=False, b_vector=False)
+    >>> matmul_shapes((3,), (3,)).out_shape
+    ()
+    """
+    a_shape, b_shape = tuple(int(s) for s in a_shape), tuple(int(s) for s in b_shape)
+    for i, shape in enumerate((a_shape, b_shape)):
+        if len(shape) == 0:
+            raise ValueError(
+                f"matmul: Input operand {i} does not have enough dimensions (has 0, gufunc "
+                f"core with signature {_SIGNATURE} requires 1); use * to multiply by a scalar")
+    a_vector, b_vector = len(a_shape) == 1, len(b_shape) == 1
+    m, k = (1, a_shape[0]) if a_vector else a_shape[-2:]
+    kb, n = (b_shape[0], 1) if b_vector else b_shape[-2:]
+    if k != kb:
+        raise ValueError(
+            f"matmul: shapes {a_shape} and {b_shape} are not aligned: the last axis of a "
+            f"(size {k}) must match the {'only' if b_vector else 'second-to-last'} axis of b "
+            f"(size {kb})")
+    a_batch, b_batch = a_shape[:-2], b_shape[:-2]
+    batch = broadcast_batch(a_batch, b_batch)
+    if batch is None:
+        raise ValueError(
+            f"matmul: batch dimensions of shapes {a_shape} and {b_shape} do not broadcast: "
+            f"{a_batch} vs {b_batch}")
+    out_shape = batch + (() if a_vector else (m,)) + (() if b_vector else (n,))
+    return MatmulShapes(batch, m, k, n, out_shape, a_vector, b_vector)
+
+
+def broadcast_batch(x: tuple, y: tuple):
+    """NumPy broadcasting of two shapes, or None if they do not broadcast."""
+    if len(x) < len(y):
+        x, y = y, x
+    y = (1,) * (len(x) - len(y)) + y
+    out = []
+    for p, q in zip(x, y):
+        if p != q and p != 1 and q != 1:
+            return None
+        out.append(q if p == 1 else p)
+    return tuple(out)

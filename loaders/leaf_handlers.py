@@ -85,8 +85,11 @@ def collate_sequence(ctx, items: list, key: str) -> list:
             raise TypeError(f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a "
                             f"{type(items[0]).__name__}; every sample's value of one key needs one kind")
         if len(item) != n:
-            raise ValueError(f"{_where(key)}: sample {i} has {len(item)} elements, but sample 0 has {n}; "
-                             f"sequences in a batch need equal sizes (use a list of numbers for a ragged leaf)")
+            what = "numbers" if not n or _is_number(items[0][0]) else type(items[0][0]).__name__
+            raise ValueError(f"{_where(key)}: sample {i} has {len(item)} elements, but sample 0 has {n}; a "
+                             f"{type(items[0]).__name__} of {what} is collated position by position (as "
+                             f"default_collate does), which needs equal sizes; only lists of numbers and "
+                             f"arrays are padded")
     return [ctx.walk(list(column), join_key(key, str(j))) for j, column in enumerate(zip(*items))]
 
 

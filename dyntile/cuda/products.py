@@ -1,6 +1,6 @@
 """``numpy.matmul`` for CUDA device arrays, on the GEMM kernel of :mod:`.gemm`.
 
-The wrapper applies matmul's rules through :func:`dyntile.linalg.matmul_shapes`
+The wrapper applies matmul's rules through :func:`dyntile.shapes.matmul_shapes`
 (1-D operands promoted then squeezed, leading axes broadcast, NumPy's errors), merges each operand's leading axes into one batch axis and hands
 the kernel two small int32 tables, ``a_index[z]`` and ``b_index[z]``: which matrix
 of A and of B output batch ``z`` multiplies. Broadcasting thus never copies data.
@@ -11,6 +11,8 @@ import functools
 import math
 
 import numpy as np
+
+from dyntile.shapes import matmul_shapes
 
 from .config import gemm_blocking
 from .gemm import gemm_kernel
@@ -52,8 +54,6 @@ def matmul(a, b, out=None):
     if dta != dtb or dta.name not in _DTYPES:
         raise TypeError(f"the CUDA matmul needs a and b of one dtype among {_DTYPES}, but got a {dta} and b {dtb}; "
                         f"cast them first (device kernels do not promote)")
-    from dyntile.linalg import matmul_shapes
-
     shapes = matmul_shapes(tuple(ad.shape), tuple(bd.shape))
     batch, M, K, N, out_shape = shapes.batch, shapes.m, shapes.k, shapes.n, shapes.out_shape
     result, dest = output(out, out_shape, dta, a)

@@ -9,9 +9,9 @@ padding over a sample of lengths:
 * ``cost="quadratic"``: padded attention cost, ``sum(L_pad**2 - L**2)``.
 
 For one axis the plan is exactly optimal: dynamic programming over the ``D``
-distinct lengths rounded up to ``multiple`` (``O(K * D**2)`` vectorised with NumPy,
-which is small because rounding leaves few distinct values: a million lengths plan
-in well under a second).
+distinct lengths rounded up to ``multiple``: each of the ``K`` layers is one pass of
+the Cython kernel :func:`dyntile.cpu.bucket_dp.dp_layer` (a monotone-queue trick,
+``O(D)`` per layer), so a million lengths plan in well under a second.
 
 For 2-D samples (``lengths`` of shape ``(n, d)``: image ``H, W``; spectrogram
 ``frames, bins``) every axis gets its own boundaries and a sample pads to the
@@ -22,7 +22,7 @@ exactly (weighted DP, weights = padded size of the other axes) while the others 
 held fixed, until the objective stops decreasing. Every step is exact, so the area
 never increases; the result is a local optimum of the joint problem.
 
-Pure NumPy; no torch.
+NumPy and that one Cython kernel; no torch.
 """
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ class BucketPlan:
             if i == len(b):
                 raise ValueError(
                     f"size {s} on axis {a} is over the largest boundary {b[-1]} of the plan; "
-                    f"extend the plan (plan.extend) or truncate the sample")
+                    f"extend the plan (plan.extend) or slice the sample first")
             out.append(b[i])
         return tuple(out)
 
@@ -225,18 +225,23 @@ class BucketPlan:
                 i = int(over[0])
                 where = f"lengths[{i}]" if lengths.ndim == 1 else f"lengths[{i}, {a}]"
                 raise ValueError(
-                    f"{where}={int(L[i, a])} is over the largest boundary {b[-1]} of axis {a} of the plan")
+                    f"{where}={int(L[i, a])} is over the largest boundary {b[-1]} of axis {a} of the plan "
+                    f"(the samplers take overflow='truncate' or 'extend'; plan.extend grows a plan)")
         return idx
 
     def bucket_of(self, lengths) -> np.ndarray:
-        """Bucket id of every sample: ``(n,)`` or ``(n, ndim)`` lengths -> int64 ``(n,)``.
+        """Bucket id of every sample: ``(n,)`` or ``(n, ndim)`` lengths -> int64 ``(n,)``;
+        one sample's length (an int, or ``ndim`` of them) -> an ``int``.
 
         Multi-axis ids enumerate the boundary grid in C order
         (``np.ravel_multi_index(per_axis_index, plan.grid)``).
 
-        >>> BucketPlan((8, 32)).bucket_of([0, 8, 9, 32]).tolist()
-        [0, 0, 1, 1]
+        >>> BucketPlan((8, 32)).bucket_of([0, 8, 9, 32]).tolist(), BucketPlan((8, 32)).bucket_of(9)
+        ([0, 0, 1, 1], 1)
         """
+        one = np.ndim(lengths) == 0 or (self.ndim > 1 and np.ndim(lengths) == 1)
+        if one:
+            return int(self.bucket_of(np.asarray(lengths).reshape(1, -1) if self.ndim > 1 else [lengths])[0])
         L = self._lengths_for(lengths)
         idx = self._axis_index(L)
         if self.ndim == 1:

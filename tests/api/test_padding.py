@@ -355,3 +355,13 @@ def test_kernel_entries_check_ranks_before_reading_shapes():
     for call in calls:
         with pytest.raises(ValueError):
             call()
+
+
+def test_strings_and_objects_are_refused_and_cpu_is_the_host():
+    with pytest.raises(TypeError, match="pads numbers .* not strings or objects"):
+        dt.pad_batch([np.array(["a", "b"]), np.array(["c"])])
+    with pytest.raises(TypeError, match="not strings or objects"):
+        dt.pad_batch([np.array([1, None], dtype=object)])
+    assert dt.pad_batch([np.ones(2)], device="cpu", multiple=4)[0].tolist() == [[1.0, 1.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match="device should be None, 'cpu' or 'cuda'"):
+        dt.pad_batch([np.ones(2)], device="gpu")

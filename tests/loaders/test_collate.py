@@ -309,6 +309,7 @@ def test_overflow_policies():
     ([{"a": (1, 2)}, {"a": 3}], TypeError, "key 'a': sample 1 is a int, but sample 0 is a tuple"),
     ([{"a": object()}, {"a": object()}], TypeError, "key 'a': cannot collate values of type object"),
     ([(1, 2), (1,)], ValueError, "sample 1 has 1 elements, but sample 0 has 2"),
+    ([{"a": ["x"]}, {"a": ["y", "z"]}], ValueError, "a list of str is collated position by position"),
     ([{"a": [1.5]}, {"a": [2]}], None, None),
     ([{"a": torch.ones(2, dtype=torch.uint8)}, {"a": [-1]}], TypeError,
      r"key 'a': sample 1 \(a list\) holds values that uint8 cannot store exactly"),

@@ -124,3 +124,11 @@ def test_from_json_rejects_other_text():
         BucketPlan.from_json('{"boundaries": [8]}')
     with pytest.raises(ValueError, match="not a BucketPlan"):
         BucketPlan.from_json("nope")
+
+
+def test_bucket_of_one_sample_gives_an_int():
+    from dyntile.planning import BucketPlan
+
+    assert BucketPlan((8, 16)).bucket_of(5) == 0 and BucketPlan((8, 16)).bucket_of(9) == 1
+    grid = BucketPlan(((8, 16), (8, 32)))
+    assert grid.bucket_of([9, 20]) == grid.bucket_of([[9, 20]])[0] == 3
