@@ -49,4 +49,7 @@ if ! grep -qE "^\s*\[[ 0-9.]+%\] ·+ " "$run_log"; then
     echo "ci_quick: asv ran no benchmarks" >&2
     exit 1
 fi
-echo "ci_quick: all benchmarks ran"
+# parameter sets that skip here (NotImplementedError: transformers or ../shared/data
+# absent, pad_sequence on lists) show n/a; say how many, so a silent skip is seen
+skipped=$(grep -cE "(^|[[:space:]])n/a([[:space:]]|$)" "$run_log" || true)
+echo "ci_quick: all benchmarks ran (${skipped} result lines n/a: parameter sets skipped in this environment)"

@@ -9,7 +9,8 @@ a log-normal stand-in), leaves given as torch tensors or as Python lists:
   (``torch.nn.utils.rnn.pad_sequence`` per key + lengths + mask: the hand-written
   collate; tensors only) and ``hf`` (Hugging Face ``DataCollatorWithPadding``,
   ``pad_to_multiple_of=8``, on ``input_ids`` alone: it does not pad ragged labels;
-  only when ``transformers`` is installed);
+  only when ``transformers`` is installed; so its time is of half the work of the
+  others': ``CollateSpeedup`` compares it with dyntile on the same one-key batches);
 * ``CollateSpeedup.track_speedup`` -- dyntile time over reference time, measured
   side by side in one process (medians of interleaved repeats; lower is better,
   like every asv track), on random and length-grouped batches (a bucketing sampler's),
@@ -151,7 +152,7 @@ class CollateSpeedup:
                                              labels=reference != "hf")
         self.ours = make_collate("dyntile", leaves, lengths)
         self.ref = make_collate(reference, leaves, lengths)
-        self.repeat = 5 if reference == "hf" else 15
+        self.rounds = 5 if reference == "hf" else 15
         self.fresh = order == "fresh"
 
     def _build(self, samples: list) -> list:
@@ -181,7 +182,7 @@ class CollateSpeedup:
 
     def track_speedup(self, reference, order, leaves):
         ours, ref = [], []
-        for i in range(self.repeat):                    # interleaved: fair on a busy machine
+        for i in range(self.rounds):                    # interleaved: fair on a busy machine
             if self.fresh:
                 o, r = self._fresh_seconds()
             elif i % 2:                                 # the order alternates: the second runs on the

@@ -1,7 +1,9 @@
 """Packing benchmarks: speed of a packed epoch, padding and distinct shapes.
 
-Data: the real docstring token lengths of ``shared/data`` (and a million lengths
-resampled from them); skipped when the data is absent. The reference beside
+Data: the docstring token lengths of ``shared/data`` (and a million lengths
+resampled from them), or a synthetic log-normal stand-in when the data is absent
+(``real_data.docstring_lengths``); ``CollateEpoch`` needs the real token ids and
+is skipped without them. The reference beside
 dyntile is Hugging Face's ``DataCollatorWithFlattening`` (no padding, but one
 ``[1, total]`` row whose length changes with every batch); skipped when
 ``transformers`` is not installed.
@@ -39,6 +41,9 @@ class PackEpoch:
 
     def track_distinct_shapes(self, data, seq_len, max_tokens):
         return len({b.shape for b in self.batches})
+
+    track_padded_fraction.unit = "fraction of slots"
+    track_distinct_shapes.unit = "shapes"
 
 
 class SamplerEpoch:
@@ -117,3 +122,6 @@ class CollateEpoch:
         slots = sum(o["input_ids"].numel() for o in self.outputs)
         tokens = sum(len(s["input_ids"]) for b in self.batches for s in b)
         return 1.0 - tokens / slots
+
+    track_padded_fraction.unit = "fraction of slots"
+    track_distinct_shapes.unit = "shapes"

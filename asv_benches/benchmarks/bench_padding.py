@@ -303,7 +303,9 @@ def _jagged_runner(library: str, lengths: list):
     t = _torch()
     if library == "torch-nested":       # a jagged nested tensor, then its dense padding
         offsets = t.from_numpy(np.concatenate(([0], np.cumsum(lengths))))
-        return lambda values: t.nested.nested_tensor_from_jagged(values, offsets=offsets).to_padded_tensor(0)
+        longest = max(lengths)             # without it, to_padded_tensor pads every row to the total length
+        return lambda values: t.nested.nested_tensor_from_jagged(values, offsets=offsets,
+                                                                 max_seqlen=longest).to_padded_tensor(0)
     if library == "torch-pad-sequence":  # views of each row, then pad_sequence
         return lambda values: t.nn.utils.rnn.pad_sequence(list(values.split(lengths)), batch_first=True)
     raise ValueError(f"unknown library {library!r}")

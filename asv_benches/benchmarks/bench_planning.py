@@ -3,7 +3,7 @@
 * ``PlanBuckets.time_plan_buckets`` -- exact DP plan of n lengths (1-axis), K buckets;
 * ``PlanBuckets2D.time_plan_buckets`` -- 2-axis plan (image sizes) by coordinate descent;
 * ``PaddingTradeoff`` -- on the CPython docstring lengths (``../shared/data``;
-  skipped when absent), the fraction of padded token slots (lower is better) and
+  a synthetic stand-in when absent), the fraction of padded token slots (lower is better) and
   the number of distinct padded lengths, for K = 1 ... 32 planned buckets:
   ``planner`` is the plan's optimum, ``sampler`` what ``BucketBatchSampler``
   (16384-token budget) achieves batch by batch;
