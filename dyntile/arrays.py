@@ -47,22 +47,24 @@ def torch_numpy_dtype(torch_dtype):
 def torch_fill_bits(fill, token) -> int:
     """Bit pattern of ``fill`` in a torch-only float dtype ``token`` (e.g. bfloat16)."""
     import math
-    import numbers
 
     torch = sys.modules["torch"]
-    if isinstance(fill, np.ndarray) and fill.ndim == 0:
-        fill = fill.item()
-    if not isinstance(fill, (numbers.Real, np.integer, np.floating, np.bool_)):
+    if isinstance(fill, (str, bytes, complex)) or (isinstance(fill, np.generic) and np.iscomplexobj(fill)):
         raise TypeError(f"fill should be a real number, but got {fill!r} of type {type(fill).__name__}")
     try:
         f = float(fill)
     except OverflowError:
         raise ValueError(f"fill={fill!r} overflows {token}") from None
+    except (TypeError, ValueError):
+        raise TypeError(f"fill should be a real number, but got {fill!r} of type {type(fill).__name__}") from None
     t = torch.tensor(f, dtype=torch.float64).to(token)
     stored = float(t)
-    # torch saturates some float8 types (1000 -> 448, inf -> 448): compare with the range
-    if math.isfinite(f) and (not math.isfinite(stored) or abs(f) > torch.finfo(token).max):
-        raise ValueError(f"fill={fill!r} overflows {token} (max {torch.finfo(token).max})")
+    # torch saturates some float8 types (1000 -> 448, inf -> 448): compare with the value that rounds past
+    # the largest finite one (max + half its ulp; ulp(max) = eps * 2**emax, 2**emax = max / (2 - eps))
+    info = torch.finfo(token)
+    past = info.max + info.eps * info.max / (2 - info.eps) / 2
+    if math.isfinite(f) and (not math.isfinite(stored) or abs(f) >= past):
+        raise ValueError(f"fill={fill!r} overflows {token} (max {info.max})")
     if math.isinf(f) and not math.isinf(stored):
         raise ValueError(f"fill={fill!r} cannot be stored in {token}: it has no infinity")
     width = t.element_size()

@@ -38,9 +38,10 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     ``out``: optional result array (or a 1-tuple of one, as NumPy takes) of the
     result's shape, or with leading axes the batch broadcasts to, and a dtype the
     result casts to (``same_kind``); it must not overlap ``a`` or ``b``. Array
-    subclasses (``np.matrix``, masked arrays) go to :func:`numpy.matmul`, which
-    wraps and masks them; bfloat16/float8 tensors to ``torch.matmul`` after the same
-    checks (``torch.promote_types`` for mixed dtypes). ``threads``: at most
+    subclasses (``np.matrix``, masked arrays) go to :func:`numpy.matmul`: its result
+    type and errors are NumPy's; bfloat16/float8 tensors to ``torch.matmul`` after the
+    same checks (``torch.promote_types`` for mixed dtypes; it records autograd, so
+    those operands may require grad). ``threads``: at most
     this many OpenMP threads (default: the cores available); products under about
     8 Mflop run on one, and so does everything in a process forked from this one
     (OpenMP's thread pool does not survive fork).
@@ -276,12 +277,10 @@ def _torch_only_dtype(x) -> bool:
 
 
 def _torch_operand(x, name: str):
-    torch = sys.modules["torch"]
-    if not is_torch_tensor(x):
-        return torch.as_tensor(_host_array(x, name))
-    if x.requires_grad:
-        _host_array(x, name)                  # raises, naming the operand
-    return x
+    """``x`` as a tensor for ``torch.matmul`` (which records autograd: grad is fine)."""
+    if is_torch_tensor(x):
+        return x
+    return sys.modules["torch"].as_tensor(_host_array(x, name))
 
 
 def _torch_matmul(a, b, out, threads):

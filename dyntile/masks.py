@@ -49,8 +49,8 @@ def padding_mask(lengths, shape, *, side: str = "right"):
 def _as_sizes(n: np.ndarray, d: int) -> np.ndarray:
     """Lengths as int64 ``(B, d')``: ``(B,)`` is one size per sample, ``(B, d')`` d' sizes;
     integers only (1.9 is not cut to 1), below 2**63."""
-    if n.size == 0 and n.dtype == np.float64 and n.ndim == 1:
-        n = n.astype(np.int64)                # np.asarray([]) is float64
+    if n.size == 0 and n.ndim == 1:
+        return np.zeros((0, d), np.int64)     # np.asarray([]) is float64, torch.tensor([]) float32
     if n.dtype.kind not in "iu":
         raise TypeError(f"lengths should be integers, but got an array of dtype {n.dtype}")
     if n.ndim > 2:

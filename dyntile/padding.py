@@ -299,10 +299,10 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
         if device == "cuda" or backend_of(samples, what="arrays") == "cuda":
             return _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out)
         host, shapes, dt, torch_like, token = _normalize(samples, dtype, promote)
-    if dt.kind in "OUSV":
+    if dt.kind in "US":                           # a fill of 0 would become the string '0'
         i = next((i for i, x in enumerate(samples) if getattr(x, "dtype", dt) == dt), 0)
         raise TypeError(f"sample {i} has dtype {dt}; pad_batch pads numbers (bool, integer, float, complex, "
-                        f"datetime), not strings or objects")
+                        f"datetime) and records, not strings")
     target = (len(host),) + _target_shape(shapes, multiple, axes, shape, plan)
     dest = None if out is None else check_out(out, target, dt, "this batch", token, _memory_of(samples))
     if dest is None:

@@ -30,11 +30,17 @@ def check_multiple(multiple, name: str = "multiple") -> int:
 def check_shape(shape, name: str = "shape") -> tuple[int, ...]:
     """A shape (an int or a sequence of them, each ``>= 0``) as a tuple of ``int``;
     ``TypeError`` for non-integers (3.7 is not truncated to 3), ``ValueError`` below 0."""
-    entries = tuple(shape) if hasattr(shape, "__len__") else (shape,)
+    entries = (shape,) if _is_scalar(shape) else tuple(shape)
     out = tuple(_as_index(s, f"{name}[{i}]") for i, s in enumerate(entries))
     if any(s < 0 for s in out):
         raise ValueError(f"{name} should hold sizes >= 0, but got {out}")
     return out
+
+
+def _is_scalar(x) -> bool:
+    """An int, or a 0-d array or tensor (``len`` fails on those, ``ndim`` says 0)."""
+    ndim = getattr(x, "ndim", None)
+    return ndim == 0 if ndim is not None else not hasattr(x, "__len__")
 
 
 def round_up(n, multiple) -> int:

@@ -632,7 +632,8 @@ _NOT_WITH_PACK = {"plan": None, "multiple": 8, "fill": 0, "side": "right", "pad_
 
 def _check_pack_options(**given) -> None:
     """``ValueError`` naming the options given with ``pack=`` that it would ignore."""
-    ignored = [k for k, v in given.items() if v is not _NOT_WITH_PACK[k] and v != _NOT_WITH_PACK[k]]
+    ignored = [k for k, v in given.items() if v is not _NOT_WITH_PACK[k] and v != _NOT_WITH_PACK[k]
+               and not (k == "mask_key" and v is None)]       # no (B, T) mask: what pack gives anyway
     if ignored:
         raise ValueError(f"with pack=, the packed layout sets the shapes, masks and padding, so {ignored} "
                          f"would be ignored; drop them (pad_values, pin_memory, return_stats and "

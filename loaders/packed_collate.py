@@ -35,7 +35,9 @@ labels by one (logit ``t`` predicts label ``t + 1``) never learns to predict a
 sample's first token from its neighbour's last.
 
 A key the samples bring themselves (their own ``position_ids``, say) is kept: the
-output of that name is not computed.
+output of that name is not computed; but ``attention_mask=True`` always gives the
+block-diagonal mask (a tokenizer's own ``attention_mask`` of ones would let packed
+samples attend to each other).
 """
 from __future__ import annotations
 
@@ -203,7 +205,8 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
                 "lengths": lambda: torch.from_numpy(lengths)}
     others = sorted({k for _, o in split or () for k in o})
     for key, make in computed.items():
-        if make is not None and key not in out and key not in others:    # a sample's own key is kept
+        asked = key == "attention_mask"          # attention_mask=True: the block mask, over a sample's own
+        if make is not None and (asked or (key not in out and key not in others)):   # else a sample's key is kept
             out[key] = make()
     for key in others:
         out[key] = _stack_leaf([o.get(key) for _, o in split])

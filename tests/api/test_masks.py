@@ -33,6 +33,7 @@ def test_mask_lengths_are_integers_and_may_be_empty():
     assert dt.padding_mask([], 4).shape == (0, 4)
     assert dt.padding_mask(np.array([], np.int32), 4).shape == (0, 4)
     assert dt.padding_mask(np.zeros((0, 2), np.int64), (2, 3)).shape == (0, 2, 3)
+    assert dt.padding_mask([], (2, 3)).shape == (0, 2, 3)
     assert dt.padding_mask(np.array([1, 3], np.int32), 4).sum() == 4
     for bad in (np.array([1.9, 2.5]), np.array([True])):
         with pytest.raises(TypeError, match="lengths should be integers"):      # 1.9 is not cut to 1

@@ -159,5 +159,10 @@ def test_float8_and_bfloat16_fills_are_checked():
     with pytest.raises(ValueError, match="no infinity"):
         dt.pad_jagged(torch.zeros(1, dtype=torch.float8_e4m3fn), [1], fill=float("inf"), multiple=2)
     assert dt.tile(x8, (1, 2), fill=448).float().tolist() == [[[[0.0, 448.0]]]]
+    assert dt.tile(x8, (1, 2), fill=449).float().tolist() == [[[[0.0, 448.0]]]]   # rounds to 448, as float16's 65519
+    with pytest.raises(ValueError, match="overflows"):
+        dt.tile(x8, (1, 2), fill=464)                                           # rounds past it
+    bf = torch.zeros(1, 1, dtype=torch.bfloat16)
+    assert dt.tile(bf, (1, 2), fill=torch.tensor(-1.0)).tolist() == [[[[0.0, -1.0]]]]
     with pytest.raises(TypeError, match="fill should be a real number"):
         dt.tile(torch.zeros(1, 1, dtype=torch.bfloat16), (1, 2), fill="2.5")

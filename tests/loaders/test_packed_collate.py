@@ -168,6 +168,12 @@ def test_samples_own_keys_and_scalar_leaves():
     assert out["z"].tolist() == [2.5, 1.5]
 
 
+def test_asked_block_mask_replaces_a_tokenizers_own_mask():
+    hf = [{"input_ids": list(range(1, n + 1)), "attention_mask": [1] * n} for n in (3, 5, 2)]
+    assert collate_packed(hf, [(2, 8)], attention_mask=True)["attention_mask"].shape == (2, 8, 8)
+    assert collate_packed(hf, [(2, 8)])["attention_mask"].shape == (2, 8)     # not asked: the samples' own, packed
+
+
 def test_boundary_labels_take_the_label_pad_value():
     out = collate_packed([{"input_ids": [1, 2], "labels": [1, 2]}, {"input_ids": [3], "labels": [3]}],
                          [(1, 8)], pad_values={"labels": -1})
