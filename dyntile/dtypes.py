@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["check_exact_cast", "check_round_trip", "exactly_representable", "promote_samples", "KERNEL_KINDS",
-           "moved_by_kernels"]
+__all__ = ["as_int64", "check_exact_cast", "check_round_trip", "exactly_representable", "promote_samples",
+           "KERNEL_KINDS", "moved_by_kernels"]
 
 #: dtype kinds the width-typed copy kernels move as raw bits (itemsize 1, 2, 4 or 8)
 KERNEL_KINDS = frozenset("biufcmM")
@@ -73,6 +73,15 @@ def promote_samples(strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np
         if a.dtype != result:
             check_exact_cast(a, result, f"sample {i} (a list)")
     return result
+
+
+def as_int64(arr: np.ndarray, name: str = "lengths") -> np.ndarray:
+    """An integer array as int64 (a view when it is one); ``ValueError`` naming the
+    first uint64 value of 2**63 or more, which the cast would wrap to a negative."""
+    if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
+        pos = np.unravel_index(int(np.argmax(arr.reshape(-1))), arr.shape)
+        raise ValueError(f"{name} should be below 2**63, but got {name}[{', '.join(map(str, pos))}]={int(arr[pos])}")
+    return arr.astype(np.int64, copy=False)
 
 
 def check_exact_cast(a: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:

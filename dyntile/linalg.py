@@ -63,7 +63,7 @@ def matmul(a, b, out=None, *, threads: int | None = None):
         from dyntile.cuda import matmul as cuda_matmul  # numba loads only here
 
         return cuda_matmul(a, b, out=out)
-    if any(map(_ndarray_subclass, operands)):       # np.matrix, masked arrays: NumPy wraps and masks
+    if any(map(_ndarray_subclass, operands)):       # np.matrix, masked arrays: NumPy's own result and errors
         _check_threads(threads, 0)
         return np.matmul(a, b, out=out)
     torch_result = is_torch_tensor(a) or is_torch_tensor(b)

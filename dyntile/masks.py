@@ -6,6 +6,7 @@ import numpy as np
 from dyntile.arrays import as_numpy, wrap_like
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import is_torch_tensor
+from dyntile.dtypes import as_int64
 from dyntile.shapes import check_shape
 
 __all__ = ["padding_mask"]
@@ -55,9 +56,7 @@ def _as_sizes(n: np.ndarray, d: int) -> np.ndarray:
         raise TypeError(f"lengths should be integers, but got an array of dtype {n.dtype}")
     if n.ndim > 2:
         raise ValueError(f"lengths should have shape (B,) or (B, d), but got shape {n.shape}")
-    if n.dtype == np.uint64 and n.size and n.max() > np.iinfo(np.int64).max:
-        raise ValueError(f"lengths should be below 2**63, but got {int(n.max())}")
-    n = n.astype(np.int64, copy=False)
+    n = as_int64(n)
     if n.ndim == 0:
         return n.reshape(1, 1)
     return n.reshape(len(n), 1) if n.ndim == 1 else n

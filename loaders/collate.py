@@ -623,17 +623,17 @@ def _pack_options(pack, pad_values: dict) -> dict | None:
 
 #: what collate_packed adds beside the token keys
 _PACKED_METADATA = frozenset({"position_ids", "segment_ids", "attention_mask"})
-#: options of DynTileCollate that the packed layout decides itself, with their defaults
-_NOT_WITH_PACK = {"plan": None, "multiple": 8, "fill": 0, "side": "right", "pad_keys": None, "axes": None,
-                  "batch_multiple": None, "bucket_rows": None, "mask_key": "attention_mask",
-                  "lengths_key": "lengths", "mask_from": None, "mask_dtype": torch.bool, "tile": None,
-                  "overflow": "error"}
+#: options of DynTileCollate that the packed layout decides itself: the values it takes
+#: (the defaults; mask_key=None too: no (B, T) mask is what pack gives anyway)
+_WITH_PACK = {"plan": (None,), "multiple": (8,), "fill": (0,), "side": ("right",), "pad_keys": (None,),
+              "axes": (None,), "batch_multiple": (None,), "bucket_rows": (None,), "mask_key": ("attention_mask", None),
+              "lengths_key": ("lengths",), "mask_from": (None,), "mask_dtype": (torch.bool,), "tile": (None,),
+              "overflow": ("error",)}
 
 
 def _check_pack_options(**given) -> None:
     """``ValueError`` naming the options given with ``pack=`` that it would ignore."""
-    ignored = [k for k, v in given.items() if v is not _NOT_WITH_PACK[k] and v != _NOT_WITH_PACK[k]
-               and not (k == "mask_key" and v is None)]       # no (B, T) mask: what pack gives anyway
+    ignored = [k for k, v in given.items() if not any(v is a or v == a for a in _WITH_PACK[k])]
     if ignored:
         raise ValueError(f"with pack=, the packed layout sets the shapes, masks and padding, so {ignored} "
                          f"would be ignored; drop them (pad_values, pin_memory, return_stats and "

@@ -21,7 +21,7 @@ import torch.utils.data
 
 from .distributed import resolve_replicas
 
-__all__ = ["EpochBatchSampler", "check_seed", "layout_digest"]
+__all__ = ["EpochBatchSampler", "check_non_negative", "layout_digest"]
 
 STATE_KEYS = ("epoch", "seed", "batches_yielded", "num_replicas", "num_samples")
 
@@ -44,9 +44,9 @@ def _plain(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
-def check_seed(seed, name: str = "seed") -> int:
-    """A seed (or epoch: ``name``) as a non-negative ``int``."""
-    s = operator.index(seed)
+def check_non_negative(value, name: str) -> int:
+    """A seed or an epoch (``name``) as a non-negative ``int``."""
+    s = operator.index(value)
     if s < 0:
         raise ValueError(f"{name} should be a non-negative integer, but got {s}")
     return s
@@ -62,7 +62,7 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
     def __init__(self, num_samples: int, *, shuffle: bool, seed: int, num_replicas: int | None,
                  rank: int | None):
         self.shuffle = bool(shuffle)
-        self.seed = check_seed(seed)
+        self.seed = check_non_negative(seed, "seed")
         self.num_replicas, self.rank = resolve_replicas(num_replicas, rank)
         self.num_samples = int(num_samples)
         self.epoch = 0
@@ -95,7 +95,7 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` (a non-negative integer) next; a new epoch drops a loaded
         position, the same epoch keeps it."""
-        epoch = check_seed(epoch, "epoch")
+        epoch = check_non_negative(epoch, "epoch")
         if epoch != self.epoch:
             self._yielded = 0
             self._loaded = False
@@ -132,7 +132,7 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
             raise ValueError(f"sampler state was saved for another batch layout ({state['layout']}, this sampler: "
                              f"{self.layout}): its lengths, plan, budget, shuffle or drop_last differ, so the "
                              f"epoch's batches would differ")
-        seed, epoch = check_seed(state["seed"]), check_seed(state["epoch"], "epoch")
+        seed, epoch = check_non_negative(state["seed"], "seed"), check_non_negative(state["epoch"], "epoch")
         done = operator.index(state["batches_yielded"])
         old = self.seed, self.epoch
         self.seed, self.epoch = seed, epoch          # len() may depend on them (packing)

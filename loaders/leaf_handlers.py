@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from dyntile import tensor_reader
-from dyntile.dtypes import check_exact_cast
+from dyntile.dtypes import promote_samples
 
 __all__ = ["handler_for", "HANDLERS", "join_key", "mapping_columns"]
 
@@ -204,17 +204,17 @@ def _number_arrays(items: list, key: str) -> list:
 
 
 def _check_float_lists(items: list, key: str) -> None:
-    """``TypeError`` naming the first list whose ints float64 would round."""
-    for i, x in enumerate(items):
-        a = np.asarray(x)
-        if a.dtype == object:
-            raise TypeError(f"{_where(key)}: sample {i} holds ints outside int64, which float64 (the "
-                            f"batch's dtype) would round; pass them as floats or as one dtype")
-        if a.dtype.kind in "iu":
-            try:
-                check_exact_cast(a, np.dtype(np.float64), f"sample {i} (a list)")
-            except TypeError as e:
-                raise TypeError(f"{_where(key)}: {e} (the batch is float64: another sample holds floats)") from None
+    """``TypeError`` naming the first list whose ints float64 would round (the typing
+    of lists that ``pad_batch`` applies: :func:`dyntile.dtypes.promote_samples`)."""
+    arrays = [(i, np.asarray(x)) for i, x in enumerate(items)]
+    i = next((i for i, a in arrays if a.dtype == object), None)
+    if i is not None:
+        raise TypeError(f"{_where(key)}: sample {i} holds ints outside int64, which float64 (the "
+                        f"batch's dtype) would round; pass them as floats or as one dtype")
+    try:
+        promote_samples([], arrays)
+    except TypeError as e:
+        raise TypeError(f"{_where(key)}: {e} (the batch is float64: another sample holds floats)") from None
 
 
 def collate_numbers(ctx, items: list, key: str) -> torch.Tensor:

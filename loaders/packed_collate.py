@@ -198,18 +198,15 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
     segment = np.repeat(seg_in_row, packed.sizes)
     cu = _cu_seqlens(packed, used, starts)
     segment_ids = torch.from_numpy(pad_jagged(segment, rows, shape=(T,))[0])
-    computed = {"position_ids": lambda: torch.from_numpy(pad_jagged(position, rows, shape=(T,))[0]),
-                "segment_ids": lambda: segment_ids, "cu_seqlens": lambda: torch.from_numpy(cu),
-                "max_seqlen": lambda: int(np.diff(cu).max()),
-                "attention_mask": (lambda: segment_ids[:, :, None] == segment_ids[:, None, :]) if attention_mask else None,
-                "lengths": lambda: torch.from_numpy(lengths)}
     others = sorted({k for _, o in split or () for k in o})
-    for key, make in computed.items():
-        asked = key == "attention_mask"          # attention_mask=True: the block mask, over a sample's own
-        if make is not None and (asked or (key not in out and key not in others)):   # else a sample's key is kept
-            out[key] = make()
+    computed = {"position_ids": torch.from_numpy(pad_jagged(position, rows, shape=(T,))[0]),
+                "segment_ids": segment_ids, "cu_seqlens": torch.from_numpy(cu), "max_seqlen": int(np.diff(cu).max()),
+                "lengths": torch.from_numpy(lengths)}
+    out.update((k, v) for k, v in computed.items() if k not in out and k not in others)  # a sample's key is kept
     for key in others:
         out[key] = _stack_leaf([o.get(key) for _, o in split])
+    if attention_mask:                 # asked for: the block mask, even over a tokenizer's own mask of ones
+        out["attention_mask"] = segment_ids[:, :, None] == segment_ids[:, None, :]
     out["packing"] = packed
     return out
 

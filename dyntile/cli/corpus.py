@@ -8,6 +8,7 @@ import numpy as np
 
 from dyntile.cli.errors import CLIError
 from dyntile.cli.tokenizer import SPECIALS, WordTokenizer
+from dyntile.dtypes import as_int64
 
 __all__ = ["Corpus"]
 
@@ -80,13 +81,14 @@ def _check_lengths(lengths, name: str) -> np.ndarray:
         raise CLIError(f"{name}: expected a non-empty 1-D list of lengths, but got shape {arr.shape}")
     if arr.dtype.kind not in "iu":
         raise CLIError(f"{name}: lengths should be integers, but got dtype {arr.dtype}")
-    if arr.dtype == np.uint64 and arr.max() > np.iinfo(np.int64).max:
-        i = int(arr.argmax())
-        raise CLIError(f"{name}: lengths should be below 2**63, but got lengths[{i}]={int(arr[i])}")
+    try:
+        arr = as_int64(arr).copy()
+    except ValueError as exc:
+        raise CLIError(f"{name}: {exc}") from None
     bad = np.flatnonzero(arr < 1)
     if bad.size:
         raise CLIError(f"{name}: lengths should be positive integers, but got lengths[{bad[0]}]={arr[bad[0]]}")
-    return arr.astype(np.int64)
+    return arr
 
 
 def _check_ids(seq, i: int, name: str) -> np.ndarray:

@@ -23,7 +23,7 @@ import numpy as np
 from dyntile.cli.errors import CLIError
 from dyntile.cli.progress import progress
 from dyntile.cli.sources import describe_lengths, load_corpus
-from dyntile.cli.table import format_table
+from dyntile.cli.table import count, format_table
 
 __all__ = ["LoaderStats", "loader_pass", "run_demo", "add_demo_arguments"]
 
@@ -146,7 +146,7 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     plan = dyntile.plan_buckets(lengths, max_buckets=args.buckets, multiple=args.multiple, cost=args.cost)
     print(f"corpus : {corpus.name}" + (" (lengths only: token ids drawn at random)" if corpus.synthetic else ""), file=out)
     print(f"lengths: {describe_lengths(lengths)}", file=out)
-    print(f"plan   : {_count(len(plan.boundaries), 'bucket')} {list(plan.boundaries)}, batch sizes "
+    print(f"plan   : {count(len(plan.boundaries), 'bucket')} {list(plan.boundaries)}, batch sizes "
           f"{list(plan.batch_sizes(args.batch_tokens, multiple=1))} at {args.batch_tokens} tokens/batch, "
           f"planned padding {100 * plan.padding_ratio(lengths, cost='linear'):.1f}%", file=out)
     out.flush()
@@ -197,10 +197,6 @@ def _row(label: str, ls: LoaderStats, tr) -> list:
     return [label, f"{ls.batches}" + ("" if ls.complete else "+"), len(ls.shapes), f"{100 * ls.padded_fraction:.1f}",
             f"{ls.batches_per_s:.0f}", tr.steps, graphs, f"{tr.compile_seconds:.1f}",
             f"{tr.tokens_per_s:.0f}", f"{tr.steady_tokens_per_s:.0f}", f"{tr.first_loss:.2f}->{tr.last_loss:.2f}"]
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _packing_note(shapes, seq_len: int, longer: int, overflow: str) -> str:

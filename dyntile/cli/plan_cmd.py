@@ -9,7 +9,7 @@ import numpy as np
 
 from dyntile.cli.errors import CLIError
 from dyntile.cli.sources import describe_lengths, load_corpus
-from dyntile.cli.table import format_table
+from dyntile.cli.table import count, format_table
 
 __all__ = ["add_plan_arguments", "run_plan", "plan_rows"]
 
@@ -53,8 +53,7 @@ def run_plan(args: argparse.Namespace, out=None) -> int:
         raise CLIError(f"--batch-tokens {args.batch_tokens}: {exc}") from None
     print(f"data   : {corpus.name}", file=out)
     print(f"lengths: {describe_lengths(lengths)}", file=out)
-    n = len(plan.boundaries)
-    print(f"plan   : {n} bucket{'' if n == 1 else 's'}, multiple {plan.multiple}, cost {plan.cost}, "
+    print(f"plan   : {count(len(plan.boundaries), 'bucket')}, multiple {plan.multiple}, cost {plan.cost}, "
           f"budget {args.batch_tokens} tokens/batch", file=out)
     print(file=out)
     headers = ["bucket", "boundary", "samples", "share %", "batch size", "tokens/batch", "padded %"]

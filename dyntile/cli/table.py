@@ -3,7 +3,12 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["format_table"]
+__all__ = ["format_table", "count"]
+
+
+def count(n: int, noun: str) -> str:
+    """``"1 bucket"``, ``"8 buckets"``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

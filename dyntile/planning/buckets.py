@@ -36,6 +36,7 @@ from typing import Sequence
 import numpy as np
 
 from dyntile.cpu import bucket_dp as _bucket_dp
+from dyntile.dtypes import as_int64
 from dyntile.shapes import check_multiple
 
 __all__ = ["plan_buckets", "BucketPlan"]
@@ -71,10 +72,7 @@ def _as_lengths(lengths, name: str = "lengths") -> np.ndarray:
         raise ValueError(f"{name} should be non-empty, but got shape {arr.shape}")
     if arr.ndim == 2 and arr.shape[1] == 0:
         raise ValueError(f"{name} of shape (n, d) needs d >= 1, but got shape {arr.shape}")
-    if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
-        pos = np.unravel_index(int(np.argmax(arr.reshape(-1))), arr.shape)
-        raise ValueError(f"{name} should be below 2**63, but got {name}[{', '.join(map(str, pos))}]={int(arr[pos])}")
-    arr = arr.astype(np.int64, copy=False)
+    arr = as_int64(arr, name)
     neg = np.flatnonzero(arr.reshape(-1) < 0)
     if neg.size:
         pos = np.unravel_index(neg[0], arr.shape)
