@@ -72,8 +72,10 @@ class DynTileCollate:
     ``tile=(tm, tn)`` stores every padded leaf in the tiled layout of
     :func:`dyntile.tile` (the last two axes of the padded batch; masks untiled).
     ``pin_memory=True`` puts every output tensor (masks, lengths and numbers too) in
-    pinned memory when CUDA is available;
-    without CUDA it is a no-op with a one-time warning. ``overflow`` handles a sample
+    pinned memory when CUDA is available, in the process that collates: with
+    ``num_workers > 0`` pass ``pin_memory=True`` to the ``DataLoader`` instead (a
+    worker's copy of this collate skips pinning, with a warning); without CUDA it is a
+    no-op with a one-time warning. ``overflow`` handles a sample
     over the plan's largest boundary: ``"error"`` (default), ``"truncate"`` (cut to
     the largest boundary, counted in ``stats.truncated_samples``) or ``"extend"``
     (this collate's plan grows a boundary; per process). ``pack``: delegate to
@@ -151,14 +153,20 @@ class DynTileCollate:
         self.worker_transfer = worker_transfer
         self._worker_buffer = worker_transfer == "one_buffer"
         self.stats = CollateStats()
-        # one pad_rows call can plan, allocate and copy a 1-D leaf by itself: a 1-axis
-        # plan (or none), no batch padding, pinning or tiling (those need the shape first)
-        self._direct = (self.batch_multiple is None and self.bucket_rows is None and not self._pin
-                        and self.tile is None and (plan is None or plan.ndim == 1))
+        self._direct = self._direct_route()
+
+    def _direct_route(self) -> bool:
+        """Whether one ``pad_rows`` call can plan, allocate and copy a 1-D leaf by
+        itself: a 1-axis plan (or none), no batch padding, pinning or tiling (those need
+        the shape first)."""
+        return (self.batch_multiple is None and self.bucket_rows is None and not self._pin
+                and self.tile is None and (self.plan is None or self.plan.ndim == 1))
 
     # ---- collate_fn protocol
 
     def __call__(self, samples: Sequence) -> Any:
+        if self._pin and get_worker_info() is not None:
+            self._no_pinning_in_worker()
         out = self._collate(samples)
         if self._worker_buffer and type(out) is dict and get_worker_info() is not None:
             return WorkerBatch(out)                  # crosses to the main process as one buffer
@@ -243,6 +251,18 @@ class DynTileCollate:
             out[STATS_KEY] = _counts(real, total, shapes, 0, 0)
         self.stats.add(real, total, shapes)
         return out
+
+    def _no_pinning_in_worker(self) -> None:
+        """In a ``DataLoader`` worker, pinning would start CUDA in the worker (which a
+        forked worker of a process that already uses CUDA cannot do), and the batch's
+        pages would not survive the transfer to the main process anyway: this worker's
+        copy of the collate stops pinning, with one warning per worker."""
+        self._pin = False
+        self._direct = self._direct_route()
+        warnings.warn("DynTileCollate(pin_memory=True) does not pin in DataLoader workers (pinning there would "
+                      "initialise CUDA in the worker, and the transfer to the main process drops it); pass "
+                      "pin_memory=True to the DataLoader, which pins in the main process", RuntimeWarning,
+                      stacklevel=3)
 
     def reset_stats(self) -> None:
         """Zero the counters of this process."""

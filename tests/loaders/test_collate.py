@@ -525,6 +525,27 @@ def test_pin_memory_reaches_every_tensor(monkeypatch):
         assert out["text"] == ["a", "b"]
 
 
+def test_pin_memory_skipped_in_a_worker_with_one_warning(monkeypatch):
+    """In a DataLoader worker, pin_memory=True would start CUDA there (impossible in a
+    forked worker of a process using CUDA; on a CPU build torch.empty(pin_memory=True)
+    raises): the worker's copy skips pinning, warns once, and collates as without it."""
+    import loaders.collate as collate_module
+
+    monkeypatch.setattr(collate_module, "_pinning_available", lambda: True)
+    collate = DynTileCollate(pin_memory=True, pad_values={"ids": 0})
+    monkeypatch.setattr(collate_module, "get_worker_info", lambda: object())
+    samples = [{"ids": [1, 2, 3]}, {"ids": [5]}]
+    with pytest.warns(RuntimeWarning, match="does not pin in DataLoader workers"):
+        out = collate(samples)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = collate(samples)                     # once per worker
+    expected = DynTileCollate(pad_values={"ids": 0})(samples)
+    for got in (out, again):
+        assert_same(dict(got), expected)
+        assert not any(t.is_pinned() for t in got.values())
+
+
 @pytest.mark.parametrize("test", [test_nd_leaves_padded_on_their_ragged_axis,
                                   test_images_with_a_two_axis_plan_and_channel_first_axes,
                                   test_equals_default_collate_on_tuples_and_bare_tensors,
