@@ -8,7 +8,8 @@ Usage::
 Checks (fresh random data from a time-based seed, outputs poisoned with NaN or a
 sentinel first): float32/float64 GEMM on odd and edge shapes, batched and
 broadcast; pad of host and device samples, 1-D and 2-D, left and right; tile and
-untile round trips. Any mismatch prints FAIL and the script exits with status 1.
+untile round trips; with a CUDA torch, the public API on CUDA tensors (float32 and
+bfloat16) against the same calls on CPU tensors. Any mismatch prints FAIL and the script exits with status 1.
 
 Timings (CUDA events, median of several runs after a warm-up):
 
@@ -116,6 +117,34 @@ class Checks:
             untile_from(t, (M, N), out=back)
             ok = np.array_equal(t.copy_to_host(), ref) and np.array_equal(back.copy_to_host(), x)
             self.report(f"tile/untile {shape} by {(tm, tn)}", ok)
+
+
+    def torch_tensors(self) -> None:
+        """The public API on CUDA torch tensors (float32, and bfloat16 moved as its bits)
+        against the same calls on CPU tensors; skipped without a CUDA torch."""
+        torch = _torch_cuda()
+        if torch is None:
+            print("  skip  CUDA torch tensors (torch with CUDA is not available)")
+            return
+        import dyntile as dt
+
+        for dtype in (torch.float32, torch.bfloat16):
+            xs = [torch.randn(int(n), 3).to(dtype) for n in self.rng.integers(1, 40, 5)]
+            for side in ("right", "left"):
+                got, lengths = dt.pad_batch([x.cuda() for x in xs], multiple=8, fill=-1.5, side=side)
+                ref, ref_lengths = dt.pad_batch(xs, multiple=8, fill=-1.5, side=side)
+                ok = got.is_cuda and got.dtype == dtype and torch.equal(got.cpu(), ref) \
+                    and torch.equal(torch.as_tensor(lengths).cpu(), ref_lengths)
+                self.report(f"pad_batch CUDA torch {dtype} {side} {tuple(ref.shape)}", ok)
+            x = torch.randn(2, 33, 70).to(dtype)
+            t = dt.tile(x.cuda(), (8, 32), fill=0.5)
+            back = dt.untile(t, (33, 70))
+            ok = t.dtype == dtype and torch.equal(t.cpu(), dt.tile(x, (8, 32), fill=0.5)) and torch.equal(back.cpu(), x)
+            self.report(f"tile/untile CUDA torch {dtype} {tuple(x.shape)}", ok)
+        a, b = torch.randn(3, 40, 50).to(torch.bfloat16), torch.randn(50, 60).to(torch.bfloat16)
+        c = dt.matmul(a.cuda(), b.cuda())
+        self.report("matmul CUDA torch bfloat16 (torch.matmul)",
+                    c.is_cuda and c.dtype == torch.bfloat16 and torch.equal(c, torch.matmul(a.cuda(), b.cuda())))
 
 
 class Timer:
@@ -252,6 +281,7 @@ def main(argv=None) -> int:
     checks.gemm()
     checks.pad()
     checks.tile()
+    checks.torch_tensors()
     repeats = args.repeats or (2 if args.tiny else 10)
     sizes = args.sizes if args.sizes is not None else ([16] if args.tiny else [1024, 2048, 4096, 8192])
     time_gemm(cuda, rng, sizes, repeats)

@@ -14,7 +14,8 @@ import numpy as np
 
 from dyntile.dispatch import is_torch_tensor
 
-__all__ = ["as_numpy", "check_out", "wrap_like", "torch_dtype_token", "torch_numpy_dtype", "torch_fill_bits"]
+__all__ = ["as_numpy", "check_out", "wrap_like", "torch_dtype_token", "torch_numpy_dtype", "torch_fill_bits",
+           "bit_view", "bit_out", "carrier_fill"]
 
 _BIT_VIEWS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
@@ -70,6 +71,40 @@ def torch_fill_bits(fill, token) -> int:
     width = t.element_size()
     bits = int(t.view(getattr(torch, _BIT_VIEWS[width])).item())
     return bits & ((1 << (8 * width)) - 1)
+
+
+def bit_view(t):
+    """``(view, token)``: a torch tensor (on any device) of a dtype NumPy lacks
+    (bfloat16, float8) seen as the same-width integers that carry its bits, and that
+    dtype; any other array and ``None``. The copy kernels move bits, so they pad and
+    tile the view; ``view.view(token)`` restores the dtype."""
+    if not is_torch_tensor(t):
+        return t, None
+    token = torch_dtype_token(t)
+    if token is None:
+        return t, None
+    return t.view(getattr(sys.modules["torch"], _BIT_VIEWS[t.element_size()])), token
+
+
+def bit_out(out, token, what: str = "the result"):
+    """The carrier view (:func:`bit_view`) of a user's ``out=`` for a result of the
+    torch-only dtype ``token``, or ``None`` for none; ``TypeError`` unless ``out`` is a
+    torch tensor of that dtype."""
+    if out is None:
+        return None
+    if not is_torch_tensor(out) or out.dtype != token:
+        raise TypeError(f"out should be a torch tensor of dtype {token} for {what}, but got "
+                        f"{getattr(out, 'dtype', type(out).__name__)}")
+    return bit_view(out)[0]
+
+
+def carrier_fill(fill, token) -> int:
+    """``fill`` in ``token`` (a torch-only dtype) as the value of its carrier integer
+    (:func:`bit_view`): the bit pattern read as a signed integer of that width (uint8
+    for one byte). Raises as :func:`torch_fill_bits` does for a fill it cannot hold."""
+    bits = torch_fill_bits(fill, token)
+    width = sys.modules["torch"].empty(0, dtype=token).element_size()
+    return int(np.array(bits, f"u{width}").view(_BIT_VIEWS[width])[()])
 
 
 def as_numpy(x, what: str = "array"):

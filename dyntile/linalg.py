@@ -60,6 +60,8 @@ def matmul(a, b, out=None, *, threads: int | None = None):
         out = _single_out(out)
     operands = [a, b] if out is None else [a, b, out]
     if backend_of(operands, what="matmul operands") == "cuda":
+        if any(map(_torch_only_dtype, operands)):   # bfloat16, float8 CUDA tensors: torch's (cuBLAS) product
+            return _torch_matmul(a, b, out, threads)
         from dyntile.cuda import matmul as cuda_matmul  # numba loads only here
 
         return cuda_matmul(a, b, out=out)
@@ -284,9 +286,10 @@ def _torch_operand(x, name: str):
 
 
 def _torch_matmul(a, b, out, threads):
-    """Dtypes NumPy lacks (bfloat16, float8): torch's own matmul, after the checks and
-    with the promotion (``torch.promote_types``) every other dtype gets. Runs on torch's
-    threads (``threads`` is checked, but torch's own setting applies)."""
+    """Dtypes NumPy lacks (bfloat16, float8): torch's own matmul (on the CPU, or cuBLAS
+    for CUDA tensors), after the checks and with the promotion (``torch.promote_types``)
+    every other dtype gets. Runs on torch's threads (``threads`` is checked, but
+    torch's own setting applies)."""
     torch = sys.modules["torch"]
     a_t, b_t = _torch_operand(a, "a"), _torch_operand(b, "b")
     shapes = matmul_shapes(a_t.shape, b_t.shape)
@@ -300,7 +303,15 @@ def _torch_matmul(a, b, out, threads):
         _out_shapes(tuple(out.shape), shapes, tuple(a_t.shape), tuple(b_t.shape))
         if not torch.can_cast(dtype, out.dtype):
             raise TypeError(f"matmul: cannot write the {dtype} result into out of dtype {out.dtype}")
-        _check_disjoint(memory_view(out), memory_view(a_t), memory_view(b_t))
+        if out.is_cuda:
+            from dyntile.cuda.runtime import byte_bounds   # numba loads only here
+
+            lo, hi = byte_bounds(out)
+            if any(lo < x_hi and x_lo < hi for x_lo, x_hi in map(byte_bounds, (a_t, b_t))):
+                raise ValueError("matmul: out overlaps an operand in device memory; the result cannot be "
+                                 "written over an input (pass a separate out)")
+        else:
+            _check_disjoint(memory_view(out), memory_view(a_t), memory_view(b_t))
     result = torch.matmul(a_t.to(dtype), b_t.to(dtype))
     if out is None:
         return result

@@ -16,7 +16,8 @@ import numpy as np
 
 from dyntile import shapes as _shapes
 from dyntile import tensor_reader
-from dyntile.arrays import as_numpy, check_out, memory_view, torch_numpy_dtype, wrap_like
+from dyntile.arrays import (as_numpy, bit_out, bit_view, carrier_fill, check_out, memory_view, torch_dtype_token,
+                            torch_numpy_dtype, wrap_like)
 from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_torch_tensor
@@ -286,7 +287,7 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
     if bad == -1 and dt is not None and (dtype is None or np.dtype(dtype) == dt) and device is None \
             and shapes.shape[1] > 0:
         host = samples  # fast path: native-order ndarrays of one rank and dtype
-    elif bad == 0 and dtype is None and device is None and is_torch_tensor(samples[0]):
+    elif bad == 0 and dtype is None and device is None and is_torch_tensor(samples[0]) and not samples[0].is_cuda:
         result = _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out)
         if result is not None:
             return result
@@ -518,6 +519,9 @@ def _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out):
     """CUDA route: validate shapes and dtypes on the host, then one device kernel."""
     from dyntile import cuda as _cuda  # imports numba only now
 
+    token = next((torch_dtype_token(x) for x in samples if is_torch_tensor(x) and torch_dtype_token(x)), None)
+    if token is not None:
+        return _pad_cuda_bits(samples, multiple, axes, shape, plan, fill, left, dtype, out, token)
     shapes_list, dts = [], []
     for i, x in enumerate(samples):
         if not hasattr(x, "shape") or not hasattr(x, "dtype"):
@@ -543,6 +547,24 @@ def _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out):
     batch = _cuda.pad_into(samples, target, dt, bits, left, out=out)
     lengths = shapes[:, 0].copy() if shapes.shape[1] == 1 else shapes
     return batch, lengths
+
+
+def _pad_cuda_bits(samples, multiple, axes, shape, plan, fill, left, dtype, out, token):
+    """CUDA torch tensors of a dtype NumPy lacks (``token``: bfloat16, float8): the CUDA
+    route on their bits (:func:`dyntile.arrays.bit_view`), the result viewed back."""
+    for i, x in enumerate(samples):
+        if not is_torch_tensor(x) or x.dtype != token:
+            raise TypeError(f"on the GPU every sample needs dtype {token}, but sample {i} has "
+                            f"{getattr(x, 'dtype', type(x).__name__)}; cast them first (device kernels do not promote)")
+        if not x.is_cuda:
+            raise TypeError(f"device='cuda' pads host arrays into a Numba device array, which cannot hold {token}; "
+                            f"move the tensors to the GPU (tensor.cuda()) and pad them there")
+    if dtype is not None and dtype != token:
+        raise TypeError(f"on the GPU the batch keeps the samples' dtype {token}, but got dtype={dtype}; "
+                        f"cast the samples first (device kernels do not promote)")
+    batch, lengths = _pad_cuda([bit_view(x)[0] for x in samples], multiple, axes, shape, plan,
+                               carrier_fill(fill, token), left, None, bit_out(out, token, "this batch"))
+    return (out if out is not None else batch.view(token)), lengths
 
 
 def pad_to(x, shape, *, fill=0, side: str = "right", out=None):

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from dyntile import shapes as _shapes
-from dyntile.arrays import as_numpy, check_out, memory_view, wrap_like
+from dyntile.arrays import as_numpy, bit_out, bit_view, carrier_fill, check_out, memory_view, wrap_like
 from dyntile.cpu import tile as _tile
 from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.dtypes import moved_by_kernels
@@ -56,7 +56,11 @@ def tile(x, tile, *, fill=0, out=None):
         from dyntile import cuda as _cuda
 
         _shapes.tile_grid(tuple(x.shape), (tm, tn))
-        return _cuda.tile_into(x, (tm, tn), check_fill(fill, _cuda.numpy_dtype(x.dtype)).item(), out=out)
+        view, token = bit_view(x)                     # bfloat16, float8 tensors: tiled as their bits
+        if token is None:
+            return _cuda.tile_into(x, (tm, tn), check_fill(fill, _cuda.numpy_dtype(x.dtype)).item(), out=out)
+        t = _cuda.tile_into(view, (tm, tn), carrier_fill(fill, token), out=bit_out(out, token, "tile"))
+        return out if out is not None else t.view(token)
     arr, torch_like, token = _host(x, "x")
     tshape = _shapes.tiled_shape(arr.shape, (tm, tn))
     M, N = arr.shape[-2:]
@@ -110,7 +114,11 @@ def untile(t, shape, *, out=None):
     if backend_of([t], what="t") == "cuda":
         from dyntile import cuda as _cuda
 
-        return _cuda.untile_from(t, (M, N), out=out)
+        view, token = bit_view(t)                     # bfloat16, float8 tensors: moved as their bits
+        if token is None:
+            return _cuda.untile_from(t, (M, N), out=out)
+        x = _cuda.untile_from(view, (M, N), out=bit_out(out, token, "untile"))
+        return out if out is not None else x.view(token)
     arr, torch_like, token = _host(t, "t")
     dest, user_out = _dest(out, lead + (M, N), arr.dtype, token, t)
     if token is not None or moved_by_kernels(arr.dtype):

@@ -177,7 +177,8 @@ def pad_into(samples, out_shape, dtype, fill, left: bool, out=None):
         if len(s) != len(padded) or any(a > p for a, p in zip(s, padded)):
             raise ValueError(f"sample {i} of shape {s} does not fit the padded sample shape {padded}; "
                              f"pad_into never cuts")
-    result, dest = output(out, out_shape, dtype, samples[0] if on_device and on_device[0] else None)
+    result, dest = output(out, out_shape, dtype, samples[0] if on_device and on_device[0] else None,
+                          inputs=tuple(arrays) if on_device and on_device[0] else ())
     if math.prod(out_shape) == 0:
         return result
     if len(padded) == 0:

@@ -56,7 +56,7 @@ def matmul(a, b, out=None):
                         f"cast them first (device kernels do not promote)")
     shapes = matmul_shapes(tuple(ad.shape), tuple(bd.shape))
     batch, M, K, N, out_shape = shapes.batch, shapes.m, shapes.k, shapes.n, shapes.out_shape
-    result, dest = output(out, out_shape, dta, a)
+    result, dest = output(out, out_shape, dta, a, inputs=(ad, bd))
     total = math.prod(batch)
     if total * M * N == 0:
         return result

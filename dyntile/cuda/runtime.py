@@ -12,7 +12,8 @@ import sys
 
 import numpy as np
 
-__all__ = ["cuda", "simulator_active", "is_device_array", "as_device", "allocate", "as_batched", "contiguous"]
+__all__ = ["cuda", "simulator_active", "is_device_array", "as_device", "allocate", "as_batched", "contiguous",
+           "byte_bounds", "output"]
 
 
 def _import_cuda():
@@ -93,9 +94,31 @@ def numpy_dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
 
 
-def output(out, out_shape: tuple, dtype, like=None, what: str = "the result"):
+def byte_bounds(x) -> tuple[int, int]:
+    """``(first, past the last)`` device address of the bytes device array ``x`` (a
+    Numba device array, simulated or real, a CUDA torch tensor or an object with
+    ``__cuda_array_interface__``) can reach: ``(p, p)`` for an empty one."""
+    if _torch_tensor(x):
+        ptr, shape, itemsize = x.data_ptr(), tuple(x.shape), x.element_size()
+        strides = tuple(st * itemsize for st in x.stride())
+    elif simulator_active() and hasattr(x, "_ary"):    # a simulated device array wraps a host array
+        return tuple(int(v) for v in np.lib.array_utils.byte_bounds(x._ary))
+    else:
+        face = x.__cuda_array_interface__
+        ptr, shape, itemsize = int(face["data"][0]), tuple(face["shape"]), np.dtype(face["typestr"]).itemsize
+        strides = face.get("strides") or tuple(itemsize * math.prod(shape[k + 1:]) for k in range(len(shape)))
+    if math.prod(shape) == 0:
+        return ptr, ptr
+    lo = ptr + sum(min(0, (n - 1) * st) for n, st in zip(shape, strides))
+    hi = ptr + sum(max(0, (n - 1) * st) for n, st in zip(shape, strides)) + itemsize
+    return lo, hi
+
+
+def output(out, out_shape: tuple, dtype, like=None, what: str = "the result", inputs: tuple = ()):
     """``(result, device view)`` to write a result of ``out_shape``/``dtype`` into: the
-    user's ``out`` (checked) or a fresh allocation of ``like``'s kind."""
+    user's ``out`` (checked, and refused where its bytes meet those of a device array of
+    ``inputs``: the kernels read their inputs while they write) or a fresh allocation
+    of ``like``'s kind."""
     if out is None:
         return allocate(out_shape, dtype, like)
     dest = as_device(out, "out")
@@ -103,6 +126,12 @@ def output(out, out_shape: tuple, dtype, like=None, what: str = "the result"):
         raise ValueError(f"out should have shape {tuple(out_shape)} for {what}, but got {tuple(dest.shape)}")
     if numpy_dtype(dest.dtype) != dtype:
         raise TypeError(f"out should have dtype {dtype} for {what}, but got {numpy_dtype(dest.dtype)}")
+    lo, hi = byte_bounds(dest)
+    for x in inputs:
+        x_lo, x_hi = byte_bounds(x)
+        if lo < x_hi and x_lo < hi:
+            raise ValueError(f"out overlaps an input in device memory; {what} cannot be written over "
+                             f"its inputs (pass a separate out)")
     return out, dest
 
 

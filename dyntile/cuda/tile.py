@@ -87,7 +87,7 @@ def tile_into(x, tile, fill, out=None):
     gm, gn = -(-M // tm), -(-N // tn)
     dtype = numpy_dtype(xd.dtype)
     shape = (*lead, gm, gn, tm, tn)
-    result, dest = output(out, shape, dtype, x, "tile")
+    result, dest = output(out, shape, dtype, x, "tile", inputs=(xd,))
     if math.prod(shape) == 0:
         return result
     B = math.prod(lead)
@@ -120,7 +120,7 @@ def untile_from(t, shape, out=None):
                          f"ceil(M/tm)={-(-M // tm)} x ceil(N/tn)={-(-N // tn)} tiles, t has {gm} x {gn}")
     dtype = numpy_dtype(td.dtype)
     out_shape = (*lead, M, N)
-    result, dest = output(out, out_shape, dtype, t, "untile")
+    result, dest = output(out, out_shape, dtype, t, "untile", inputs=(td,))
     if math.prod(out_shape) == 0:
         return result
     B = math.prod(lead)
