@@ -22,8 +22,8 @@ def _as_index(value, name: str) -> int:
 def check_multiple(multiple, name: str = "multiple") -> int:
     """Validate a layout multiple (a positive integer) and return it as ``int``."""
     m = _as_index(multiple, name)
-    if m < 1:
-        raise ValueError(f"{name} should be a positive integer, but got {m}")
+    if not 1 <= m < 2**63:
+        raise ValueError(f"{name} should be a positive integer below 2**63, but got {m}")
     return m
 
 

@@ -78,6 +78,7 @@ class BucketBatchSampler(EpochBatchSampler):
                 if overflow == "extend":
                     plan = plan.extend(tuple(int(x) for x in longest))
                 else:                                       # the collate cuts them to the largest boundary
+                    top = top.astype(lengths.dtype)         # uint64 with int64 would promote to float64
                     lengths = np.minimum(lengths, top if plan.multi_axis else top[0])
         if (max_tokens is None) == (batch_size is None):
             raise ValueError("give exactly one of max_tokens (a token budget) and batch_size, "
@@ -104,6 +105,7 @@ class BucketBatchSampler(EpochBatchSampler):
         """The plan's batch sizes for the buckets that hold samples; a budget under one
         sample names the first such sample."""
         occupied = np.flatnonzero(np.bincount(self.bucket_ids, minlength=self.plan.num_buckets)).tolist()
+        self.plan.batch_sizes(max_tokens, cost=cost, multiple=multiple, required=[])   # the arguments themselves
         try:
             return self.plan.batch_sizes(max_tokens, cost=cost, multiple=multiple, required=occupied)
         except ValueError as e:

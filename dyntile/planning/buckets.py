@@ -58,6 +58,17 @@ def _check_cost(cost) -> str:
     return cost
 
 
+def _check_rounding(L: np.ndarray, multiple: int) -> None:
+    """``ValueError`` naming the longest length if rounding it up to ``multiple`` (the
+    largest boundary a plan would need) leaves int64's range."""
+    longest = int(L.max())
+    top = -(-longest // multiple) * multiple
+    if top > np.iinfo(np.int64).max:
+        pos = np.unravel_index(int(np.argmax(L.reshape(-1))), L.shape)
+        raise ValueError(f"lengths[{', '.join(map(str, pos))}]={longest} rounded up to a multiple of {multiple} "
+                         f"is {top}, past int64's range: no boundary can hold it")
+
+
 def _as_lengths(lengths, name: str = "lengths") -> np.ndarray:
     """``lengths`` as an int64 array of shape ``(n,)`` or ``(n, d)``, validated."""
     arr = np.asarray(lengths)
@@ -482,7 +493,8 @@ def plan_buckets(lengths, max_buckets: int | Sequence[int] = 8, multiple: int = 
     m = check_multiple(multiple)
     p = _POWER[_check_cost(cost)]
     d = 1 if L.ndim == 1 else L.shape[1]
-    ks = (max_buckets,) * d if not isinstance(max_buckets, (list, tuple, np.ndarray)) else tuple(max_buckets)
+    _check_rounding(L, m)
+    ks = (max_buckets,) * d if np.ndim(max_buckets) == 0 else tuple(max_buckets)
     try:
         if len(ks) != d:
             raise TypeError

@@ -62,6 +62,7 @@ import operator
 
 import numpy as np
 
+from dyntile.dtypes import as_int64
 from dyntile.shapes import check_multiple, round_up
 
 __all__ = ["pack_lengths", "pack_rows", "packing_shapes", "check_pool_size", "PackedBatch", "OVERFLOWS"]
@@ -147,7 +148,7 @@ def _as_lengths(lengths) -> np.ndarray:
         raise TypeError(f"lengths should be non-negative integers, but got an array of dtype {arr.dtype}")
     if arr.ndim != 1:
         raise ValueError(f"lengths should have shape (n,), but got shape {arr.shape}")
-    arr = arr.astype(np.int64, copy=False)
+    arr = as_int64(arr)
     neg = np.flatnonzero(arr < 0)
     if neg.size:
         raise ValueError(f"lengths should be non-negative integers, but got lengths[{neg[0]}]={arr[neg[0]]}")

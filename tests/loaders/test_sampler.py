@@ -260,3 +260,15 @@ def test_overflow_options_pair_with_the_collate():
             assert len({int(s.bucket_ids[i]) for i in b}) == 1
     multi = BucketBatchSampler([[3, 40], [9, 5]], BucketPlan(((8, 16), (8, 16))), batch_size=1, overflow="extend")
     assert multi.plan.axis_boundaries == ((8, 16), (8, 16, 40))
+
+
+def test_truncate_takes_uint64_lengths_and_budget_errors_name_the_right_thing():
+    """uint64 lengths cut with int64 boundaries promoted to float64, and were refused as
+    floats; a bad max_tokens was blamed on a sample."""
+    s = BucketBatchSampler(np.array([5, 40], np.uint64), plan=BucketPlan((8, 32)), max_tokens=64,
+                           overflow="truncate", shuffle=False)
+    assert sorted(map(sorted, s)) == [[0], [1]] and s.bucket_ids.tolist() == [0, 1]
+    with pytest.raises(ValueError, match=r"max_tokens should be a positive integer, but got 0$"):
+        BucketBatchSampler([5], max_tokens=0)
+    with pytest.raises(ValueError, match=r"raise max_tokens to at least 64; it holds sample 0 \(length 50\)"):
+        BucketBatchSampler([50], plan=BucketPlan((8, 64)), max_tokens=8)

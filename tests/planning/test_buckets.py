@@ -196,3 +196,17 @@ def test_real_docstring_lengths():
     assert eight < 0.35                      # eight planned shapes remove most of it
     q = plan_buckets(L, max_buckets=8, cost="quadratic")
     assert q.padding_ratio(L, cost="quadratic") <= plan_buckets(L, 8).padding_ratio(L, cost="quadratic")
+
+
+def test_lengths_rounding_past_int64_are_named():
+    """Rounding 2**63 - 7 up to a multiple of 8 wrapped to a negative boundary, and
+    reported a boundary the caller never gave; a 0-d max_buckets is an int."""
+    with pytest.raises(ValueError, match=r"lengths\[0\]=9223372036854775801 rounded up to a multiple of 8 .*past "
+                                         r"int64's range"):
+        plan_buckets([2**63 - 7], multiple=8)
+    with pytest.raises(ValueError, match=r"lengths\[1, 0\]=9223372036854775807 rounded up"):
+        plan_buckets([[3, 4], [2**63 - 1, 5]], multiple=2)
+    assert plan_buckets([2**63 - 8], multiple=8).boundaries == (2**63 - 8,)
+    with pytest.raises(ValueError, match="multiple should be a positive integer below 2\\*\\*63"):
+        plan_buckets([5], multiple=10**19)
+    assert plan_buckets([5, 9], max_buckets=np.array(2)).boundaries == (8, 16)

@@ -332,3 +332,10 @@ def test_group_by_bin_is_a_stable_argsort(n, nbins):
     from dyntile.cpu.packing import group_by_bin
     key = np.random.default_rng(n).integers(0, nbins, n).astype(np.int64)
     assert np.array_equal(group_by_bin(key, nbins), np.argsort(key, kind="stable"))
+
+
+def test_uint64_lengths_past_int64_are_named():
+    """They were cast to int64 first and reported wrapped (lengths[0]=-9223372036854775808)."""
+    from dyntile.planning import pack_lengths
+    with pytest.raises(ValueError, match=r"lengths should be below 2\*\*63, but got lengths\[0\]=9223372036854775808"):
+        pack_lengths(np.array([2**63], np.uint64), (4, 64))
