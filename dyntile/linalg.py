@@ -69,8 +69,10 @@ def matmul(a, b, out=None, *, threads: int | None = None):
         _check_threads(threads, 0)
         return np.matmul(a, b, out=out)
     torch_result = is_torch_tensor(a) or is_torch_tensor(b)
-    if torch_result and any(map(_torch_only_dtype, operands)):
+    if torch_result and (_torch_only_dtype(a) or _torch_only_dtype(b)):
         return _torch_matmul(a, b, out, threads)
+    if _torch_only_dtype(out):                        # NumPy's product, cast by torch into a bfloat16/float8 out
+        return _into_torch_only_out(a, b, out, threads)
     a_np, b_np = _host_array(a, "a"), _host_array(b, "b")
     shapes = matmul_shapes(a_np.shape, b_np.shape)
     res_dtype = np.result_type(a_np, b_np)
@@ -279,41 +281,70 @@ def _torch_only_dtype(x) -> bool:
 
 
 def _torch_operand(x, name: str):
-    """``x`` as a tensor for ``torch.matmul`` (which records autograd: grad is fine)."""
+    """``x`` as a tensor for ``torch.matmul`` (which records autograd: grad is fine);
+    NumPy operands in native byte order and positive strides, as torch takes them."""
     if is_torch_tensor(x):
         return x
-    return sys.modules["torch"].as_tensor(_host_array(x, name))
+    arr = _host_array(x, name)
+    if arr.dtype.byteorder not in "=|" or any(st < 0 for st in arr.strides):
+        arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+    return sys.modules["torch"].as_tensor(arr)
 
 
 def _torch_matmul(a, b, out, threads):
     """Dtypes NumPy lacks (bfloat16, float8): torch's own matmul (on the CPU, or cuBLAS
-    for CUDA tensors), after the checks and with the promotion (``torch.promote_types``)
-    every other dtype gets. Runs on torch's threads (``threads`` is checked, but
-    torch's own setting applies)."""
+    for CUDA tensors), after the checks, the operands promoted with
+    ``torch.promote_types`` (NumPy cannot promote with these dtypes). Runs on torch's
+    threads (``threads`` is checked, but torch's own setting applies)."""
     torch = sys.modules["torch"]
     a_t, b_t = _torch_operand(a, "a"), _torch_operand(b, "b")
     shapes = matmul_shapes(a_t.shape, b_t.shape)
     _check_threads(threads, 0)
     dtype = torch.promote_types(a_t.dtype, b_t.dtype)
     if out is not None:
-        if not is_torch_tensor(out):
-            raise TypeError(f"matmul: a {dtype} product needs a torch tensor out, but got "
-                            f"{type(out).__name__}")
-        _check_out_grad(out)
-        _out_shapes(tuple(out.shape), shapes, tuple(a_t.shape), tuple(b_t.shape))
-        if not torch.can_cast(dtype, out.dtype):
-            raise TypeError(f"matmul: cannot write the {dtype} result into out of dtype {out.dtype}")
-        if out.is_cuda:
-            from dyntile.cuda.runtime import byte_bounds   # numba loads only here
-
-            lo, hi = byte_bounds(out)
-            if any(lo < x_hi and x_lo < hi for x_lo, x_hi in map(byte_bounds, (a_t, b_t))):
-                raise ValueError("matmul: out overlaps an operand in device memory; the result cannot be "
-                                 "written over an input (pass a separate out)")
-        else:
-            _check_disjoint(memory_view(out), memory_view(a_t), memory_view(b_t))
+        _check_torch_out(out, dtype, shapes, a_t, b_t)
     result = torch.matmul(a_t.to(dtype), b_t.to(dtype))
     if out is None:
         return result
     out.copy_(result)                         # broadcasts to out's leading axes
     return out
+
+
+def _into_torch_only_out(a, b, out, threads):
+    """Operands NumPy types, ``out`` a bfloat16/float8 tensor: the product as NumPy
+    types it (``np.result_type``), checked against ``out`` as torch casts (``same_kind``:
+    float64 into bfloat16 yes, complex no), then written by torch's ``copy_``."""
+    torch = sys.modules["torch"]
+    a_np, b_np = _host_array(a, "a"), _host_array(b, "b")
+    shapes = matmul_shapes(a_np.shape, b_np.shape)
+    res_dtype = np.result_type(a_np, b_np)
+    try:
+        dtype = torch.from_numpy(np.empty(0, res_dtype)).dtype
+    except TypeError:
+        raise TypeError(f"matmul: cannot write the {res_dtype} result into out of dtype {out.dtype}") from None
+    _check_torch_out(out, dtype, shapes, _torch_operand(a_np, "a"), _torch_operand(b_np, "b"))
+    result = matmul(a_np, b_np, threads=threads)
+    out.copy_(torch.as_tensor(result))        # broadcasts to out's leading axes
+    return out
+
+
+def _check_torch_out(out, dtype, shapes: MatmulShapes, a_t, b_t) -> None:
+    """A torch ``out`` for a product of torch dtype ``dtype``: a tensor not requiring
+    grad, of a shape the product broadcasts to, a dtype it casts to, apart from both
+    operands in memory (device memory for CUDA tensors)."""
+    torch = sys.modules["torch"]
+    if not is_torch_tensor(out):
+        raise TypeError(f"matmul: a {dtype} product needs a torch tensor out, but got {type(out).__name__}")
+    _check_out_grad(out)
+    _out_shapes(tuple(out.shape), shapes, tuple(a_t.shape), tuple(b_t.shape))
+    if not torch.can_cast(dtype, out.dtype):
+        raise TypeError(f"matmul: cannot write the {dtype} result into out of dtype {out.dtype}")
+    if out.is_cuda:
+        from dyntile.cuda.runtime import byte_bounds   # numba loads only here
+
+        lo, hi = byte_bounds(out)
+        if any(lo < x_hi and x_lo < hi for x_lo, x_hi in map(byte_bounds, (a_t, b_t))):
+            raise ValueError("matmul: out overlaps an operand in device memory; the result cannot be "
+                             "written over an input (pass a separate out)")
+    else:
+        _check_disjoint(memory_view(out), memory_view(a_t), memory_view(b_t))

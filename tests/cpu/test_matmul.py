@@ -432,6 +432,41 @@ def test_torch_only_dtypes_checked_and_promoted_like_others():
     assert matmul(x, x, out=out) is out and torch.equal(out, torch.full((3, 4, 4), 4.0, dtype=torch.bfloat16))
 
 
+def test_torch_only_out_of_numpy_operands_gets_values_not_bits():
+    """NumPy operands into a bfloat16/float8 out: the int8 product 2 was written into the
+    int16 carrier as bits (1.8e-40); now NumPy's product is cast into out by torch."""
+    torch = pytest.importorskip("torch")
+    out = torch.zeros(2, 2, dtype=torch.bfloat16)
+    assert matmul(np.ones((2, 2), np.int8), np.ones((2, 2), np.int8), out=out) is out
+    assert torch.equal(out, torch.full((2, 2), 2.0, dtype=torch.bfloat16))
+    out8 = torch.zeros(2, 2, dtype=torch.float8_e4m3fn)
+    matmul(np.ones((2, 2), bool), np.ones((2, 2), bool), out=out8)
+    assert out8.float().tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    wide = torch.zeros(3, 2, 2, dtype=torch.bfloat16)                  # extra leading axes broadcast
+    matmul(np.ones((2, 2)), [[1, 2], [3, 4]], out=wide)
+    assert torch.equal(wide, torch.tensor([[4.0, 6.0], [4.0, 6.0]], dtype=torch.bfloat16).expand(3, 2, 2))
+    with pytest.raises(TypeError, match="cannot write the torch.complex128 result into out of dtype torch.bfloat16"):
+        matmul(np.ones((2, 2), np.complex64), np.ones((2, 2)), out=out)
+    with pytest.raises(ValueError, match="out has shape"):
+        matmul(np.ones((2, 3)), np.ones((3, 4)), out=out)
+    a = np.ones((2, 2), np.float32)
+    with pytest.raises(ValueError, match="overlaps operand a"):
+        matmul(a, np.ones((2, 2), np.float32), out=torch.from_numpy(a.view(np.int16)[:, :2]).view(torch.bfloat16))
+
+
+def test_torch_only_tensor_with_reversed_or_byteswapped_array():
+    """torch.as_tensor refuses negative strides and swapped byte order; the product is
+    taken all the same, as with a float32 tensor."""
+    torch = pytest.importorskip("torch")
+    t = torch.ones(2, 3, dtype=torch.bfloat16)
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    for operand in (x[::-1], x.astype(">f4"), x[::-1, ::-1].astype(">f4")):
+        got = matmul(t, operand)
+        assert got.dtype == torch.float32
+        assert torch.equal(got, torch.matmul(t.float(), torch.from_numpy(np.ascontiguousarray(operand, np.float32))))
+    assert torch.equal(matmul(t, x[:, ::-1]), torch.tensor([[9.0, 6.0], [9.0, 6.0]]))   # rows 1 0 | 3 2 | 5 4
+
+
 # --------------------------------------------------------------------- zero sizes
 
 @pytest.mark.parametrize("dtype", DTYPES)
