@@ -46,7 +46,9 @@ def promote_samples(strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np
                     dtype=None) -> np.dtype:
     """The batch dtype for samples ``strong`` (index, dtype) and list samples ``weak``.
 
-    ``dtype`` given: every sample must cast to it with ``same_kind`` casting.
+    ``dtype`` given: every sample must cast to it with ``same_kind`` casting, and
+    every value of a list must fit it (as ``numpy.array(list, dtype)`` takes them:
+    ints in range, also into unsigned dtypes; floats that round, not overflow).
     List samples are weakly typed (bool, int64 or float64 by their values, as
     ``numpy.asarray`` reads them; an empty list has no type) and must fit the dtype
     of the array samples exactly.
@@ -54,10 +56,13 @@ def promote_samples(strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np
     """
     if dtype is not None:
         dtype = np.dtype(dtype)
-        for i, d in strong + [(i, a.dtype) for i, a in weak if a.size]:
+        lists = [(i, a.dtype) for i, a in weak if a.size and not (a.dtype.kind == "i" and dtype.kind == "u")]
+        for i, d in strong + lists:              # a list's ints go into unsigned dtypes by value
             if not np.can_cast(d, dtype, "same_kind"):
                 raise TypeError(f"sample {i} has dtype {d}, which cannot be cast to dtype={dtype} "
                                 f"(same_kind casting)")
+        for i, a in weak:
+            _check_list_fits(a, dtype, i)
         return dtype
     if strong:
         result = np.result_type(*[d for _, d in strong])
@@ -82,6 +87,22 @@ def as_int64(arr: np.ndarray, name: str = "lengths") -> np.ndarray:
         pos = np.unravel_index(int(np.argmax(arr.reshape(-1))), arr.shape)
         raise ValueError(f"{name} should be below 2**63, but got {name}[{', '.join(map(str, pos))}]={int(arr[pos])}")
     return arr.astype(np.int64, copy=False)
+
+
+def _check_list_fits(a: np.ndarray, dtype: np.dtype, i: int) -> None:
+    """``ValueError`` naming a value of list sample ``i`` (``a``, as NumPy read it) that
+    ``dtype=`` cannot hold, as ``numpy.array(list, dtype)`` refuses it: an integer out of
+    range (300 in int8), or a finite number past the largest float (70000.0 in float16);
+    a float that merely rounds is taken."""
+    if not a.size or a.dtype == dtype or dtype.kind not in "iufc":
+        return
+    with np.errstate(all="ignore"):
+        cast = a.astype(dtype)
+        bad = cast.astype(a.dtype) != a if dtype.kind in "iu" else np.isfinite(a) & ~np.isfinite(cast)
+    if bad.any():
+        j = int(np.flatnonzero(bad.reshape(-1))[0])
+        raise ValueError(f"sample {i} (a list) holds {a.reshape(-1)[j].item()!r}, which dtype={dtype} cannot hold "
+                         f"({'out of range' if dtype.kind in 'iu' else 'it overflows to inf'})")
 
 
 def check_exact_cast(a: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:

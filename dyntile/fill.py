@@ -9,7 +9,7 @@ import numpy as np
 
 from dyntile.dtypes import moved_by_kernels
 
-__all__ = ["fill_bits", "check_fill", "kernel_fill_bits"]
+__all__ = ["fill_bits", "fill_key", "check_fill", "kernel_fill_bits"]
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -38,28 +38,47 @@ def check_fill(fill, dtype: np.dtype, what: str = "fill") -> np.ndarray:
         if not lo <= v <= hi:
             raise ValueError(f"{what}={fill!r} is out of range for {dtype} (accepted: {lo} to {hi})")
         return np.array(v, dtype=dtype)
-    if kind == "f":
-        if isinstance(fill, complex) or np.iscomplexobj(fill):
+    if kind in "fc":
+        if kind == "f" and (isinstance(fill, complex) or np.iscomplexobj(fill)):
             raise ValueError(f"{what}={fill!r} cannot be stored in {dtype}: it is complex")
-        try:
-            f = float(fill)
-        except OverflowError:
-            raise ValueError(f"{what}={fill!r} overflows {dtype} (max {np.finfo(dtype).max})") from None
-        with np.errstate(over="ignore"):
-            arr = np.array(f, dtype=dtype)
-        if math.isfinite(f) and not np.isfinite(arr):
-            raise ValueError(f"{what}={fill!r} overflows {dtype} (max {np.finfo(dtype).max})")
+        def overflows() -> str:
+            return f"{what}={_shown(fill)} overflows {dtype} (max {str(np.finfo(dtype).max)})"
+        try:       # longdouble (wider than float64) takes the value itself: float() would round it
+            value = fill if dtype.itemsize > (8 if kind == "f" else 16) else (float if kind == "f" else complex)(fill)
+            with np.errstate(over="ignore", invalid="ignore"):
+                arr = np.array(value, dtype=dtype)
+        except (OverflowError, ValueError):      # ValueError: a Python int past str()'s digit limit
+            raise ValueError(overflows()) from None
+        parts = (np.real(value), np.imag(value)), (arr.real, arr.imag)
+        if any(np.isfinite(x) and not np.isfinite(y) for x, y in zip(*parts)):
+            raise ValueError(overflows())
         return arr
     try:
         return np.array(fill, dtype=dtype)
+    except OverflowError:
+        raise ValueError(f"{what}={_shown(fill)} is out of range for {dtype}") from None
     except (TypeError, ValueError) as e:
         raise TypeError(f"{what}={fill!r} cannot be stored in {dtype}: {e}") from None
+
+
+def _shown(fill) -> str:
+    """``repr(fill)`` for a message, huge integers by their size."""
+    if isinstance(fill, int) and fill.bit_length() > 200:
+        return f"<an integer of {fill.bit_length()} bits>"
+    return repr(fill)
+
+
+def fill_key(fill):
+    """A hashable key for caches of fills: ``fill`` with its type, and for anything but
+    an int its ``repr`` too, which tells apart what ``==`` and ``hash`` do not
+    (``-0.0`` and ``0.0``, ``-0j`` and ``0j``)."""
+    return (type(fill), fill) if type(fill) is int else (type(fill), fill, repr(fill))
 
 
 def fill_bits(fill, dtype: np.dtype, what: str = "fill") -> int:
     """The bit pattern of ``fill`` stored in ``dtype``, as the kernels take it."""
     try:
-        return _cached_bits(type(fill), fill, np.dtype(dtype))
+        return _cached_bits(fill_key(fill), fill, np.dtype(dtype))
     except TypeError as e:  # unhashable fill: check it uncached (raises the precise error)
         if "unhashable" not in str(e):
             raise
@@ -71,7 +90,7 @@ def _bits(arr: np.ndarray) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _cached_bits(kind: type, fill, dtype: np.dtype) -> int:
+def _cached_bits(key, fill, dtype: np.dtype) -> int:
     return _bits(check_fill(fill, dtype))
 
 

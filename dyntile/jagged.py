@@ -94,6 +94,8 @@ def _row_lengths(lengths) -> list:
 
 def _padded_length(longest: int, multiple, shape, plan, rest: tuple) -> int:
     """``T``: ``shape[0]``, the plan's boundary, or ``longest`` rounded up to ``multiple``."""
+    if shape is not None and plan is not None:
+        raise ValueError("pass either shape= or plan=, not both")
     if shape is not None:
         target = _shapes.check_shape(shape)
         if len(target) not in (1, 1 + len(rest)) or (len(target) > 1 and target[1:] != rest):

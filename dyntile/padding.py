@@ -22,7 +22,7 @@ from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.dtypes import check_round_trip, promote_samples
-from dyntile.fill import check_fill, fill_bits, kernel_fill_bits
+from dyntile.fill import check_fill, fill_bits, fill_key, kernel_fill_bits
 from dyntile.threads import copy_threads
 
 __all__ = ["pad_batch", "pad_to", "pad_rows"]
@@ -341,7 +341,7 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
     return batch, torch.from_numpy(lengths)
 
 
-#: (dtype, token, fill type, fill, multiple or plan boundaries) -> (fill bits, size_of): what the
+#: (dtype, token, fill key, multiple's type, multiple or plan boundaries) -> (fill bits, size_of): what the
 #: one-call row routes (:func:`_pad_token_rows`, :func:`_pad_number_lists`) would
 #: otherwise work out again for every batch
 _ROW_SETUP: dict = {}
@@ -351,7 +351,8 @@ def _row_setup(dt: np.dtype, token, multiple, plan, fill):
     """``(fill bits, size_of)`` for rows of ``dt`` (``token``: a torch-only dtype it
     carries), ``size_of(longest)`` giving the padded length; ``None`` for dtypes the
     kernels do not move."""
-    key = (dt, token, type(fill), fill, multiple if plan is None else plan.boundaries)  # a plan's hash costs more
+    key = (dt, token, fill_key(fill), type(multiple),       # 8.0 == 8, but only 8 is a multiple
+           multiple if plan is None else plan.boundaries)     # a plan's hash costs more
     try:
         return _ROW_SETUP[key]
     except KeyError:

@@ -68,13 +68,15 @@ def padded_shape(shapes: Sequence[Sequence[int]], multiple=1, axes: Sequence[int
     >>> padded_shape([(3, 80), (7, 80)], multiple=8, axes=[0])
     (8, 80)
     """
-    shapes = [tuple(s) for s in shapes]
+    shapes = [check_shape(s, f"shapes[{i}]") for i, s in enumerate(shapes)]
     if not shapes:
         raise ValueError("padded_shape needs at least one shape, but got an empty list")
     ndim = len(shapes[0])
     for i, s in enumerate(shapes):
         if len(s) != ndim:
             raise ValueError(f"all shapes should have {ndim} dimensions, but shapes[{i}]={s} has {len(s)}")
+    if axes is not None and _is_scalar(axes):
+        axes = (axes,)
     axes = range(ndim) if axes is None else [normalize_axis(a, ndim) for a in axes]
     out = list(shapes[0])
     for a in axes:
@@ -103,8 +105,9 @@ def tile_grid(shape: Sequence[int], tile: Sequence[int]) -> tuple[int, int]:
     >>> tile_grid((5, 33, 130), (8, 128))
     (5, 2)
     """
+    shape = check_shape(shape)
     if len(shape) < 2:
-        raise ValueError(f"tiling needs an array of at least 2 dimensions (..., M, N), but got shape {tuple(shape)}")
+        raise ValueError(f"tiling needs an array of at least 2 dimensions (..., M, N), but got shape {shape}")
     tm, tn = check_tile(tile)
     return -(-shape[-2] // tm), -(-shape[-1] // tn)
 
@@ -115,9 +118,10 @@ def tiled_shape(shape: Sequence[int], tile: Sequence[int]) -> tuple[int, ...]:
     >>> tiled_shape((5, 33, 130), (8, 128))
     (5, 5, 2, 8, 128)
     """
+    shape = check_shape(shape)
     gm, gn = tile_grid(shape, tile)
     tm, tn = check_tile(tile)
-    return (*tuple(shape[:-2]), gm, gn, tm, tn)
+    return (*shape[:-2], gm, gn, tm, tn)
 
 
 def check_tile(tile) -> tuple[int, int]:

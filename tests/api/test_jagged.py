@@ -176,3 +176,9 @@ def test_device_arrays_are_refused_not_copied():
         dt.concat_rows([_DeviceArray(), _DeviceArray()])
     with pytest.raises(TypeError, match="mix CUDA device and host arrays"):
         dt.concat_rows([np.arange(3), _DeviceArray()])
+
+
+def test_shape_and_plan_together_are_refused():
+    """pad_jagged ignored plan= beside shape= (pad_batch refuses the pair)."""
+    with pytest.raises(ValueError, match="either shape= or plan=, not both"):
+        dt.pad_jagged(np.arange(3), [1, 2], shape=(4,), plan=BucketPlan((8,)))

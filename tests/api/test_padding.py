@@ -368,3 +368,60 @@ def test_strings_are_refused_and_cpu_is_the_host():
     assert dt.pad_batch([np.ones(2)], device="cpu", multiple=4)[0].tolist() == [[1.0, 1.0, 0.0, 0.0]]
     with pytest.raises(ValueError, match="device should be None, 'cpu' or 'cuda'"):
         dt.pad_batch([np.ones(2)], device="gpu")
+
+
+def test_signed_zero_fills_and_float_multiples_are_not_mixed_up_by_the_caches():
+    """-0.0 == 0.0 (and 8.0 == 8) with one hash: the fill caches handed out the other
+    zero, and a float multiple was taken once an int one had been seen."""
+    torch = pytest.importorskip("torch")
+    for first, second in ((0.0, -0.0), (-0.0, 0.0), (0j, -0j)):
+        for samples in ([np.ones(1, np.complex128 if isinstance(first, complex) else np.float64)],
+                        [[1.0]], [torch.ones(1)]):
+            if isinstance(first, complex) and not isinstance(samples[0], np.ndarray):
+                continue
+            dt.pad_batch(samples, fill=first)
+            got, _ = dt.pad_batch(samples, fill=second)
+            pad = np.asarray(got)[0, 1:]
+            assert (np.signbit(pad.real) == (np.copysign(1, second.real) < 0)).all(), (first, second, samples)
+            tiled = np.asarray(dt.tile(np.ones((1, 1), np.asarray(samples[0]).dtype), (2, 2), fill=second))
+            assert (np.signbit(tiled.reshape(-1)[1:].real) == (np.copysign(1, second.real) < 0)).all()
+    dt.pad_batch([[1, 2]], multiple=8)
+    with pytest.raises(TypeError, match="multiple should be an integer"):
+        dt.pad_batch([[1, 2]], multiple=8.0)
+
+
+@pytest.mark.parametrize("dtype, fill, exc, match", [
+    (np.complex64, 1e39, ValueError, "overflows complex64"),
+    (np.complex64, complex(0, 1e39), ValueError, "overflows complex64"),
+    (np.complex64, 10**400, ValueError, "fill=<an integer of 1329 bits> overflows complex64"),
+    (np.float32, 10**400, ValueError, "overflows float32"),
+    ("m8[s]", 2**63, ValueError, "out of range for timedelta64"),
+], ids=["complex-real", "complex-imag", "complex-huge-int", "float-huge-int", "timedelta"])
+def test_complex_and_datetime_fills_are_range_checked(dtype, fill, exc, match):
+    for call in (lambda: dt.pad_batch([np.ones(1, dtype)], fill=fill),
+                 lambda: dt.tile(np.ones((1, 1), dtype), (2, 2), fill=fill)):
+        with pytest.raises(exc, match=match):
+            call()
+
+
+def test_longdouble_fills_keep_their_precision():
+    third = np.longdouble(1) / 3
+    for fill in (2**63 - 1, third):
+        got, _ = dt.pad_batch([np.ones(1, np.longdouble)], fill=fill, multiple=2)
+        assert got[0, 1] == np.full((), fill, np.longdouble)
+
+
+def test_list_values_must_fit_an_explicit_dtype():
+    """dtype= cast lists unsafely: 300 became 44 in int8, 70000.0 inf in float16."""
+    with pytest.raises(ValueError, match=r"sample 0 \(a list\) holds 300, which dtype=int8 cannot hold \(out of range\)"):
+        dt.pad_batch([[300, 1]], dtype=np.int8)
+    with pytest.raises(ValueError, match="holds 70000.0, which dtype=float16 cannot hold"):
+        dt.pad_batch([[1.0], [70000.0]], dtype=np.float16)
+    with pytest.raises(ValueError, match="holds -1, which dtype=uint8"):
+        dt.pad_batch([[-1]], dtype=np.uint8)
+    got, _ = dt.pad_batch([[255, 0], [7]], dtype=np.uint8, multiple=1)    # ints by value, also into unsigned
+    assert got.dtype == np.uint8 and got.tolist() == [[255, 0], [7, 0]]
+    got, _ = dt.pad_batch([[0.1, 2]], dtype=np.float32, multiple=1)                     # floats may round
+    assert got.dtype == np.float32 and got[0, 0] == np.float32(0.1)
+    with pytest.raises(TypeError, match="same_kind"):
+        dt.pad_batch([[1.5]], dtype=np.uint8)

@@ -57,3 +57,16 @@ def test_exports_stay_functions_after_every_submodule_is_imported():
             "print(bad)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_shape_helpers_validate_their_shapes():
+    """They passed negative and fractional sizes through ((2, -1, 2, 2, 4), (2.0, 3))."""
+    with pytest.raises(ValueError, match="sizes >= 0"):
+        dt.tiled_shape((2, -3, 5), (2, 4))
+    with pytest.raises(TypeError, match=r"shape\[0\] should be an integer, but got 2.5"):
+        dt.tile_grid((2.5, 5), (2, 2))
+    with pytest.raises(TypeError, match=r"shapes\[0\]\[1\] should be an integer"):
+        dt.padded_shape([(3, 2.5), (4, 2.5)], 4, axes=[0])
+    with pytest.raises(ValueError, match="sizes >= 0"):
+        dt.padded_shape([(3, -2), (4, -2)], 4, axes=[0])
+    assert dt.padded_shape([(3, 2), (4, 2)], 4, axes=0) == (4, 2)
