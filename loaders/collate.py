@@ -187,6 +187,8 @@ class DynTileCollate:
         rows = ctx.batch_rows(B)
         if rows > B:                                 # batch padding: every tensor leaf gets the batch's rows
             out = map_tensors(out, lambda t, key: ctx.grow_rows(t, B, rows, key))
+        if ctx.tiled:                                # tiled last, once every padded leaf has its rows
+            out = map_tensors(out, lambda t, key: ctx.tile(t, ctx.tiled[key]) if key in ctx.tiled else t)
         if isinstance(out, dict):
             self._add_mask_and_lengths(out, ctx.padded)
         if self._pin:                                # padded leaves were allocated pinned; the rest is copied
@@ -244,7 +246,8 @@ class DynTileCollate:
         tokens = int(out["packing"].sizes.sum())
         shapes = [(k, tuple(v.shape)) for k, v in out.items()        # the token keys: [B, T, *rest]
                   if isinstance(v, torch.Tensor) and v.shape[:2] == (B, T) and k not in _PACKED_METADATA]
-        real, total = tokens * len(shapes), B * T * len(shapes)
+        real = sum(tokens * math.prod(shape[2:]) for _, shape in shapes)   # elements, as unpacked batches count
+        total = sum(math.prod(shape) for _, shape in shapes)
         if self._pin:
             out = map_tensors(out, lambda t, key: t.pin_memory())
         if self.return_stats:
@@ -369,7 +372,7 @@ class DynTileCollate:
 class _Batch:
     """State of one ``__call__``: the walk, the padded leaves and their counts."""
 
-    __slots__ = ("c", "padded", "real", "total", "shapes", "truncated", "extended", "rows", "refused")
+    __slots__ = ("c", "padded", "real", "total", "shapes", "truncated", "extended", "rows", "refused", "tiled")
 
     def __init__(self, collate: DynTileCollate):
         self.c = collate
@@ -379,6 +382,7 @@ class _Batch:
         self.shapes: list = []
         self.rows = 0                                # bucket_rows: the rows of the mask_from (or first) leaf's bucket
         self.refused: dict = {}                      # key -> why the direct route refused it (not tried twice)
+        self.tiled: dict = {}                        # tile=: padded key -> its fill, tiled at the end
 
     def walk(self, items: list, key: str):
         # the common leaves (token ids as lists of ints, 1-D tensors) go straight to the
@@ -508,7 +512,10 @@ class _Batch:
             shapes = np.concatenate((shapes, np.zeros((rows - B, shapes.shape[1]), np.int64)))
         self._record(key, shapes, axes, out)
         if c.tile is not None:
-            out = self._tiled(out, fill)
+            if out.dim() < 2:
+                raise ValueError(f"key {key!r}: tile= needs padded leaves of at least 2 dimensions, but got "
+                                 f"shape {tuple(out.shape)}")
+            self.tiled[key] = fill
         return out
 
     def _check_fixed_axes(self, items, shapes, key, axes):
@@ -549,12 +556,11 @@ class _Batch:
         self.truncated.update(np.flatnonzero(over).tolist())
         return items, shapes, shapes[:, axes].max(axis=0)
 
-    def _tiled(self, out: torch.Tensor, fill) -> torch.Tensor:
+    def tile(self, out: torch.Tensor, fill) -> torch.Tensor:
+        """A padded leaf in the tiled layout of ``tile=`` (its last two axes)."""
         from dyntile.tiling import tile as tile_fn
         from dyntile.shapes import tiled_shape
 
-        if out.dim() < 2:
-            raise ValueError(f"tile= needs padded leaves of at least 2 dimensions, but got shape {tuple(out.shape)}")
         dest = torch.empty(tiled_shape(tuple(out.shape), self.c.tile), dtype=out.dtype, pin_memory=self.c._pin)
         return tile_fn(out, self.c.tile, fill=fill, out=dest)
 

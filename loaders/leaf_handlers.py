@@ -90,11 +90,13 @@ def collate_sequence(ctx, items: list, key: str) -> list:
                              f"{type(items[0]).__name__} of {what} is collated position by position (as "
                              f"default_collate does), which needs equal sizes; only lists of numbers and "
                              f"arrays are padded")
-    return [ctx.walk(list(column), join_key(key, str(j))) for j, column in enumerate(zip(*items))]
+    names = getattr(items[0], "_fields", None) or [str(j) for j in range(n)]   # a namedtuple's fields by name
+    return [ctx.walk(list(column), join_key(key, name)) for name, column in zip(names, zip(*items))]
 
 
 def collate_namedtuple(ctx, items: list, key: str):
-    """Namedtuples -> the same namedtuple of collated fields."""
+    """Namedtuples -> the same namedtuple of collated fields (named ``key.field``, as
+    ``pad_values`` and ``pad_keys`` take them)."""
     return type(items[0])(*collate_sequence(ctx, items, key))
 
 
@@ -191,16 +193,33 @@ def _number_arrays(items: list, key: str) -> list:
         flat = np.array(list(itertools.chain.from_iterable(items)))
     except (TypeError, ValueError):             # e.g. a nested list (another rank): named below
         flat = None
-    if flat is None or (flat.size and flat.dtype.kind not in "biuf"):
-        i = next(i for i, x in enumerate(items) if not all(_is_number(v) for v in x))
-        raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds a "
-                        f"{next(type(v).__name__ for v in items[i] if not _is_number(v))}")
+    if flat is None or (flat.size and flat.dtype.kind not in "biufc"):
+        _raise_not_numbers(items, key)
     if flat.size == 0:                          # empty lists carry no type (as in pad_batch)
         flat = flat.astype(np.int64)
-    elif flat.dtype.kind == "f":                # each list is typed by its own values (as in pad_batch):
-        _check_float_lists(items, key)          # an int list must not round in float64
+    elif flat.dtype.kind in "fc":               # each list is typed by its own values (as in pad_batch):
+        _check_float_lists(items, key)          # an int list must not round in float64 (complex128)
     ends = np.cumsum(lengths).tolist()
     return [flat[e - n:e] for e, n in zip(ends, lengths)]
+
+
+def _raise_not_numbers(items: list, key: str):
+    """The error for lists NumPy cannot read as one numeric array: the first sample
+    holding a non-number, else (numbers all, read as Python objects) the first int
+    past 64 bits. Never a bare ``StopIteration``: out of a ``collate_fn`` it ends a
+    ``DataLoader`` epoch without a word."""
+    for i, x in enumerate(items):
+        other = next((v for v in x if not _is_number(v)), None)
+        if other is not None or any(not _is_number(v) for v in x):
+            raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds a "
+                            f"{type(other).__name__}")
+    for i, x in enumerate(items):
+        big = next((v for v in x if isinstance(v, int) and not -2**63 <= v < 2**64), None)
+        if big is not None:
+            raise ValueError(f"{_where(key)}: sample {i} holds {big}, which no integer dtype holds "
+                             f"(int64 and uint64 are the widest)")
+    raise TypeError(f"{_where(key)}: the samples' numbers make an array of Python objects (NumPy reads them as "
+                    f"no one numeric dtype); pass them as one dtype")
 
 
 def _check_float_lists(items: list, key: str) -> None:

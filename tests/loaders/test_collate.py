@@ -663,3 +663,50 @@ def test_flat_rows_route_with_other_keys_and_samples_equals_the_walk():
 def test_tensor_and_parameter_mixed_in_a_key_is_named():
     with pytest.raises(TypeError, match="key 'x': sample 1 has type Parameter, but sample 0 has type Tensor"):
         DynTileCollate()([{"x": torch.ones(2, 3)}, {"x": torch.nn.Parameter(torch.ones(3, 3))}])
+
+
+def test_tile_with_batch_padding_tiles_the_grown_batch():
+    """A tiled 1-D leaf of ceil(rows/tm) == B tile rows was grown again: (4, 1, 2, 8),
+    or a crash naming no key when the mask was on."""
+    samples = [{"x": [1, 2, 3]}, {"x": [4]}]
+    for collate in (DynTileCollate(batch_multiple=4, tile=(2, 8), return_stats=True),
+                    DynTileCollate(BucketPlan((8, 16)), bucket_rows=[4, 4], tile=(2, 8), return_stats=True)):
+        out = collate(samples)
+        padded = torch.tensor([[1, 2, 3, 0, 0, 0, 0, 0], [4] + [0] * 7, [0] * 8, [0] * 8])
+        assert out["x"].shape == (2, 1, 2, 8)
+        assert torch.equal(out["x"], padded.reshape(2, 2, 1, 8).permute(0, 2, 1, 3))
+        assert out["attention_mask"].shape == (4, 8) and out["lengths"].tolist() == [3, 1, 0, 0]
+        assert out["collate_stats"]["shapes"] == [("x", (4, 8))] and out["collate_stats"]["padded_elements"] == 32
+
+
+def test_namedtuple_fields_are_named_alike_for_pad_values_and_batch_rows():
+    """The walk named fields by position ("0"), batch-row growth by name ("label"):
+    one of the two pad_values was silently ignored."""
+    nt = collections.namedtuple("NT", ["ids", "label"])
+    out = DynTileCollate(pad_values={"ids": -1, "label": -100}, batch_multiple=4)([nt([1, 2, 3], 0), nt([4], 1)])
+    assert out.ids[1].tolist() == [4] + [-1] * 7 and out.ids[3].tolist() == [-1] * 8
+    assert out.label.tolist() == [0, 1, -100, -100]
+
+
+@pytest.mark.parametrize("samples, options, match", [
+    ([{"ids": [2**64]}, {"ids": [1]}], {}, "sample 0 holds 18446744073709551616, which no integer dtype holds"),
+    ([{"ids": [2**64]}, {"ids": [1]}], {"batch_multiple": 2}, "sample 0 holds 18446744073709551616"),
+])
+def test_numbers_numpy_reads_as_objects_raise_not_stopiteration(samples, options, match):
+    """A bare StopIteration escaped the collate: out of a DataLoader it ends the epoch
+    without a word."""
+    with pytest.raises(ValueError, match=match):
+        DynTileCollate(**options)(samples)
+
+
+def test_complex_lists_collate_on_either_route():
+    samples = [{"a": [1j]}, {"a": [2, 3]}]
+    expected = torch.tensor([[1j, 0, 0, 0], [2, 3, 0, 0]], dtype=torch.complex128)
+    for options in ({}, {"batch_multiple": 1}):
+        assert torch.equal(DynTileCollate(multiple=4, **options)(samples)["a"], expected)
+
+
+def test_packed_stats_count_elements_of_token_keys_with_extra_axes():
+    c = DynTileCollate(pack=[(1, 8)])
+    c([{"feats": torch.ones(3, 4)}])
+    assert (c.stats.real_elements, c.stats.padded_elements) == (12, 32)
