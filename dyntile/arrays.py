@@ -102,9 +102,8 @@ def carrier_fill(fill, token) -> int:
     """``fill`` in ``token`` (a torch-only dtype) as the value of its carrier integer
     (:func:`bit_view`): the bit pattern read as a signed integer of that width (uint8
     for one byte). Raises as :func:`torch_fill_bits` does for a fill it cannot hold."""
-    bits = torch_fill_bits(fill, token)
-    width = sys.modules["torch"].empty(0, dtype=token).element_size()
-    return int(np.array(bits, f"u{width}").view(_BIT_VIEWS[width])[()])
+    width = token.itemsize
+    return int(np.array(torch_fill_bits(fill, token), f"u{width}").view(_BIT_VIEWS[width])[()])
 
 
 def as_numpy(x, what: str = "array"):

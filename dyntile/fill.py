@@ -43,8 +43,9 @@ def check_fill(fill, dtype: np.dtype, what: str = "fill") -> np.ndarray:
             raise ValueError(f"{what}={fill!r} cannot be stored in {dtype}: it is complex")
         def overflows() -> str:
             return f"{what}={_shown(fill)} overflows {dtype} (max {str(np.finfo(dtype).max)})"
-        try:       # longdouble (wider than float64) takes the value itself: float() would round it
-            value = fill if dtype.itemsize > (8 if kind == "f" else 16) else (float if kind == "f" else complex)(fill)
+        python = float if kind == "f" else complex
+        try:       # longdouble (wider than Python's float) takes the value itself: float() would round it
+            value = fill if dtype.itemsize > np.dtype(python).itemsize else python(fill)
             with np.errstate(over="ignore", invalid="ignore"):
                 arr = np.array(value, dtype=dtype)
         except (OverflowError, ValueError):      # ValueError: a Python int past str()'s digit limit

@@ -322,16 +322,17 @@ def _into_torch_only_out(a, b, out, threads):
         dtype = torch.from_numpy(np.empty(0, res_dtype)).dtype
     except TypeError:
         raise TypeError(f"matmul: cannot write the {res_dtype} result into out of dtype {out.dtype}") from None
-    _check_torch_out(out, dtype, shapes, _torch_operand(a_np, "a"), _torch_operand(b_np, "b"))
+    _check_torch_out(out, dtype, shapes, a_np, b_np)
     result = matmul(a_np, b_np, threads=threads)
     out.copy_(torch.as_tensor(result))        # broadcasts to out's leading axes
     return out
 
 
 def _check_torch_out(out, dtype, shapes: MatmulShapes, a_t, b_t) -> None:
-    """A torch ``out`` for a product of torch dtype ``dtype``: a tensor not requiring
-    grad, of a shape the product broadcasts to, a dtype it casts to, apart from both
-    operands in memory (device memory for CUDA tensors)."""
+    """A torch ``out`` for a product of torch dtype ``dtype`` of operands ``a_t``, ``b_t``
+    (tensors or NumPy arrays): a tensor not requiring grad, of a shape the product
+    broadcasts to, a dtype it casts to, apart from both operands in memory (device
+    memory for CUDA tensors)."""
     torch = sys.modules["torch"]
     if not is_torch_tensor(out):
         raise TypeError(f"matmul: a {dtype} product needs a torch tensor out, but got {type(out).__name__}")
@@ -340,10 +341,9 @@ def _check_torch_out(out, dtype, shapes: MatmulShapes, a_t, b_t) -> None:
     if not torch.can_cast(dtype, out.dtype):
         raise TypeError(f"matmul: cannot write the {dtype} result into out of dtype {out.dtype}")
     if out.is_cuda:
-        from dyntile.cuda.runtime import byte_bounds   # numba loads only here
+        from dyntile.cuda.runtime import bounds_meet   # numba loads only here
 
-        lo, hi = byte_bounds(out)
-        if any(lo < x_hi and x_lo < hi for x_lo, x_hi in map(byte_bounds, (a_t, b_t))):
+        if bounds_meet(out, (a_t, b_t)):
             raise ValueError("matmul: out overlaps an operand in device memory; the result cannot be "
                              "written over an input (pass a separate out)")
     else:

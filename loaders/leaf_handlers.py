@@ -209,10 +209,10 @@ def _raise_not_numbers(items: list, key: str):
     past 64 bits. Never a bare ``StopIteration``: out of a ``collate_fn`` it ends a
     ``DataLoader`` epoch without a word."""
     for i, x in enumerate(items):
-        other = next((v for v in x if not _is_number(v)), None)
-        if other is not None or any(not _is_number(v) for v in x):
-            raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds a "
-                            f"{type(other).__name__}")
+        for v in x:
+            if not _is_number(v):
+                raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds a "
+                                f"{type(v).__name__}")
     for i, x in enumerate(items):
         big = next((v for v in x if isinstance(v, int) and not -2**63 <= v < 2**64), None)
         if big is not None:

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 
 __all__ = ["cuda", "simulator_active", "is_device_array", "as_device", "allocate", "as_batched", "contiguous",
-           "byte_bounds", "output"]
+           "byte_bounds", "bounds_meet", "output"]
 
 
 def _import_cuda():
@@ -126,13 +126,17 @@ def output(out, out_shape: tuple, dtype, like=None, what: str = "the result", in
         raise ValueError(f"out should have shape {tuple(out_shape)} for {what}, but got {tuple(dest.shape)}")
     if numpy_dtype(dest.dtype) != dtype:
         raise TypeError(f"out should have dtype {dtype} for {what}, but got {numpy_dtype(dest.dtype)}")
-    lo, hi = byte_bounds(dest)
-    for x in inputs:
-        x_lo, x_hi = byte_bounds(x)
-        if lo < x_hi and x_lo < hi:
-            raise ValueError(f"out overlaps an input in device memory; {what} cannot be written over "
-                             f"its inputs (pass a separate out)")
+    if bounds_meet(dest, inputs):
+        raise ValueError(f"out overlaps an input in device memory; {what} cannot be written over "
+                         f"its inputs (pass a separate out)")
     return out, dest
+
+
+def bounds_meet(x, others) -> bool:
+    """Whether the device bytes of ``x`` (:func:`byte_bounds`) meet those of any of
+    ``others``: conservative, as views that interleave without sharing an element meet."""
+    lo, hi = byte_bounds(x)
+    return any(lo < o_hi and o_lo < hi for o_lo, o_hi in map(byte_bounds, others))
 
 
 def as_batched(x, tail: int):
