@@ -20,12 +20,16 @@ __all__ = ["as_numpy", "check_out", "wrap_like", "torch_dtype_token", "torch_num
 _BIT_VIEWS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
+_TORCH_ONLY: dict = {}          # torch dtype -> whether NumPy lacks it
+
+
 def torch_dtype_token(t):
     """The torch dtype of ``t`` if NumPy has no equivalent (e.g. bfloat16), else ``None``."""
-    torch = sys.modules["torch"]
-    if t.dtype in (torch.bfloat16,) or "float8" in str(t.dtype):
-        return t.dtype
-    return None
+    dtype = t.dtype
+    only = _TORCH_ONLY.get(dtype)
+    if only is None:
+        only = _TORCH_ONLY[dtype] = dtype == sys.modules["torch"].bfloat16 or "float8" in str(dtype)
+    return dtype if only else None
 
 
 _NUMPY_OF_TORCH: dict = {}
@@ -37,10 +41,7 @@ def torch_numpy_dtype(torch_dtype):
     hit = _NUMPY_OF_TORCH.get(torch_dtype)
     if hit is None:
         torch = sys.modules["torch"]
-        t = torch.empty(0, dtype=torch_dtype)
-        token = torch_dtype_token(t)
-        if token is not None:
-            t = t.view(getattr(torch, _BIT_VIEWS[t.element_size()]))
+        t, token = bit_view(torch.empty(0, dtype=torch_dtype))
         hit = _NUMPY_OF_TORCH[torch_dtype] = (t.numpy().dtype, token)
     return hit
 
@@ -122,11 +123,7 @@ def as_numpy(x, what: str = "array"):
                             f"NumPy arrays and CUDA arrays")
         if x.layout != sys.modules["torch"].strided:
             raise TypeError(f"{what} is a {x.layout} torch tensor; only dense (strided) tensors are accepted")
-        x = x.detach()
-        token = torch_dtype_token(x)
-        if token is not None:
-            torch = sys.modules["torch"]
-            x = x.view(getattr(torch, _BIT_VIEWS[x.element_size()]))
+        x, token = bit_view(x.detach())
         return x.resolve_conj().resolve_neg().numpy(), token
     if isinstance(x, np.ndarray):  # subclasses (masked arrays...) lose their subclass
         return np.asarray(x), None
@@ -162,9 +159,7 @@ def memory_view(x) -> np.ndarray:
         x = x.conj()                          # a view without the bit, same memory
     if x.is_neg():
         x = x._neg_view()
-    if torch_dtype_token(x) is not None:
-        x = x.view(getattr(sys.modules["torch"], _BIT_VIEWS[x.element_size()]))
-    return x.detach().numpy()
+    return bit_view(x)[0].detach().numpy()
 
 
 def wrap_like(result: np.ndarray, torch_like: bool, token=None):

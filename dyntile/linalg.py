@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from dyntile.arrays import memory_view, overlaps
+from dyntile.arrays import memory_view, overlaps, torch_dtype_token
 from dyntile.cpu import gemm as _GEMM
 from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.shapes import MatmulShapes, broadcast_batch, matmul_shapes
@@ -274,10 +274,7 @@ def _batch_offsets(x: np.ndarray, batch: tuple) -> np.ndarray:
 
 def _torch_only_dtype(x) -> bool:
     """True for a tensor whose dtype NumPy lacks (bfloat16, float8, ...)."""
-    if not is_torch_tensor(x):
-        return False
-    torch = sys.modules["torch"]
-    return x.dtype == torch.bfloat16 or "float8" in str(x.dtype)
+    return is_torch_tensor(x) and torch_dtype_token(x) is not None
 
 
 def _torch_operand(x, name: str):

@@ -225,6 +225,40 @@ def pad_into(list samples, cnp.ndarray out, unsigned long long fill_bits, bint l
     return pad_pointers(ptrs_a, shapes_a, strides_a, out, fill_bits, left, num_threads)
 
 
+def reaching(cnp.ndarray out, const Py_ssize_t[::1] ptrs, const int64_t[:, ::1] shapes,
+             const int64_t[:, ::1] strides, Py_ssize_t width):
+    """Indices of the samples (``describe_tensors``' pointers, sizes and byte strides,
+    elements of ``width`` bytes) whose bytes reach into the byte range of ``out``: the
+    only ones an overlap check needs to look at (a list, usually empty)."""
+    cdef Py_ssize_t n = ptrs.shape[0], nd = shapes.shape[1], i, k
+    cdef intptr_t base = <intptr_t>cnp.PyArray_DATA(out), lo = base, hi = base, s_lo, s_hi, span
+    cdef bint empty = cnp.PyArray_SIZE(out) == 0
+    for k in range(cnp.PyArray_NDIM(out)):
+        span = (cnp.PyArray_DIMS(out)[k] - 1) * cnp.PyArray_STRIDES(out)[k]
+        if span < 0:
+            lo += span
+        else:
+            hi += span
+    hi += cnp.PyArray_ITEMSIZE(out)
+    hits = []
+    if empty:
+        return hits
+    for i in range(n):
+        s_lo = s_hi = ptrs[i]
+        for k in range(nd):
+            if shapes[i, k] == 0:
+                break
+            span = (shapes[i, k] - 1) * strides[i, k]
+            if span < 0:
+                s_lo += span
+            else:
+                s_hi += span
+        else:
+            if s_lo < hi and s_hi + width > lo:
+                hits.append(i)
+    return hits
+
+
 def pad_pointers(const Py_ssize_t[::1] ptrs, const int64_t[:, ::1] shapes, const int64_t[:, ::1] strides,
                  cnp.ndarray out, unsigned long long fill_bits, bint left, int num_threads=1):
     """Core entry: sample ``b`` is ``shapes[b]`` elements at address ``ptrs[b]`` with byte

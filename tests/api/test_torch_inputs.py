@@ -166,3 +166,24 @@ def test_float8_and_bfloat16_fills_are_checked():
     assert dt.tile(bf, (1, 2), fill=torch.tensor(-1.0)).tolist() == [[[[0.0, -1.0]]]]
     with pytest.raises(TypeError, match="fill should be a real number"):
         dt.tile(torch.zeros(1, 1, dtype=torch.bfloat16), (1, 2), fill="2.5")
+
+
+def test_out_overlapping_a_tensor_sample_is_refused_and_disjoint_views_are_taken():
+    """The tensor route tests only the samples whose bytes reach into out's range
+    (pointers, sizes and strides in one C loop): the same answer as np.shares_memory."""
+    base = torch.arange(64, dtype=torch.int64).reshape(8, 8)
+    cases = [([base[0, :3], torch.ones(5, dtype=torch.int64)], base[1:3], False),
+             ([base[0, :3], torch.ones(5, dtype=torch.int64)], base[:2], True),
+             ([torch.ones(2, dtype=torch.int64), base[:, 7]], base[6:8], True),       # a strided column
+             ([torch.ones(2, dtype=torch.int64), base[:6, 7]], base[6:8], False),     # it ends before out
+             ([base[3:5, :2], base[5:7, :2]], base[:2, :].reshape(2, 2, 4), False),
+             ([base[3:5, :2], base[1:3, 6:]], base[:2, :].reshape(2, 2, 4), True)]
+    for samples, out, overlapping in cases:
+        assert overlapping == any(np.shares_memory(out.numpy(), s.numpy()) for s in samples)
+        if overlapping:
+            with pytest.raises(ValueError, match="out overlaps an input in memory"):
+                dt.pad_batch(samples, shape=tuple(out.shape[1:]), out=out)
+        else:
+            expected, _ = dt.pad_batch([s.clone() for s in samples], shape=tuple(out.shape[1:]), fill=-1)
+            dt.pad_batch(samples, shape=tuple(out.shape[1:]), fill=-1, out=out)
+            assert torch.equal(out, expected)
