@@ -54,6 +54,9 @@ def check_fill(fill, dtype: np.dtype, what: str = "fill") -> np.ndarray:
         if any(np.isfinite(x) and not np.isfinite(y) for x, y in zip(*parts)):
             raise ValueError(overflows())
         return arr
+    if kind in "US":                    # np.array(0, "<U2") is the string '0'
+        raise TypeError(f"{dtype} is a string dtype; dyntile pads and tiles numbers (bool, integer, float, "
+                        f"complex, datetime) and records, not strings")
     try:
         return np.array(fill, dtype=dtype)
     except OverflowError:

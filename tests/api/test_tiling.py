@@ -81,3 +81,10 @@ def test_out_must_not_overlap_the_input():
 
 def test_untile_takes_nested_lists():
     assert dt.untile([[[[1, 2], [3, 4]]]], (2, 2)).tolist() == [[1, 2], [3, 4]]
+
+
+def test_string_arrays_are_refused_not_padded_with_the_string_zero():
+    """A fill of 0 in a string dtype is the string '0': tile wrote it into the edge tiles."""
+    for tile in ((4, 4), (2, 2)):                     # refused as pad_batch refuses them
+        with pytest.raises(TypeError, match="<U2 is a string dtype; dyntile pads and tiles numbers"):
+            dt.tile(np.array([["ab", "c"], ["d", "e"]]), tile)
