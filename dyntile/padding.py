@@ -23,9 +23,10 @@ from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.dtypes import check_round_trip, promote_samples
 from dyntile.fill import check_fill, fill_bits, fill_key, kernel_fill_bits
+from dyntile.threads import PARALLEL_COPY_BYTES as _PARALLEL_COPY_BYTES
 from dyntile.threads import copy_threads
 
-__all__ = ["pad_batch", "pad_to", "pad_rows"]
+__all__ = ["pad_batch", "pad_to", "pad_rows", "pad_rows_torch"]
 
 
 _SIDES = {"right": False, "left": True}
@@ -356,16 +357,18 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
     return batch, torch.from_numpy(lengths)
 
 
-#: (dtype, token, fill key, multiple's type, multiple or plan boundaries) -> (fill bits, size_of): what the
-#: one-call row routes (:func:`_pad_token_rows`, :func:`_pad_number_lists`) would
-#: otherwise work out again for every batch
+#: (dtype, token, fill key, multiple's type, multiple or plan boundaries) -> (fill bits, size_of,
+#: multiple, bounds): what the one-call row routes (:func:`_pad_token_rows`,
+#: :func:`_pad_number_lists`, :func:`pad_rows_torch`) would otherwise work out again for every batch
 _ROW_SETUP: dict = {}
 
 
 def _row_setup(dt: np.dtype, token, multiple, plan, fill):
-    """``(fill bits, size_of)`` for rows of ``dt`` (``token``: a torch-only dtype it
-    carries), ``size_of(longest)`` giving the padded length; ``None`` for dtypes the
-    kernels do not move."""
+    """``(fill bits, size_of, multiple, bounds)`` for rows of ``dt`` (``token``: a
+    torch-only dtype it carries): ``size_of(longest)`` gives the padded length, which
+    is ``longest`` rounded up to ``multiple`` (without a plan) or the smallest of the
+    int64 ``bounds`` ``>=`` it (a plan's boundaries; ``None`` without one). ``None``
+    for dtypes the kernels do not move."""
     key = (dt, token, fill_key(fill), type(multiple),       # 8.0 == 8, but only 8 is a multiple
            multiple if plan is None else plan.boundaries)     # a plan's hash costs more
     try:
@@ -378,10 +381,10 @@ def _row_setup(dt: np.dtype, token, multiple, plan, fill):
     if bits is None:
         setup = None
     elif plan is not None:
-        setup = (bits, _plan_rows(plan))
+        setup = (bits, _plan_rows(plan), 1, np.asarray(plan.axis_boundaries[0], np.int64))
     else:
         m = _shapes.check_multiple(multiple)
-        setup = (bits, lambda n: -(-n // m) * m)
+        setup = (bits, lambda n: -(-n // m) * m, m, None)
     if key is not None:
         if len(_ROW_SETUP) >= 256:
             _ROW_SETUP.clear()
@@ -434,6 +437,50 @@ def pad_rows(samples: list, *, multiple: int = 8, plan=None, fill=0, side: str =
     return None
 
 
+
+def pad_rows_torch(samples: list, *, multiple: int = 8, plan=None, fill=0, side: str = "right",
+                   lengths: bool = False, mask: bool = False):
+    """:func:`pad_rows` straight into new torch tensors, natively, in one call:
+    ``(batch, lengths, mask, longest, total)``.
+
+    ``batch`` is the ``(B, T)`` torch tensor :func:`pad_rows` gives (int64 for lists
+    of ints, else the rows' dtype); with ``lengths=True`` an int64 ``(B,)`` tensor of
+    the row lengths, with ``mask=True`` a bool ``(B, T)`` tensor, true on the data
+    (else ``None`` in their places). ``None`` when the native module
+    (:mod:`dyntile.tensor_reader`) is not in use, and for any batch but exact lists of
+    exact ints in int64 or plain dense 1-D CPU tensors of one dtype (not complex),
+    small enough for one thread to copy, and not over the plan: :func:`pad_rows`
+    then takes it (or :func:`pad_batch` explains it). No torch is imported here: a
+    caller has it loaded.
+
+    >>> import torch
+    >>> batch, lengths, mask, longest, total = pad_rows_torch([[1, 2, 3], [4]], multiple=4, lengths=True,
+    ...                                                       mask=True)   # doctest: +SKIP
+    >>> batch.tolist(), lengths.tolist(), mask[1].tolist()                  # doctest: +SKIP
+    ([[1, 2, 3, 0], [4, 0, 0, 0]], [3, 1], [True, False, False, False])
+    """
+    left = _SIDES.get(side) if type(side) is str else None
+    if left is None:
+        left = _check_side(side)                  # raises, naming what is accepted
+    native = tensor_reader.native_module()
+    if native is None or type(samples) is not list or not samples:
+        return None
+    x0 = samples[0]
+    if type(x0) is list:
+        dt, token = _INT64, None
+    elif is_torch_tensor(x0) and not x0.dtype.is_complex:
+        dt, token = torch_numpy_dtype(x0.dtype)
+    else:
+        return None
+    try:
+        setup = _row_setup(dt, token, multiple, plan, fill)
+    except (TypeError, ValueError):               # a fill that does not fit: pad_batch names it
+        return None
+    if setup is None:
+        return None
+    bits, _, m, bounds = setup
+    return native.pad_rows(samples, m, bounds, bits, left, lengths | (mask << 1), _PARALLEL_COPY_BYTES - 1)
+
 def _pad_token_rows(samples, multiple, plan, fill, left):
     """1-D CPU tensors (token ids, labels), the hot case of a collate: ``(batch,
     lengths, longest, total)`` as :func:`pad_rows` gives them.
@@ -452,7 +499,7 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
     setup = _row_setup(dt, token, multiple, plan, fill)
     if setup is None:
         return None
-    bits, size_of = setup
+    bits, size_of = setup[:2]
     native = tensor_reader.describe_rows(samples)
     if native is not None:
         shapes, strides, ptrs, longest, total = native
@@ -501,7 +548,7 @@ def _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out):
     the general path (other element types, ints beyond int64), which explains any error."""
     if axes is None and shape is None and out is None and (plan is None or plan.ndim == 1):
         try:
-            bits, size_of = _row_setup(_INT64, None, multiple, plan, fill)
+            bits, size_of = _row_setup(_INT64, None, multiple, plan, fill)[:2]
         except (TypeError, ValueError):   # e.g. fill=0.5 (fine for float lists): the two-pass route checks
             bits = None
         if bits is not None:

@@ -8,7 +8,10 @@ against the running torch (``pip install --no-build-isolation`` with torch
 installed; see ``setup.py``), :func:`describe_tensors` reads them natively, one
 call per batch; else, or for anything but plain dense CPU tensors, it reads them
 through the bindings (:func:`dyntile.cpu.pad.describe_tensors`). Both give the same
-answer. Imported only once a torch tensor is seen: importing dyntile imports no torch.
+answer. The same module also pads 1-D rows straight into new torch tensors
+(:func:`dyntile.padding.pad_rows_torch`) and reads the columns of a batch of dicts
+(:func:`loaders.leaf_handlers.mapping_columns`); :func:`native_module` hands it out.
+Imported only once a torch tensor is seen: importing dyntile imports no torch.
 """
 from __future__ import annotations
 
@@ -18,28 +21,38 @@ import numpy as np
 
 from dyntile.cpu import pad as _pad
 
-__all__ = ["describe_tensors", "describe_native", "describe_rows", "native_reader", "native_status"]
+__all__ = ["describe_tensors", "describe_native", "describe_rows", "native_module", "native_reader",
+           "native_status"]
 
 _UNSET = object()
 _native = _UNSET
 
 
-def native_reader():
-    """The native ``describe`` function, or ``None`` when the module was not built or
-    was built for another torch version (its layout of tensors may differ)."""
+def native_module():
+    """The native module :mod:`dyntile.cpu.torch_tensors` (``describe``, ``pad_rows``,
+    ``dict_columns``), or ``None`` when it was not built or was built for another torch
+    version (its layout of tensors may differ), or torch is not loaded yet."""
     global _native
     if _native is _UNSET:
-        _native = None
         torch = sys.modules.get("torch")
-        if torch is not None and np.dtype(np.intp).itemsize == 8:
+        if torch is None:
+            return None                    # asked again once torch is loaded
+        _native = None
+        if np.dtype(np.intp).itemsize == 8:
             try:
                 from dyntile.cpu import torch_tensors
             except ImportError:
                 pass
             else:
                 if torch_tensors.built_for == torch.__version__:
-                    _native = torch_tensors.describe
+                    _native = torch_tensors
     return _native
+
+
+def native_reader():
+    """The native ``describe`` function, or ``None`` (see :func:`native_module`)."""
+    native = native_module()
+    return None if native is None else native.describe
 
 
 def native_status() -> str:

@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from dyntile.masks import padding_mask
-from dyntile.padding import pad_batch, pad_rows
+from dyntile.padding import pad_batch, pad_rows, pad_rows_torch
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import check_multiple, check_tile, normalize_axis
 
@@ -200,11 +200,12 @@ class DynTileCollate:
 
     def _collate_rows(self, samples: list) -> dict | None:
         """The commonest batch in one pass, without the walk: flat dicts whose every
-        value is a 1-D sequence (a list of ints or a 1-D tensor), each key one
-        ``pad_rows`` call (what the walk would call for it). ``None`` for any other
-        batch, and for one the walk treats otherwise (a key the kernels refuse, a row
-        over the plan, an unnamed key of equal lengths, which is stacked): the walk then
-        collates it, or names what is wrong."""
+        value is a 1-D sequence (a list of ints or a 1-D tensor), each key one native
+        ``pad_rows_torch`` call (the mask leaf's call also makes the mask and lengths),
+        else one ``pad_rows`` call (what the walk would call for it). ``None`` for any
+        other batch, and for one the walk treats otherwise (a key the kernels refuse, a
+        row over the plan, an unnamed key of equal lengths, which is stacked): the walk
+        then collates it, or names what is wrong."""
         B = len(samples)
         try:
             keys, columns = mapping_columns(samples)
@@ -212,25 +213,48 @@ class DynTileCollate:
             return None
         out, padded, shapes = {}, {}, []
         real = total = 0
+        marked = self.mask_from                            # the leaf whose mask and lengths the batch gets
+        marks = None
         for k, column in zip(keys, columns):
             if not _row_leaf(column[0]):
                 return None
             name = k if type(k) is str else join_key("", k)   # the walk's name of the leaf (options, stats)
-            rows = pad_rows(column, multiple=self.multiple, plan=self.plan, fill=self.fill_for(name), side=self.side)
-            if rows is None:
-                return None
-            batch, lengths, longest, n = rows
+            if marked is None:
+                marked = name
+            fill = self.fill_for(name)
+            rows = pad_rows_torch(column, multiple=self.multiple, plan=self.plan, fill=fill, side=self.side,
+                                  lengths=name == marked, mask=name == marked and self.mask_key is not None)
+            if rows is not None:
+                batch, lengths, mask, longest, n = rows
+                if name == marked:
+                    marks = (lengths, mask)
+            else:
+                rows = pad_rows(column, multiple=self.multiple, plan=self.plan, fill=fill, side=self.side)
+                if rows is None:
+                    return None
+                batch, lengths, longest, n = rows
+                if type(batch) is not _TENSOR:
+                    batch = torch.from_numpy(batch)
+                if name == marked:
+                    marks = None
             if longest * B == n and not self.always_pads(name, 1):
                 return None
             shape = tuple(batch.shape)
-            out[k] = batch if type(batch) is _TENSOR else torch.from_numpy(batch)
+            out[k] = batch
             padded[name] = (lengths, (0,), shape)
             shapes.append((name, shape))
             real += n
             total += shape[0] * shape[1]
-        if self.mask_from is not None and self.mask_from not in padded:
+        if marked not in padded:
             return None                                  # the walk raises, naming the padded leaves
-        self._add_mask_and_lengths(out, padded)
+        if marks is None:
+            self._add_mask_and_lengths(out, padded)
+        else:
+            lengths, mask = marks
+            if self.mask_key is not None and self.mask_key not in out:
+                out[self.mask_key] = mask if self.mask_dtype == torch.bool else mask.to(self.mask_dtype)
+            if self.lengths_key is not None and self.lengths_key not in out:
+                out[self.lengths_key] = lengths
         if self.return_stats:
             out[STATS_KEY] = _counts(real, total, shapes, 0, 0)
         self.stats.add(real, total, shapes)

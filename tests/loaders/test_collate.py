@@ -597,11 +597,23 @@ def _walk_only(collate: DynTileCollate, samples):
 @given(lengths=st.lists(st.integers(0, 30), min_size=1, max_size=7), equal=st.booleans(),
        kind=st.sampled_from(["list", "tensor", "mixed", "strided"]), side=st.sampled_from(["right", "left"]),
        use_plan=st.booleans(), named=st.sampled_from(["default", "none", "labels"]),
-       mask_from=st.sampled_from([None, "labels", "missing"]), return_stats=st.booleans())
-def test_flat_rows_route_equals_the_walk(lengths, equal, kind, side, use_plan, named, mask_from, return_stats):
-    """Flat dicts of 1-D sequences take the one-pass route: outputs, dtypes, counters and
-    errors equal the general walk's, whatever the options (equal lengths, plans, named
-    keys, mask_from, left padding)."""
+       mask_from=st.sampled_from([None, "labels", "missing"]), return_stats=st.booleans(),
+       outputs=st.sampled_from(["both", "no mask", "no lengths", "float mask", "mask key in data"]),
+       native=st.booleans())
+def test_flat_rows_route_equals_the_walk(lengths, equal, kind, side, use_plan, named, mask_from, return_stats,
+                                         outputs, native):
+    """Flat dicts of 1-D sequences take the one-pass route (with the native module, or
+    through pad_rows without it): outputs, dtypes, counters and errors equal the
+    general walk's, whatever the options (equal lengths, plans, named keys, mask_from,
+    left padding, mask and lengths keys and dtype)."""
+    from dyntile import tensor_reader
+    with pytest.MonkeyPatch.context() as mp:
+        if not native:
+            mp.setattr(tensor_reader, "_native", None)
+        _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, return_stats, outputs)
+
+
+def _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, return_stats, outputs):
     if equal:
         lengths = [lengths[0]] * len(lengths)
     rng = np.random.default_rng(sum(lengths) + len(lengths))
@@ -613,10 +625,15 @@ def test_flat_rows_route_equals_the_walk(lengths, equal, kind, side, use_plan, n
         t = torch.from_numpy(np.repeat(a, 2))[::2] if kind == "strided" else torch.from_numpy(a.copy())
         return t
     samples = [{"input_ids": leaf(s, 0), "labels": leaf(s * 2, 1)} for s in seqs]
+    if outputs == "mask key in data":                    # a sample's own attention_mask is kept, not replaced
+        samples = [dict(x, attention_mask=leaf(np.ones(len(s), np.int64), 0)) for x, s in zip(samples, seqs)]
     pad_keys = {"default": None, "none": (), "labels": ("labels",)}[named]
     options = dict(plan=BucketPlan((8, 32)) if use_plan else None, side=side, pad_keys=pad_keys,
                    pad_values={"input_ids": 0, "labels": -100} if named == "default" else None,
-                   mask_from=mask_from, return_stats=return_stats)
+                   mask_from=mask_from, return_stats=return_stats,
+                   mask_key=None if outputs == "no mask" else "attention_mask",
+                   lengths_key=None if outputs == "no lengths" else "lengths",
+                   mask_dtype=torch.float32 if outputs == "float mask" else torch.bool)
     fast, walk = DynTileCollate(**options), DynTileCollate(**options)
     try:
         want = _walk_only(walk, samples)
@@ -641,6 +658,24 @@ def test_flat_rows_route_is_taken(monkeypatch):
     out = collate([{"input_ids": [1, 2, 3]}, {"input_ids": torch.tensor([4]).tolist()}])
     assert out["input_ids"].tolist() == [[1, 2, 3, 0, 0, 0, 0, 0], [4, 0, 0, 0, 0, 0, 0, 0]]
     assert out["lengths"].tolist() == [3, 1]
+
+
+@pytest.mark.parametrize("leaf", [list, torch.tensor])
+def test_native_flat_rows_route_is_taken(leaf, monkeypatch):
+    """With the native module, lists and tensors are padded (and masked) without
+    pad_rows or the Python mask (a test that the native route can fail)."""
+    from dyntile import tensor_reader
+    if tensor_reader.native_module() is None:
+        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+    monkeypatch.setattr(collate_module, "pad_rows", lambda *a, **k: pytest.fail("pad_rows"))
+    monkeypatch.setattr(DynTileCollate, "_add_mask_and_lengths", lambda *a: pytest.fail("Python mask"))
+    collate = DynTileCollate(pad_values={"labels": -100}, side="left")
+    out = collate([{"input_ids": leaf([1, 2, 3]), "labels": leaf([5, 6, 7])},
+                   {"input_ids": leaf([4]), "labels": leaf([8])}])
+    assert out["input_ids"].tolist() == [[0] * 5 + [1, 2, 3], [0] * 7 + [4]]
+    assert out["labels"].tolist() == [[-100] * 5 + [5, 6, 7], [-100] * 7 + [8]]
+    assert out["attention_mask"].tolist() == [[False] * 5 + [True] * 3, [False] * 7 + [True]]
+    assert out["lengths"].tolist() == [3, 1] and collate.stats.batches == 1
 
 
 def test_flat_rows_route_with_other_keys_and_samples_equals_the_walk():

@@ -1,0 +1,164 @@
+"""pad_rows_torch (the native one-call route into new torch tensors) and the native
+dict_columns, against pad_rows, a reference padded by slicing, and the Python walk."""
+import collections
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+torch = pytest.importorskip("torch")
+
+from dyntile import tensor_reader  # noqa: E402
+from dyntile.padding import pad_rows, pad_rows_torch  # noqa: E402
+from dyntile.planning import BucketPlan  # noqa: E402
+from reference import pad_reference  # noqa: E402
+
+native = tensor_reader.native_module()
+pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu.torch_tensors not built for this torch")
+
+DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+          torch.bfloat16, torch.float32, torch.float64]
+
+
+def _rows(kind, sizes, dtype, rng):
+    """1-D rows of ``sizes``: lists of ints, contiguous tensors, or strided views with offsets."""
+    values = [rng.integers(-100, 100, n) for n in sizes]
+    if kind == "list":
+        return [v.tolist() for v in values], values
+    base = [torch.from_numpy(np.repeat(v, 3)).to(dtype) for v in values]
+    rows = [b[1::3] if kind == "strided" else b[::3].clone() for b in base]
+    return rows, [r.to(torch.float64).numpy() if r.dtype == torch.bfloat16 else r.numpy() for r in rows]
+
+
+@settings(max_examples=120, deadline=None)
+@given(sizes=st.lists(st.integers(0, 37), min_size=1, max_size=12), kind=st.sampled_from(["list", "tensor", "strided"]),
+       dtype=st.sampled_from(DTYPES), multiple=st.sampled_from([1, 3, 8]), use_plan=st.booleans(),
+       left=st.booleans(), want=st.integers(0, 3), fill=st.sampled_from([0, 1, -1]), seed=st.integers(0, 2**16))
+def test_matches_pad_rows_and_a_reference(sizes, kind, dtype, multiple, use_plan, left, want, fill, seed):
+    if dtype == torch.bool or dtype == torch.uint8:
+        fill = abs(fill)
+    rng = np.random.default_rng(seed)
+    rows, values = _rows(kind, sizes, dtype, rng)
+    plan = BucketPlan((5, 16, 40), multiple=1) if use_plan else None
+    side = "left" if left else "right"
+    got = pad_rows_torch(rows, multiple=multiple, plan=plan, fill=fill, side=side, lengths=bool(want & 1),
+                         mask=bool(want & 2))
+    batch, lengths, mask, longest, total = got
+    want_batch, want_lengths, want_longest, want_total = pad_rows(rows, multiple=multiple, plan=plan, fill=fill,
+                                                                  side=side)
+    want_batch = torch.as_tensor(want_batch)
+    assert type(batch) is torch.Tensor and batch.dtype == want_batch.dtype and torch.equal(batch, want_batch)
+    assert batch.dtype == (torch.int64 if kind == "list" else dtype)
+    T = batch.shape[1]
+    expect = pad_reference([np.asarray(v) for v in values], (T,), fill, left, values[0].dtype if values else None)
+    np.testing.assert_array_equal(batch.to(torch.float64).numpy() if dtype == torch.bfloat16 and kind != "list"
+                                  else batch.numpy(), expect)
+    assert (longest, total) == (want_longest, want_total) == (max(sizes), sum(sizes))
+    if want & 1:
+        assert lengths.dtype == torch.int64 and lengths.tolist() == sizes == want_lengths.tolist()
+    else:
+        assert lengths is None
+    if want & 2:
+        pos = torch.arange(T)
+        n = torch.tensor(sizes)[:, None]
+        assert mask.dtype == torch.bool and torch.equal(mask, pos >= T - n if left else pos < n)
+    else:
+        assert mask is None
+
+
+def test_the_batch_owns_its_memory():
+    x = torch.arange(5)
+    rows = [x, x[:2]]
+    batch = pad_rows_torch(rows, multiple=1)[0]
+    x.zero_()
+    assert batch.tolist() == [[0, 1, 2, 3, 4], [0, 1, 0, 0, 0]]
+    ids = [[7, 8], [9]]
+    batch = pad_rows_torch(ids, multiple=2)[0]
+    ids[0][0] = 1
+    assert batch.tolist() == [[7, 8], [9, 0]]
+
+
+@pytest.mark.parametrize("rows", [
+    [[1, True]],                                   # a bool in a list of ints
+    [[1, 2.0]],                                    # a float
+    [[1, 2**63]],                                  # past int64
+    [[1], torch.tensor([2])],                      # a list then a tensor
+    [torch.tensor([2]), [1]],                      # a tensor then a list
+    [torch.ones(2, 2)],                            # not 1-D
+    [torch.ones(2), torch.ones(2, dtype=torch.float64)],   # mixed dtypes
+    [torch.ones(2), torch.nn.Parameter(torch.ones(2))],    # mixed types
+    [torch.ones(2, dtype=torch.complex64)],        # complex (conjugate bits)
+    [np.arange(3)],                                # not a tensor or list
+    [(1, 2)],                                      # a tuple
+    [],
+])
+def test_refuses_what_pad_rows_or_pad_batch_decides(rows):
+    assert pad_rows_torch(rows) is None
+
+
+def test_refuses_a_row_over_the_plan_and_odd_fills():
+    plan = BucketPlan((4, 8), multiple=4)
+    assert pad_rows_torch([[1] * 9], plan=plan) is None
+    assert pad_rows_torch([[1] * 8], plan=plan)[0].shape == (1, 8)
+    assert pad_rows_torch([[1, 2]], fill=0.5) is None                  # an int64 row cannot hold it
+    assert pad_rows_torch([torch.ones(2, dtype=torch.int8)], fill=300) is None
+    with pytest.raises(ValueError, match="side should be 'right' or 'left'"):
+        pad_rows_torch([[1]], side="up")
+
+
+def test_native_pad_rows_limits():
+    """Over max_bytes (a copy big enough for threads) or a padded length past int64: None."""
+    assert native.pad_rows([[1, 2, 3]], 8, None, 0, False, 0, 63) is None       # 3 -> 8 int64 = 64 bytes
+    assert native.pad_rows([[1, 2, 3]], 8, None, 0, False, 0, 64)[0].shape == (1, 8)
+    assert native.pad_rows([[1, 2, 3]], 2**63 - 1, None, 0, False, 0, 1 << 30) is None
+    assert native.pad_rows([[]], 2**63 - 1, None, 0, False, 1, 64)[0].shape == (1, 0)
+    with pytest.raises(ValueError, match="multiple should be >= 1"):
+        native.pad_rows([[1]], 0, None, 0, False, 0, 64)
+    with pytest.raises(ValueError, match="bounds should be a non-empty buffer of int64"):
+        native.pad_rows([[1]], 1, np.array([4], np.int32), 0, False, 0, 64)
+    with pytest.raises(TypeError):
+        native.pad_rows(([1],), 1, None, 0, False, 0, 64)
+
+
+@settings(max_examples=60, deadline=None)
+@given(keys=st.lists(st.sampled_from(["a", "b", "c", 0, 1.5, ("t",)]), unique=True, max_size=4),
+       B=st.integers(1, 5), drop=st.integers(-1, 5), extra=st.integers(-1, 5), seed=st.integers(0, 99))
+def test_dict_columns_matches_the_python_columns(keys, B, drop, extra, seed):
+    rng = np.random.default_rng(seed)
+    samples = []
+    for i in range(B):
+        order = [keys[j] for j in rng.permutation(len(keys))] if i else list(keys)   # key order may differ
+        d = {k: [i, str(k)] for k in order}
+        if i == drop and keys:
+            del d[keys[0]]
+        if i == extra:
+            d["extra"] = i
+        samples.append(d)
+    got = native.dict_columns(samples)
+    first = list(samples[0])
+    if not all(set(s) == set(first) for s in samples):
+        assert got is None
+        return
+    assert got == (first, [[s[k] for s in samples] for k in first])
+
+
+def test_dict_columns_refuses_other_mappings_and_survives_a_mutating_key():
+    assert native.dict_columns([collections.OrderedDict(a=1)]) is None
+    assert native.dict_columns([{"a": 1}, collections.OrderedDict(a=1)]) is None
+    assert native.dict_columns([{"a": 1}, [("a", 1)]]) is None
+    assert native.dict_columns([]) is None
+    samples = [{}, {}]
+
+    class Clash:
+        """A key whose hash collides with 'a' and whose == empties the batch."""
+        def __hash__(self):
+            return hash("a")
+
+        def __eq__(self, other):
+            samples.clear()
+            return False
+
+    samples[:] = [{"a": 1}, {Clash(): 2}]
+    assert native.dict_columns(samples) is None                    # no crash, the batch changed under it
+    assert samples == []
