@@ -15,10 +15,14 @@ import numpy as np
 import torch
 from torch.utils.data import get_worker_info
 
+from dyntile import tensor_reader
+from dyntile.arrays import torch_numpy_dtype
+from dyntile.fill import kernel_fill_bits
 from dyntile.masks import padding_mask
-from dyntile.padding import pad_batch, pad_rows, pad_rows_torch
+from dyntile.padding import pad_batch, pad_rows
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import check_multiple, check_tile, normalize_axis
+from dyntile.threads import PARALLEL_COPY_BYTES
 
 from .collate_stats import CollateStats
 from .leaf_handlers import handler_for, join_key, mapping_columns
@@ -154,6 +158,8 @@ class DynTileCollate:
         self._worker_buffer = worker_transfer == "one_buffer"
         self.stats = CollateStats()
         self._direct = self._direct_route()
+        self._row_specs: dict = {}        # (key, kind of row) -> its fill bits in the native flat-rows route
+        self._row_layout = None           # (multiple, plan boundaries) of that route, on first use
 
     def _direct_route(self) -> bool:
         """Whether one ``pad_rows`` call can plan, allocate and copy a 1-D leaf by
@@ -200,12 +206,17 @@ class DynTileCollate:
 
     def _collate_rows(self, samples: list) -> dict | None:
         """The commonest batch in one pass, without the walk: flat dicts whose every
-        value is a 1-D sequence (a list of ints or a 1-D tensor), each key one native
-        ``pad_rows_torch`` call (the mask leaf's call also makes the mask and lengths),
-        else one ``pad_rows`` call (what the walk would call for it). ``None`` for any
-        other batch, and for one the walk treats otherwise (a key the kernels refuse, a
-        row over the plan, an unnamed key of equal lengths, which is stacked): the walk
-        then collates it, or names what is wrong."""
+        value is a 1-D sequence (a list of ints or a 1-D tensor). With the native module
+        the whole batch is one call (:meth:`_collate_native`); else, or where it
+        declines, each key is one ``pad_rows`` call (what the walk would call for it).
+        ``None`` for any other batch, and for one the walk treats otherwise (a key the
+        kernels refuse, a row over the plan, an unnamed key of equal lengths, which is
+        stacked): the walk then collates it, or names what is wrong."""
+        native = tensor_reader.native_module()
+        if native is not None:
+            out = self._collate_native(native, samples)
+            if out is not None:
+                return out
         B = len(samples)
         try:
             keys, columns = mapping_columns(samples)
@@ -213,52 +224,80 @@ class DynTileCollate:
             return None
         out, padded, shapes = {}, {}, []
         real = total = 0
-        marked = self.mask_from                            # the leaf whose mask and lengths the batch gets
-        marks = None
         for k, column in zip(keys, columns):
             if not _row_leaf(column[0]):
                 return None
             name = k if type(k) is str else join_key("", k)   # the walk's name of the leaf (options, stats)
-            if marked is None:
-                marked = name
-            fill = self.fill_for(name)
-            rows = pad_rows_torch(column, multiple=self.multiple, plan=self.plan, fill=fill, side=self.side,
-                                  lengths=name == marked, mask=name == marked and self.mask_key is not None)
-            if rows is not None:
-                batch, lengths, mask, longest, n = rows
-                if name == marked:
-                    marks = (lengths, mask)
-            else:
-                rows = pad_rows(column, multiple=self.multiple, plan=self.plan, fill=fill, side=self.side)
-                if rows is None:
-                    return None
-                batch, lengths, longest, n = rows
-                if type(batch) is not _TENSOR:
-                    batch = torch.from_numpy(batch)
-                if name == marked:
-                    marks = None
+            rows = pad_rows(column, multiple=self.multiple, plan=self.plan, fill=self.fill_for(name), side=self.side)
+            if rows is None:
+                return None
+            batch, lengths, longest, n = rows
             if longest * B == n and not self.always_pads(name, 1):
                 return None
             shape = tuple(batch.shape)
-            out[k] = batch
+            out[k] = batch if type(batch) is _TENSOR else torch.from_numpy(batch)
             padded[name] = (lengths, (0,), shape)
             shapes.append((name, shape))
             real += n
             total += shape[0] * shape[1]
-        if marked not in padded:
+        if self.mask_from is not None and self.mask_from not in padded:
             return None                                  # the walk raises, naming the padded leaves
-        if marks is None:
-            self._add_mask_and_lengths(out, padded)
+        self._add_mask_and_lengths(out, padded)
+        self._count(out, real, total, shapes)
+        return out
+
+    def _collate_native(self, native, samples: list) -> dict | None:
+        """The flat-rows batch in one native call (``collate_dicts`` of
+        :mod:`dyntile.cpu.torch_tensors`): the columns read straight from the dicts, each
+        padded into a new tensor, the mask and lengths made beside them. The per-key
+        fill bits come from ``self._row_specs``, worked out by :meth:`_row_spec` the
+        first time a key comes with a kind of row. ``None`` where it declines."""
+        specs = self._row_specs
+        if self._row_layout is None:
+            plan = self.plan
+            self._row_layout = ((1, np.asarray(plan.axis_boundaries[0], np.int64)) if plan is not None
+                                else (self.multiple, None))
+        multiple, bounds = self._row_layout
+        for _ in range(len(samples[0]) + 1):            # at most one missing spec per key
+            got = native.collate_dicts(samples, specs, _TENSOR, multiple, bounds, self.side == "left",
+                                       self.mask_from, self.mask_key, self.lengths_key, _ONE_THREAD_BYTES)
+            if got is None or len(got) == 5:
+                break
+            key, code, value = got
+            if len(specs) >= 256:
+                specs.clear()
+            specs[key, code] = self._row_spec(key, value)
         else:
-            lengths, mask = marks
-            if self.mask_key is not None and self.mask_key not in out:
-                out[self.mask_key] = mask if self.mask_dtype == torch.bool else mask.to(self.mask_dtype)
-            if self.lengths_key is not None and self.lengths_key not in out:
-                out[self.lengths_key] = lengths
+            return None
+        if got is None:
+            return None
+        out, real, total, shapes, masked = got
+        if masked and self.mask_dtype != torch.bool:
+            out[self.mask_key] = out[self.mask_key].to(self.mask_dtype)
+        self._count(out, real, total, shapes)
+        return out
+
+    def _row_spec(self, key: str, value) -> tuple | None:
+        """``(fill bits, always pads)`` of the 1-D rows at ``key`` of the kind of
+        ``value`` (sample 0's: a list of ints, or a tensor of some dtype), for
+        :meth:`_collate_native`; ``None`` for rows it leaves to the other routes."""
+        if type(value) is list:
+            dt, token = np.dtype(np.int64), None
+        elif value.dtype.is_complex:                     # conjugate bits: pad_batch reads them
+            return None
+        else:
+            dt, token = torch_numpy_dtype(value.dtype)
+        try:
+            bits = kernel_fill_bits(self.fill_for(key), dt, token)
+        except (TypeError, ValueError):                  # a fill that does not fit: the walk names it
+            return None
+        return None if bits is None else (bits, self.always_pads(key, 1))
+
+    def _count(self, out: dict, real: int, total: int, shapes: list) -> None:
+        """One flat-rows batch's counts: into ``self.stats``, and into ``out`` with ``return_stats``."""
         if self.return_stats:
             out[STATS_KEY] = _counts(real, total, shapes, 0, 0)
         self.stats.add(real, total, shapes)
-        return out
 
     def _collate_packed(self, samples: Sequence) -> dict:
         """``pack=``: :func:`loaders.packed_collate.collate_packed`, with this collate's
@@ -605,6 +644,7 @@ def map_tensors(value, fn, key: str = ""):
 
 _NP_TO_TORCH: dict = {}
 _TENSOR = torch.Tensor
+_ONE_THREAD_BYTES = PARALLEL_COPY_BYTES - 1    # larger batches go to the threaded copy of pad_rows
 
 
 def _row_leaf(x) -> bool:

@@ -179,25 +179,25 @@ struct Rows {
   std::vector<int64_t> steps;       // tensors: byte strides
   int64_t longest = 0, total = 0, width = 8;
   c10::ScalarType dtype = c10::ScalarType::Long;
+  bool lists = true;
 };
 
 // pass 1 over exact lists: their lengths (the ints are checked while copied)
-bool read_lists(PyObject* column, Rows& rows) {
-  const Py_ssize_t n = PyList_GET_SIZE(column);
+bool read_lists(PyObject* const* items, Py_ssize_t n, Rows& rows) {
   for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject* row = PyList_GET_ITEM(column, i);
-    if (!PyList_CheckExact(row)) return false;
-    rows.lens[i] = PyList_GET_SIZE(row);
+    if (!PyList_CheckExact(items[i])) return false;
+    rows.lens[i] = PyList_GET_SIZE(items[i]);
   }
   return true;
 }
 
 // pass 1 over tensors: every one a plain dense 1-D CPU tensor of sample 0's type and dtype
-bool read_tensors(PyObject* column, Rows& rows) {
-  const Py_ssize_t n = PyList_GET_SIZE(column);
-  PyTypeObject* type = Py_TYPE(PyList_GET_ITEM(column, 0));
+bool read_tensors(PyObject* const* items, Py_ssize_t n, Rows& rows) {
+  PyTypeObject* type = Py_TYPE(items[0]);
+  rows.ptrs.resize(n);
+  rows.steps.resize(n);
   for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject* obj = PyList_GET_ITEM(column, i);
+    PyObject* obj = items[i];
     if (!THPVariable_CheckExact(obj) || Py_TYPE(obj) != type) return false;
     const at::Tensor& t = THPVariable_Unpack(obj);
     if (!plain_cpu(t) || t.dim() != 1 || (i > 0 && t.scalar_type() != rows.dtype)) return false;
@@ -214,6 +214,18 @@ bool read_tensors(PyObject* column, Rows& rows) {
   return true;
 }
 
+// pass 1 over B rows (exact lists, or tensors as read_tensors takes them); false refuses them
+bool read_rows(PyObject* const* items, Py_ssize_t n, Rows& rows) {
+  rows.lens.resize(n);
+  rows.lists = PyList_CheckExact(items[0]);
+  if (!(rows.lists ? read_lists(items, n, rows) : read_tensors(items, n, rows))) return false;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    rows.longest = std::max(rows.longest, rows.lens[i]);
+    rows.total += rows.lens[i];
+  }
+  return true;
+}
+
 // the padded length: longest rounded up to `multiple`, or the smallest of the ascending
 // `bounds` >= it; -1 when it is over the last bound (the caller's plan decides)
 int64_t padded_length(int64_t longest, int64_t multiple, const int64_t* bounds, Py_ssize_t nbounds) {
@@ -226,6 +238,85 @@ int64_t padded_length(int64_t longest, int64_t multiple, const int64_t* bounds, 
   return hit == bounds + nbounds ? -1 : *hit;
 }
 
+// How rows are padded: to a multiple or to the bounds, on which side, up to how many bytes
+struct Layout {
+  int64_t multiple = 1;
+  Buffer bounds;
+  Py_ssize_t nbounds = 0;
+  bool left = false;
+  int64_t max_bytes = 0;
+  // parse multiple, bounds (None or int64 buffer) and max_bytes; false with an error set
+  bool take(long long m, PyObject* bounds_obj, int side, long long most) {
+    if (m < 1) {
+      PyErr_Format(PyExc_ValueError, "multiple should be >= 1, but got %lld", m);
+      return false;
+    }
+    multiple = m;
+    left = side != 0;
+    max_bytes = most;
+    if (bounds_obj == Py_None) return true;
+    if (PyObject_GetBuffer(bounds_obj, &bounds.view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return false;
+    bounds.held = true;
+    if (bounds.view.itemsize != 8 || bounds.view.len == 0) {
+      PyErr_SetString(PyExc_ValueError, "bounds should be a non-empty buffer of int64 boundaries, ascending");
+      return false;
+    }
+    nbounds = bounds.view.len / 8;
+    return true;
+  }
+};
+
+// One padded leaf: the batch, and when asked its lengths and mask (undefined otherwise)
+struct Padded {
+  at::Tensor batch, lengths, mask;
+};
+
+// pass 2: the (B, T) batch of rows read by read_rows, each padded with fill_bits; want: 1
+// lengths, 2 mask. false (nothing made) when T is over the plan or the batch over max_bytes,
+// or an element of a list is not an exact int in int64. No Python object is made from pass 1
+// to the end of this, so no Python code runs and the rows read in pass 1 are unchanged.
+bool pad_read_rows(PyObject* const* items, Py_ssize_t n, const Rows& rows, const Layout& lay, uint64_t bits,
+                   int want, Padded& out) {
+  const int64_t T = padded_length(rows.longest, lay.multiple, lay.bounds.data(), lay.nbounds);
+  if (T < 0 || T > (lay.max_bytes / rows.width) / n) return false;   // over the plan, or a copy for threads
+  const auto opts = at::TensorOptions().device(at::kCPU);
+  out.batch = at::empty({n, T}, opts.dtype(rows.dtype));
+  char* dst = static_cast<char*>(out.batch.data_ptr());
+  const int64_t w = rows.width;
+  const bool left = lay.left;
+  for (Py_ssize_t i = 0; i < n; i++, dst += T * w) {
+    const int64_t m = rows.lens[i];
+    const int64_t lo = left ? T - m : 0;
+    fill_width(dst, lo, bits, w);
+    fill_width(dst + (lo + m) * w, T - lo - m, bits, w);
+    if (rows.lists) {
+      if (dt_read_int_items(dt_list_items(items[i]), m, reinterpret_cast<int64_t*>(dst) + lo) != m) return false;
+    } else {
+      copy_row(dst + lo * w, rows.ptrs[i], m, rows.steps[i], w);
+    }
+  }
+  if (want & 1) {
+    out.lengths = at::empty({n}, opts.dtype(at::kLong));
+    std::memcpy(out.lengths.data_ptr(), rows.lens.data(), static_cast<size_t>(n) * 8);
+  }
+  if (want & 2) {
+    out.mask = at::empty({n, T}, opts.dtype(at::kBool));
+    char* p = static_cast<char*>(out.mask.data_ptr());
+    for (Py_ssize_t i = 0; i < n; i++, p += T) {
+      const int64_t m = rows.lens[i];
+      std::memset(p, left ? 0 : 1, static_cast<size_t>(left ? T - m : m));
+      std::memset(p + (left ? T - m : m), left ? 1 : 0, static_cast<size_t>(left ? m : T - m));
+    }
+  }
+  return true;
+}
+
+// a new reference to t's Python tensor, or to None when t is undefined
+PyObject* wrap(at::Tensor& t) {
+  if (!t.defined()) Py_RETURN_NONE;
+  return THPVariable_Wrap(std::move(t));
+}
+
 // pad_rows(column, multiple, bounds, fill_bits, left, want, max_bytes)
 //   -> None | (batch, lengths | None, mask | None, longest, total)
 PyObject* pad_rows(PyObject*, PyObject* args) {
@@ -236,88 +327,17 @@ PyObject* pad_rows(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "O!LOKpiL", &PyList_Type, &column, &multiple, &bounds_obj, &bits, &left, &want,
                         &max_bytes))
     return nullptr;
-  if (multiple < 1) {
-    PyErr_Format(PyExc_ValueError, "multiple should be >= 1, but got %lld", multiple);
-    return nullptr;
-  }
+  Layout lay;
+  if (!lay.take(multiple, bounds_obj, left, max_bytes)) return nullptr;
   const Py_ssize_t n = PyList_GET_SIZE(column);
-  Buffer bounds;
-  Py_ssize_t nbounds = 0;
-  if (bounds_obj != Py_None) {
-    if (PyObject_GetBuffer(bounds_obj, &bounds.view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return nullptr;
-    bounds.held = true;
-    if (bounds.view.itemsize != 8 || bounds.view.len == 0) {
-      PyErr_SetString(PyExc_ValueError, "bounds should be a non-empty buffer of int64 boundaries, ascending");
-      return nullptr;
-    }
-    nbounds = bounds.view.len / 8;
-  }
   if (n == 0) Py_RETURN_NONE;
+  PyObject* const* items = dt_list_items(column);
   try {
     Rows rows;
-    rows.lens.resize(n);
-    const bool lists = PyList_CheckExact(PyList_GET_ITEM(column, 0));
-    if (!lists) {
-      rows.ptrs.resize(n);
-      rows.steps.resize(n);
-    }
-    if (!(lists ? read_lists(column, rows) : read_tensors(column, rows))) Py_RETURN_NONE;
-    for (Py_ssize_t i = 0; i < n; i++) {
-      rows.longest = std::max(rows.longest, rows.lens[i]);
-      rows.total += rows.lens[i];
-    }
-    const int64_t T = padded_length(rows.longest, multiple, bounds.data(), nbounds);
-    if (T < 0 || T > (max_bytes / rows.width) / n) Py_RETURN_NONE;   // over the plan, or a copy for threads
-    const auto opts = at::TensorOptions().device(at::kCPU);
-    at::Tensor batch = at::empty({n, T}, opts.dtype(rows.dtype));
-    char* dst = static_cast<char*>(batch.data_ptr());
-    const int64_t w = rows.width;
-    // No Python code runs from pass 1 to here (no Python object is made), so the lists
-    // and tensors read above are unchanged.
-    for (Py_ssize_t i = 0; i < n; i++, dst += T * w) {
-      const int64_t m = rows.lens[i];
-      const int64_t lo = left ? T - m : 0;
-      fill_width(dst, lo, bits, w);
-      fill_width(dst + (lo + m) * w, T - lo - m, bits, w);
-      if (lists) {
-        PyObject* const* items = dt_list_items(PyList_GET_ITEM(column, i));
-        if (dt_read_int_items(items, m, reinterpret_cast<int64_t*>(dst) + lo) != m) Py_RETURN_NONE;
-      } else {
-        copy_row(dst + lo * w, rows.ptrs[i], m, rows.steps[i], w);
-      }
-    }
-    at::Tensor lengths, mask;
-    if (want & 1) {
-      lengths = at::empty({n}, opts.dtype(at::kLong));
-      std::memcpy(lengths.data_ptr(), rows.lens.data(), static_cast<size_t>(n) * 8);
-    }
-    if (want & 2) {
-      mask = at::empty({n, T}, opts.dtype(at::kBool));
-      char* p = static_cast<char*>(mask.data_ptr());
-      for (Py_ssize_t i = 0; i < n; i++, p += T) {
-        const int64_t m = rows.lens[i];
-        std::memset(p, left ? 0 : 1, static_cast<size_t>(left ? T - m : m));
-        std::memset(p + (left ? T - m : m), left ? 1 : 0, static_cast<size_t>(left ? m : T - m));
-      }
-    }
-    auto wrap = [](at::Tensor& t) -> PyObject* {
-      if (!t.defined()) Py_RETURN_NONE;
-      return THPVariable_Wrap(std::move(t));
-    };
-    PyObject* result = PyTuple_New(5);
-    if (result == nullptr) return nullptr;
-    PyTuple_SET_ITEM(result, 0, wrap(batch));
-    PyTuple_SET_ITEM(result, 1, wrap(lengths));
-    PyTuple_SET_ITEM(result, 2, wrap(mask));
-    PyTuple_SET_ITEM(result, 3, PyLong_FromLongLong(rows.longest));
-    PyTuple_SET_ITEM(result, 4, PyLong_FromLongLong(rows.total));
-    for (Py_ssize_t k = 0; k < 5; k++) {
-      if (PyTuple_GET_ITEM(result, k) == nullptr) {
-        Py_DECREF(result);
-        return nullptr;
-      }
-    }
-    return result;
+    Padded out;
+    if (!read_rows(items, n, rows) || !pad_read_rows(items, n, rows, lay, bits, want, out)) Py_RETURN_NONE;
+    return Py_BuildValue("NNNLL", wrap(out.batch), wrap(out.lengths), wrap(out.mask),
+                         static_cast<long long>(rows.longest), static_cast<long long>(rows.total));
   } catch (const std::bad_alloc&) {
     return PyErr_NoMemory();
   } catch (const std::exception&) {  // c10::Error from an unusual tensor: refuse it, never raise
@@ -381,6 +401,164 @@ PyObject* dict_columns(PyObject*, PyObject* args) {
   return Py_BuildValue("NN", keys, columns);
 }
 
+// ---- collate_dicts: the whole of a collate's commonest batch, flat dicts of 1-D rows
+
+// strong references, released on scope exit
+struct Refs {
+  std::vector<PyObject*> objs;
+  ~Refs() {
+    for (PyObject* o : objs) Py_XDECREF(o);
+  }
+  PyObject* hold(PyObject* o) {
+    Py_INCREF(o);
+    objs.push_back(o);
+    return o;
+  }
+};
+
+// collate_dicts(samples, specs, tensor_type, multiple, bounds, left, marked, mask_key,
+//               lengths_key, max_bytes)
+//   -> None | (key, code, value) | (out, real, total, shapes, masked)
+PyObject* collate_dicts(PyObject*, PyObject* args) {
+  PyObject *samples, *specs, *tensor_type, *bounds_obj, *marked, *mask_key, *lengths_key;
+  long long multiple, max_bytes;
+  int left;
+  if (!PyArg_ParseTuple(args, "O!O!OLOpOOOL", &PyList_Type, &samples, &PyDict_Type, &specs, &tensor_type,
+                        &multiple, &bounds_obj, &left, &marked, &mask_key, &lengths_key, &max_bytes))
+    return nullptr;
+  Layout lay;
+  if (!lay.take(multiple, bounds_obj, left, max_bytes)) return nullptr;
+  const Py_ssize_t n = PyList_GET_SIZE(samples);
+  if (n == 0 || !PyDict_CheckExact(PyList_GET_ITEM(samples, 0))) Py_RETURN_NONE;
+  PyObject* first = PyList_GET_ITEM(samples, 0);
+  const Py_ssize_t nk = PyDict_GET_SIZE(first);
+  if (nk == 0) Py_RETURN_NONE;
+  Refs refs;
+  std::vector<PyObject*> keys, values(nk * n), spec_of(nk);
+  refs.hold(first);
+  {  // sample 0's keys (str only: the walk names other keys) and each key's spec
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (PyDict_Next(first, &pos, &k, &v)) {
+      if (!PyUnicode_CheckExact(k)) Py_RETURN_NONE;
+      keys.push_back(refs.hold(k));
+    }
+  }
+  if (static_cast<Py_ssize_t>(keys.size()) != nk) Py_RETURN_NONE;
+  if (marked != Py_None && !PyUnicode_Check(marked)) Py_RETURN_NONE;
+  Py_ssize_t mark = marked == Py_None ? 0 : -1;
+  // Gather every value first, held: a dict lookup may run Python code (a colliding key's
+  // __eq__), which must not run once the rows are being read.
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (i >= PyList_GET_SIZE(samples)) Py_RETURN_NONE;
+    PyObject* d = PyList_GET_ITEM(samples, i);
+    if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != nk) Py_RETURN_NONE;
+    refs.hold(d);
+    for (Py_ssize_t j = 0; j < nk; j++) {
+      PyObject* v = PyDict_GetItemWithError(d, keys[j]);
+      if (v == nullptr) {  // a missing key (or an error): the Python route names it
+        PyErr_Clear();
+        Py_RETURN_NONE;
+      }
+      values[j * n + i] = refs.hold(v);
+    }
+  }
+  for (Py_ssize_t j = 0; j < nk; j++) {
+    // the spec of (key, code): code -1 for lists of ints (judged by the first element;
+    // the copy checks the rest), the scalar type for exactly tensor_type 1-D tensors
+    PyObject* v0 = values[j * n];
+    long code;
+    if (PyList_CheckExact(v0) && PyList_GET_SIZE(v0) > 0 && PyLong_CheckExact(PyList_GET_ITEM(v0, 0))) {
+      code = -1;
+    } else if (reinterpret_cast<PyObject*>(Py_TYPE(v0)) == tensor_type && THPVariable_CheckExact(v0)) {
+      code = static_cast<long>(THPVariable_Unpack(v0).scalar_type());
+    } else {
+      Py_RETURN_NONE;
+    }
+    PyObject* spec_key = Py_BuildValue("(Ol)", keys[j], code);
+    if (spec_key == nullptr) return nullptr;
+    PyObject* spec = PyDict_GetItemWithError(specs, spec_key);
+    if (spec == nullptr) {
+      if (PyErr_Occurred()) {
+        Py_DECREF(spec_key);
+        return nullptr;
+      }
+      PyObject* ask = Py_BuildValue("(OlO)", keys[j], code, v0);   // the caller adds this spec, then asks again
+      Py_DECREF(spec_key);
+      return ask;
+    }
+    Py_DECREF(spec_key);
+    if (spec == Py_None) Py_RETURN_NONE;   // a key the Python route takes
+    spec_of[j] = refs.hold(spec);
+    if (mark < 0 && PyUnicode_Compare(keys[j], marked) == 0) mark = j;
+  }
+  if (mark < 0) Py_RETURN_NONE;   // mask_from is not a key here: the Python route names the leaves
+  std::vector<uint64_t> bits(nk);
+  std::vector<bool> always(nk);
+  for (Py_ssize_t j = 0; j < nk; j++) {
+    unsigned long long b;
+    int a;
+    if (!PyArg_ParseTuple(spec_of[j], "Kp", &b, &a)) return nullptr;
+    bits[j] = b;
+    always[j] = a != 0;
+  }
+  const int want = 1 | (mask_key != Py_None ? 2 : 0);
+  std::vector<Padded> padded(nk);
+  std::vector<int64_t> totals(nk);
+  try {
+    // from here to the wrapping no Python object is made: no Python code runs
+    for (Py_ssize_t j = 0; j < nk; j++) {
+      Rows rows;
+      PyObject* const* items = &values[j * n];
+      if (!read_rows(items, n, rows)) Py_RETURN_NONE;
+      if (rows.longest * n == rows.total && !always[j]) Py_RETURN_NONE;   // one length, not a sequence: stacked
+      if (!pad_read_rows(items, n, rows, lay, bits[j], j == mark ? want : 0, padded[j])) Py_RETURN_NONE;
+      totals[j] = rows.total;
+    }
+  } catch (const std::bad_alloc&) {
+    return PyErr_NoMemory();
+  } catch (const std::exception&) {  // c10::Error from an unusual tensor: the Python route decides
+    Py_RETURN_NONE;
+  }
+  PyObject* out = PyDict_New();
+  PyObject* shapes = PyList_New(nk);
+  if (out == nullptr || shapes == nullptr) {
+    Py_XDECREF(out);
+    Py_XDECREF(shapes);
+    return nullptr;
+  }
+  long long real = 0, total = 0;
+  bool ok = true;
+  for (Py_ssize_t j = 0; j < nk && ok; j++) {
+    const int64_t T = padded[j].batch.size(1);
+    real += totals[j];
+    total += static_cast<long long>(n) * T;
+    PyObject* shape = Py_BuildValue("(O(nL))", keys[j], n, static_cast<long long>(T));
+    PyObject* batch = wrap(padded[j].batch);
+    ok = shape != nullptr && batch != nullptr && PyDict_SetItem(out, keys[j], batch) == 0;
+    Py_XDECREF(batch);
+    if (shape != nullptr) PyList_SET_ITEM(shapes, j, shape);
+  }
+  int masked = 0;
+  auto add = [&](PyObject* name, at::Tensor& t) -> bool {   // mask or lengths, unless a sample brings its own
+    if (name == Py_None) return true;
+    const int has = PyDict_Contains(out, name);
+    if (has != 0) return has > 0;
+    PyObject* obj = wrap(t);
+    const bool done = obj != nullptr && PyDict_SetItem(out, name, obj) == 0;
+    Py_XDECREF(obj);
+    masked += name == mask_key && done;
+    return done;
+  };
+  ok = ok && add(mask_key, padded[mark].mask) && add(lengths_key, padded[mark].lengths);
+  if (!ok) {
+    Py_DECREF(out);
+    Py_DECREF(shapes);
+    return nullptr;
+  }
+  return Py_BuildValue("NLLNO", out, real, total, shapes, masked ? Py_True : Py_False);
+}
+
 PyMethodDef methods[] = {
     {"describe", describe, METH_VARARGS,
      "describe(samples, ndim, shapes, strides, ptrs, maxes) -> (refused, elements)\n\n"
@@ -398,6 +576,18 @@ PyMethodDef methods[] = {
      "2 the bool (B, T) mask (true on the data). None, with nothing raised, for anything else: another\n"
      "row type, an element that is not an exact int in int64, a longest row over the last bound, or a\n"
      "batch over max_bytes."},
+    {"collate_dicts", collate_dicts, METH_VARARGS,
+     "collate_dicts(samples, specs, tensor_type, multiple, bounds, left, marked, mask_key, lengths_key,\n"
+     "              max_bytes) -> None | (key, code, value) | (out, real, total, shapes, masked)\n\n"
+     "A collate's batch of exact dicts (str keys, one key set) whose every value is a 1-D row (an exact\n"
+     "list of exact ints, or exactly a tensor_type 1-D plain CPU tensor), padded as pad_rows pads\n"
+     "(multiple, bounds, left, max_bytes): out maps each key to its (B, T) batch, plus mask_key (bool,\n"
+     "true on the data) and lengths_key (int64) of the key named marked (None: the first), each unless\n"
+     "None or a key of the samples; real and total count the data and padded elements, shapes lists\n"
+     "(key, (B, T)), masked says whether the mask was added. specs maps (key, code) to (fill_bits,\n"
+     "always) (always: pad even when every row has one length) or None; code is -1 for lists, else the\n"
+     "tensors' scalar type. A (key, code) missing from specs is answered (key, code, value of sample 0):\n"
+     "the caller adds it and asks again. None for anything else: the Python route decides."},
     {"dict_columns", dict_columns, METH_VARARGS,
      "dict_columns(samples) -> None | (keys, columns)\n\n"
      "For a list of exact dicts with sample 0's key set: its keys (in its order) and per key the list of\n"

@@ -162,3 +162,95 @@ def test_dict_columns_refuses_other_mappings_and_survives_a_mutating_key():
     samples[:] = [{"a": 1}, {Clash(): 2}]
     assert native.dict_columns(samples) is None                    # no crash, the batch changed under it
     assert samples == []
+
+
+def _collate_dicts(samples, specs, multiple=8, bounds=None, left=False, marked=None, mask_key="mask",
+                   lengths_key="lengths", max_bytes=1 << 30):
+    return native.collate_dicts(samples, specs, torch.Tensor, multiple, bounds, left, marked, mask_key, lengths_key,
+                                max_bytes)
+
+
+def test_collate_dicts_asks_for_each_spec_then_pads_every_key():
+    samples = [{"a": [1, 2, 3], "b": torch.tensor([1.5], dtype=torch.float16)},
+               {"a": [4], "b": torch.tensor([2.5, 3.5], dtype=torch.float16)}]
+    specs = {}
+    asked = []
+    while True:
+        got = _collate_dicts(samples, specs, multiple=2, marked="b")
+        if len(got) == 5:
+            break
+        key, code, value = got
+        asked.append((key, code))
+        assert value is samples[0][key]
+        specs[key, code] = (0xBC00 if key == "b" else 7, True)      # float16 -1.0, and 7 for the ints
+    assert [k for k, _ in asked] == ["a", "b"] and asked[0][1] == -1 and asked[1][1] >= 0
+    out, real, total, shapes, masked = got
+    assert list(out) == ["a", "b", "mask", "lengths"] and masked
+    assert out["a"].tolist() == [[1, 2, 3, 7], [4, 7, 7, 7]]
+    assert out["b"].dtype == torch.float16 and out["b"].tolist() == [[1.5, -1.0], [2.5, 3.5]]
+    assert out["mask"].tolist() == [[True, False], [True, True]] and out["lengths"].tolist() == [1, 2]
+    assert (real, total) == (7, 12) and shapes == [("a", (2, 4)), ("b", (2, 2))]
+
+
+def test_collate_dicts_declines_what_the_python_routes_decide():
+    specs = {("a", -1): (0, False)}
+    one = [{"a": [1, 2]}, {"a": [3]}]
+    assert len(_collate_dicts(one, specs)) == 5
+    declined = [
+        [{"a": [1, 2]}, {"a": [3], "b": [1]}],                 # an extra key
+        [{"a": [1, 2]}, {"b": [3]}],                           # another key
+        [{"a": [1, 2]}, collections.OrderedDict(a=[3])],       # another mapping type
+        [{"a": [1, 2]}, {"a": [3, True]}],                     # a bool among the ints
+        [{"a": [1, 2]}, {"a": torch.tensor([3])}],             # a list, then a tensor
+        [{"a": [1, 2]}, {"a": [4, 5]}],                        # one length, not always padded: stacked
+        [{"a": [1, 2]}, {"a": [4, 5, 2**63]}],                 # past int64
+        [{0: [1, 2]}, {0: [3]}],                               # a key the walk names
+        [{"a": []}, {"a": [3]}],                               # sample 0 shows no element kind
+        [{"a": [1, 2]}, [("a", [3])]],                         # not a dict
+        [{}, {}],
+    ]
+    for samples in declined:
+        assert _collate_dicts(samples, specs) is None, samples
+    assert _collate_dicts(one, {("a", -1): None}) is None          # a spec that leaves the key to Python
+    assert _collate_dicts(one, specs, marked="b") is None          # mask_from not a key here
+    assert _collate_dicts(one, specs, max_bytes=63) is None        # a copy big enough for threads
+    assert _collate_dicts(one, specs, bounds=np.array([1], np.int64)) is None     # over the plan
+    param = [{"a": torch.nn.Parameter(torch.ones(2))}, {"a": torch.nn.Parameter(torch.ones(1))}]
+    assert _collate_dicts(param, {}) is None                       # exactly torch.Tensor only
+
+
+def test_collate_dicts_keeps_a_samples_own_mask_and_lengths_keys():
+    samples = [{"ids": [1, 2], "mask": [1, 1]}, {"ids": [3], "mask": [1]}]
+    specs = {("ids", -1): (0, True), ("mask", -1): (0, True)}
+    out, *_, masked = _collate_dicts(samples, specs, multiple=1)
+    assert out["mask"].tolist() == [[1, 1], [1, 0]] and not masked        # the samples' own, padded
+    assert out["lengths"].tolist() == [2, 1]
+    out, *_, masked = _collate_dicts(samples, specs, multiple=1, mask_key=None, lengths_key=None, left=True)
+    assert list(out) == ["ids", "mask"] and out["ids"].tolist() == [[1, 2], [0, 3]] and not masked
+
+
+def test_collate_dicts_survives_a_key_whose_eq_changes_the_batch():
+    """A lookup may run Python code (a colliding key's ==): the values gathered before
+    it stay alive and are read as they are after it, never freed under the copy."""
+    class Clash:
+        """A key whose hash collides with 'a'; its == empties the batch and rewrites sample 0's row."""
+        def __init__(self, equal):
+            self.equal = equal
+
+        def __hash__(self):
+            return hash("a")
+
+        def __eq__(self, other):
+            first["a"][:] = [9]
+            samples.clear()
+            return self.equal
+
+    for equal in (False, True):
+        first = {"a": [1, 2, 3]}
+        samples = [first, {Clash(equal): [4]}]
+        got = _collate_dicts(samples, {("a", -1): (0, True)}, multiple=1)
+        if equal:                                     # found: sample 0's row as it is now
+            assert got[0]["a"].tolist() == [[9], [4]]
+        else:                                         # not found: a missing key
+            assert got is None
+        assert samples == []

@@ -678,6 +678,34 @@ def test_native_flat_rows_route_is_taken(leaf, monkeypatch):
     assert out["lengths"].tolist() == [3, 1] and collate.stats.batches == 1
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.float16,
+                                   torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_native_flat_rows_route_equals_the_walk_for_every_dtype(dtype, side):
+    """Tensor rows of every dtype the kernels move (strided views among them), beside a
+    key of lists, with a float mask and per-key fills, over two batches (the second
+    reuses the per-key fill bits worked out for the first)."""
+    rng = np.random.default_rng(7)
+    options = dict(pad_values={"x": 1, "ids": -1}, side=side, mask_from="x", mask_dtype=torch.float32,
+                   return_stats=True)
+    fast, walk = DynTileCollate(**options), DynTileCollate(**options)
+    for n in (3, 5):
+        lengths = rng.integers(0, 12, n)
+        base = [torch.from_numpy(rng.integers(0, 2, 2 * m)).to(dtype) for m in lengths]
+        samples = [{"ids": rng.integers(0, 99, m).tolist(), "x": b[::2]} for m, b in zip(lengths, base)]
+        got, want = fast(samples), _walk_only(walk, samples)
+        assert list(got) == list(want)
+        for k in want:
+            if isinstance(want[k], torch.Tensor):
+                assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
+            else:
+                assert got[k] == want[k], k
+    assert fast.stats.as_dict() == walk.stats.as_dict()
+    from dyntile import tensor_reader
+    if tensor_reader.native_module() is not None:
+        assert len(fast._row_specs) == 2                          # (ids, lists) and (x, dtype)
+
+
 def test_flat_rows_route_with_other_keys_and_samples_equals_the_walk():
     """Non-string keys are named as the walk names them (str), and a non-mapping
     after a dict gets the walk's error."""
