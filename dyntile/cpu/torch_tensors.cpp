@@ -23,7 +23,7 @@
 #include <typeinfo>
 #include <vector>
 
-#include <ATen/ops/empty.h>
+#include <ATen/EmptyTensor.h>
 #include <c10/core/Layout.h>
 #include <c10/core/TensorImpl.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -279,8 +279,9 @@ bool pad_read_rows(PyObject* const* items, Py_ssize_t n, const Rows& rows, const
                    int want, Padded& out) {
   const int64_t T = padded_length(rows.longest, lay.multiple, lay.bounds.data(), lay.nbounds);
   if (T < 0 || T > (lay.max_bytes / rows.width) / n) return false;   // over the plan, or a copy for threads
-  const auto opts = at::TensorOptions().device(at::kCPU);
-  out.batch = at::empty({n, T}, opts.dtype(rows.dtype));
+  // at::detail::empty_cpu: the CPU kernel of torch.empty, without the dispatcher's trip
+  // to it (every byte is written below)
+  out.batch = at::detail::empty_cpu({n, T}, rows.dtype);
   char* dst = static_cast<char*>(out.batch.data_ptr());
   const int64_t w = rows.width;
   const bool left = lay.left;
@@ -296,11 +297,11 @@ bool pad_read_rows(PyObject* const* items, Py_ssize_t n, const Rows& rows, const
     }
   }
   if (want & 1) {
-    out.lengths = at::empty({n}, opts.dtype(at::kLong));
+    out.lengths = at::detail::empty_cpu({n}, at::kLong);
     std::memcpy(out.lengths.data_ptr(), rows.lens.data(), static_cast<size_t>(n) * 8);
   }
   if (want & 2) {
-    out.mask = at::empty({n, T}, opts.dtype(at::kBool));
+    out.mask = at::detail::empty_cpu({n, T}, at::kBool);
     char* p = static_cast<char*>(out.mask.data_ptr());
     for (Py_ssize_t i = 0; i < n; i++, p += T) {
       const int64_t m = rows.lens[i];
