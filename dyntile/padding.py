@@ -454,9 +454,8 @@ def pad_rows_torch(samples: list, *, multiple: int = 8, plan=None, fill=0, side:
     caller has it loaded.
 
     >>> import torch
-    >>> batch, lengths, mask, longest, total = pad_rows_torch([[1, 2, 3], [4]], multiple=4, lengths=True,
-    ...                                                       mask=True)   # doctest: +SKIP
-    >>> batch.tolist(), lengths.tolist(), mask[1].tolist()                  # doctest: +SKIP
+    >>> batch, lengths, mask, longest, total = pad_rows_torch([[1, 2, 3], [4]], multiple=4, lengths=True, mask=True)
+    >>> batch.tolist(), lengths.tolist(), mask[1].tolist()
     ([[1, 2, 3, 0], [4, 0, 0, 0]], [3, 1], [True, False, False, False])
     """
     left = _SIDES.get(side) if type(side) is str else None
