@@ -641,14 +641,18 @@ def _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, retu
         with pytest.raises(type(e), match=str(e)[:40].replace("(", r"\(").replace("[", r"\[")):
             fast(samples)
         return
-    got = fast(samples)
+    assert_same_batch(fast(samples), want)
+    assert fast.stats.as_dict() == walk.stats.as_dict() and fast.stats.shapes == walk.stats.shapes
+
+
+def assert_same_batch(got: dict, want: dict) -> None:
+    """The same keys in the same order, tensors of one dtype and value, other values equal."""
     assert list(got) == list(want)
     for k in want:
         if isinstance(want[k], torch.Tensor):
             assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
         else:
             assert got[k] == want[k], k
-    assert fast.stats.as_dict() == walk.stats.as_dict() and fast.stats.shapes == walk.stats.shapes
 
 
 def test_flat_rows_route_is_taken(monkeypatch):
@@ -693,13 +697,7 @@ def test_native_flat_rows_route_equals_the_walk_for_every_dtype(dtype, side):
         lengths = rng.integers(0, 12, n)
         base = [torch.from_numpy(rng.integers(0, 2, 2 * m)).to(dtype) for m in lengths]
         samples = [{"ids": rng.integers(0, 99, m).tolist(), "x": b[::2]} for m, b in zip(lengths, base)]
-        got, want = fast(samples), _walk_only(walk, samples)
-        assert list(got) == list(want)
-        for k in want:
-            if isinstance(want[k], torch.Tensor):
-                assert got[k].dtype == want[k].dtype and torch.equal(got[k], want[k]), k
-            else:
-                assert got[k] == want[k], k
+        assert_same_batch(fast(samples), _walk_only(walk, samples))
     assert fast.stats.as_dict() == walk.stats.as_dict()
     from dyntile import tensor_reader
     if tensor_reader.native_module() is not None:
