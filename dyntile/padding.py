@@ -358,17 +358,15 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
 
 
 #: (dtype, token, fill key, multiple's type, multiple or plan boundaries) -> (fill bits, size_of,
-#: multiple, bounds): what the one-call row routes (:func:`_pad_token_rows`,
+#: native layout): what the one-call row routes (:func:`_pad_token_rows`,
 #: :func:`_pad_number_lists`, :func:`pad_rows_torch`) would otherwise work out again for every batch
 _ROW_SETUP: dict = {}
 
 
 def _row_setup(dt: np.dtype, token, multiple, plan, fill):
-    """``(fill bits, size_of, multiple, bounds)`` for rows of ``dt`` (``token``: a
-    torch-only dtype it carries): ``size_of(longest)`` gives the padded length, which
-    is ``longest`` rounded up to ``multiple`` (without a plan) or the smallest of the
-    int64 ``bounds`` ``>=`` it (a plan's boundaries; ``None`` without one). ``None``
-    for dtypes the kernels do not move."""
+    """``(fill bits, size_of, layout)`` for rows of ``dt`` (``token``: a torch-only
+    dtype it carries): ``size_of(longest)`` gives the padded length, ``layout`` is
+    :func:`native_row_layout`'s. ``None`` for dtypes the kernels do not move."""
     key = (dt, token, fill_key(fill), type(multiple),       # 8.0 == 8, but only 8 is a multiple
            multiple if plan is None else plan.boundaries)     # a plan's hash costs more
     try:
@@ -381,15 +379,31 @@ def _row_setup(dt: np.dtype, token, multiple, plan, fill):
     if bits is None:
         setup = None
     elif plan is not None:
-        setup = (bits, _plan_rows(plan), 1, np.asarray(plan.axis_boundaries[0], np.int64))
+        setup = (bits, _plan_rows(plan), native_row_layout(1, plan))
     else:
         m = _shapes.check_multiple(multiple)
-        setup = (bits, lambda n: -(-n // m) * m, m, None)
+        setup = (bits, lambda n: -(-n // m) * m, native_row_layout(m, None))
     if key is not None:
         if len(_ROW_SETUP) >= 256:
             _ROW_SETUP.clear()
         _ROW_SETUP[key] = setup
     return setup
+
+
+_INT64_MAX = 2**63 - 1
+
+
+def native_row_layout(multiple: int, plan=None):
+    """How the native row kernels (:func:`pad_rows_torch`, and the collate's route)
+    take the padded length: ``(multiple, None)`` without a plan (the longest row
+    rounded up to ``multiple``), ``(1, boundaries as int64)`` with a one-axis plan (the
+    smallest boundary ``>=`` it); ``None`` for a plan they cannot take (more axes, a
+    boundary past int64)."""
+    if plan is None:
+        return multiple, None
+    if plan.ndim != 1 or plan.axis_boundaries[0][-1] > _INT64_MAX:
+        return None
+    return 1, np.asarray(plan.axis_boundaries[0], np.int64)
 
 
 def _plan_rows(plan):
@@ -465,19 +479,19 @@ def pad_rows_torch(samples: list, *, multiple: int = 8, plan=None, fill=0, side:
     if native is None or type(samples) is not list or not samples:
         return None
     x0 = samples[0]
-    if type(x0) is list:
-        dt, token = _INT64, None
-    elif is_torch_tensor(x0) and not x0.dtype.is_complex:
-        dt, token = torch_numpy_dtype(x0.dtype)
-    else:
-        return None
     try:
+        if type(x0) is list:
+            dt, token = _INT64, None
+        elif is_torch_tensor(x0) and not x0.dtype.is_complex:
+            dt, token = torch_numpy_dtype(x0.dtype)  # raises for dtypes NumPy cannot carry (quantized, bits)
+        else:
+            return None
         setup = _row_setup(dt, token, multiple, plan, fill)
-    except (TypeError, ValueError):               # a fill that does not fit: pad_batch names it
+    except (TypeError, ValueError, RuntimeError):    # also a fill that does not fit: pad_batch names it
         return None
-    if setup is None:
+    if setup is None or setup[2] is None:
         return None
-    bits, _, m, bounds = setup
+    bits, _, (m, bounds) = setup
     return native.pad_rows(samples, m, bounds, bits, left, lengths | (mask << 1), _PARALLEL_COPY_BYTES - 1)
 
 def _pad_token_rows(samples, multiple, plan, fill, left):
@@ -498,7 +512,7 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
     setup = _row_setup(dt, token, multiple, plan, fill)
     if setup is None:
         return None
-    bits, size_of = setup[:2]
+    bits, size_of, _ = setup
     native = tensor_reader.describe_rows(samples)
     if native is not None:
         shapes, strides, ptrs, longest, total = native
@@ -547,7 +561,7 @@ def _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out):
     the general path (other element types, ints beyond int64), which explains any error."""
     if axes is None and shape is None and out is None and (plan is None or plan.ndim == 1):
         try:
-            bits, size_of = _row_setup(_INT64, None, multiple, plan, fill)[:2]
+            bits, size_of, _ = _row_setup(_INT64, None, multiple, plan, fill)
         except (TypeError, ValueError):   # e.g. fill=0.5 (fine for float lists): the two-pass route checks
             bits = None
         if bits is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from types import MappingProxyType
 from typing import Any, Collection, Mapping, Sequence
 
 import numpy as np
@@ -19,7 +20,7 @@ from dyntile import tensor_reader
 from dyntile.arrays import torch_numpy_dtype
 from dyntile.fill import kernel_fill_bits
 from dyntile.masks import padding_mask
-from dyntile.padding import pad_batch, pad_rows
+from dyntile.padding import native_row_layout, pad_batch, pad_rows
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import check_multiple, check_tile, normalize_axis
 from dyntile.threads import PARALLEL_COPY_BYTES
@@ -102,6 +103,10 @@ class DynTileCollate:
     ``num_workers=0`` or ``return_stats=True`` (each dict batch carries its counts
     under ``"collate_stats"``; fold them with ``stats.update``) for global figures.
 
+    The options are fixed once the collate is built (its routes and caches are worked
+    out from them; ``pad_values`` reads as a read-only mapping): setting one raises
+    ``AttributeError``; build a new ``DynTileCollate`` to change it.
+
     >>> collate = DynTileCollate(plan=BucketPlan((8, 16)), pad_values={"labels": -100})
     >>> batch = collate([{"input_ids": [5, 6, 7], "labels": [1, 2, 3]},
     ...                  {"input_ids": [8, 9], "labels": [4, 5]}])
@@ -129,7 +134,7 @@ class DynTileCollate:
             raise ValueError(f"worker_transfer should be one of {WORKER_TRANSFERS}, but got {worker_transfer!r}")
         self.plan = plan
         self.multiple = check_multiple(multiple)
-        self.pad_values = dict(pad_values or {})
+        self.pad_values = MappingProxyType(dict(pad_values or {}))
         self.fill = fill
         self.side = side
         self.pad_keys = frozenset(self.pad_values if pad_keys is None else pad_keys)
@@ -160,6 +165,24 @@ class DynTileCollate:
         self._direct = self._direct_route()
         self._row_specs: dict = {}        # (key, kind of row) -> its fill bits in the native flat-rows route
         self._row_layout = None           # (multiple, plan boundaries) of that route, on first use
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in _OPTIONS and name in self.__dict__:
+            raise AttributeError(f"DynTileCollate's {name!r} is fixed once it is built (its routes and caches are "
+                                 f"worked out from its options); build a new DynTileCollate with {name}={value!r}")
+        object.__setattr__(self, name, value)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "pad_values": dict(self.pad_values)}      # a mappingproxy does not pickle
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, pad_values=MappingProxyType(state["pad_values"]))
+
+    def _extend_plan(self, plan: BucketPlan) -> None:
+        """``overflow="extend"``: this collate's plan grows (per process); the native
+        route's layout follows it."""
+        object.__setattr__(self, "plan", plan)
+        self._row_layout = None
 
     def _direct_route(self) -> bool:
         """Whether one ``pad_rows`` call can plan, allocate and copy a 1-D leaf by
@@ -253,11 +276,12 @@ class DynTileCollate:
         fill bits come from ``self._row_specs``, worked out by :meth:`_row_spec` the
         first time a key comes with a kind of row. ``None`` where it declines."""
         specs = self._row_specs
-        if self._row_layout is None:
-            plan = self.plan
-            self._row_layout = ((1, np.asarray(plan.axis_boundaries[0], np.int64)) if plan is not None
-                                else (self.multiple, None))
-        multiple, bounds = self._row_layout
+        layout = self._row_layout
+        if layout is None:                               # False: a plan the native route cannot take
+            layout = self._row_layout = native_row_layout(self.multiple, self.plan) or False
+        if not layout:
+            return None
+        multiple, bounds = layout
         for _ in range(len(samples[0]) + 1):            # at most one missing spec per key
             got = native.collate_dicts(samples, specs, _TENSOR, multiple, bounds, self.side == "left",
                                        self.mask_from, self.mask_key, self.lengths_key, _ONE_THREAD_BYTES)
@@ -281,15 +305,15 @@ class DynTileCollate:
         """``(fill bits, always pads)`` of the 1-D rows at ``key`` of the kind of
         ``value`` (sample 0's: a list of ints, or a tensor of some dtype), for
         :meth:`_collate_native`; ``None`` for rows it leaves to the other routes."""
-        if type(value) is list:
-            dt, token = np.dtype(np.int64), None
-        elif value.dtype.is_complex:                     # conjugate bits: pad_batch reads them
-            return None
-        else:
-            dt, token = torch_numpy_dtype(value.dtype)
         try:
+            if type(value) is list:
+                dt, token = np.dtype(np.int64), None
+            elif value.dtype.is_complex:                 # conjugate bits: pad_batch reads them
+                return None
+            else:
+                dt, token = torch_numpy_dtype(value.dtype)   # raises for dtypes NumPy cannot carry (quantized)
             bits = kernel_fill_bits(self.fill_for(key), dt, token)
-        except (TypeError, ValueError):                  # a fill that does not fit: the walk names it
+        except (TypeError, ValueError, RuntimeError):    # also a fill that does not fit: the walk names it
             return None
         return None if bits is None else (bits, self.always_pads(key, 1))
 
@@ -336,7 +360,7 @@ class DynTileCollate:
 
     def __repr__(self) -> str:
         plan = self.plan.boundaries if self.plan is not None else None
-        return (f"DynTileCollate(plan={plan}, multiple={self.multiple}, pad_values={self.pad_values}, "
+        return (f"DynTileCollate(plan={plan}, multiple={self.multiple}, pad_values={dict(self.pad_values)}, "
                 f"side={self.side!r}, batch_multiple={self.batch_multiple}, tile={self.tile}, "
                 f"pin_memory={self.pin_memory}, overflow={self.overflow!r}, "
                 f"worker_transfer={self.worker_transfer!r})")
@@ -598,7 +622,7 @@ class _Batch:
         if not (maxes > limit).any():
             return items, shapes, maxes
         if c.overflow == "extend":
-            c.plan = c.plan.extend(tuple(int(x) for x in maxes))
+            c._extend_plan(c.plan.extend(tuple(int(x) for x in maxes)))
             self.extended += 1
             return items, shapes, maxes
         over = (shapes[:, axes] > limit).any(axis=1)
@@ -642,6 +666,10 @@ def map_tensors(value, fn, key: str = ""):
     return value
 
 
+#: DynTileCollate's options (its __init__ arguments), fixed once it is built
+_OPTIONS = frozenset({"plan", "multiple", "pad_values", "fill", "side", "pad_keys", "axes", "batch_multiple",
+                      "bucket_rows", "mask_key", "lengths_key", "mask_from", "mask_dtype", "tile", "pin_memory",
+                      "overflow", "return_stats", "pack", "worker_transfer"})
 _NP_TO_TORCH: dict = {}
 _TENSOR = torch.Tensor
 _ONE_THREAD_BYTES = PARALLEL_COPY_BYTES - 1    # larger batches go to the threaded copy of pad_rows

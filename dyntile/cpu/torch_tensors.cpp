@@ -135,6 +135,7 @@ PyObject* describe(PyObject*, PyObject* args) {
 
 template <typename T>
 void fill_elems(char* dst, int64_t n, uint64_t bits) {
+  if (n <= 0) return;   // dst may be null then (an empty tensor's data)
   if (bits == 0) {
     std::memset(dst, 0, static_cast<size_t>(n) * sizeof(T));
     return;
@@ -257,11 +258,17 @@ struct Layout {
     if (bounds_obj == Py_None) return true;
     if (PyObject_GetBuffer(bounds_obj, &bounds.view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return false;
     bounds.held = true;
-    if (bounds.view.itemsize != 8 || bounds.view.len == 0) {
+    const char* f = bounds.view.format == nullptr ? "B" : bounds.view.format;
+    if (*f == '<' || *f == '=' || *f == '@') f++;
+    const bool int64 = bounds.view.itemsize == 8 && (f[0] == 'q' || f[0] == 'l') && f[1] == '\0';
+    nbounds = int64 ? bounds.view.len / 8 : 0;
+    const int64_t* b = bounds.data();
+    bool ascending = nbounds > 0;
+    for (Py_ssize_t i = 1; ascending && i < nbounds; i++) ascending = b[i - 1] < b[i];
+    if (!ascending) {
       PyErr_SetString(PyExc_ValueError, "bounds should be a non-empty buffer of int64 boundaries, ascending");
       return false;
     }
-    nbounds = bounds.view.len / 8;
     return true;
   }
 };
@@ -303,7 +310,7 @@ bool pad_read_rows(PyObject* const* items, Py_ssize_t n, const Rows& rows, const
   if (want & 2) {
     out.mask = at::detail::empty_cpu({n, T}, at::kBool);
     char* p = static_cast<char*>(out.mask.data_ptr());
-    for (Py_ssize_t i = 0; i < n; i++, p += T) {
+    for (Py_ssize_t i = 0; T > 0 && i < n; i++, p += T) {   // T == 0: no data pointer to write to
       const int64_t m = rows.lens[i];
       std::memset(p, left ? 0 : 1, static_cast<size_t>(left ? T - m : m));
       std::memset(p + (left ? T - m : m), left ? 1 : 0, static_cast<size_t>(left ? m : T - m));
@@ -383,8 +390,7 @@ PyObject* dict_columns(PyObject*, PyObject* args) {
     Py_INCREF(d);
     for (Py_ssize_t j = 0; j < nk; j++) {
       PyObject* v = PyDict_GetItemWithError(d, PyList_GET_ITEM(keys, j));
-      if (v == nullptr) {                 // a missing key (or an error): the caller's route names it
-        PyErr_Clear();
+      if (v == nullptr) {   // a missing key (the caller's route names it), or an error raised by a key's __eq__
         ok = false;
         break;
       }
@@ -434,64 +440,63 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   PyObject* first = PyList_GET_ITEM(samples, 0);
   const Py_ssize_t nk = PyDict_GET_SIZE(first);
   if (nk == 0) Py_RETURN_NONE;
+  if (marked != Py_None && !PyUnicode_Check(marked)) Py_RETURN_NONE;
   Refs refs;
+  refs.objs.reserve(static_cast<size_t>(2 * nk + n * (nk + 1) + 1));
   std::vector<PyObject*> keys, values(nk * n), spec_of(nk);
   refs.hold(first);
-  {  // sample 0's keys (str only: the walk names other keys) and each key's spec
-    Py_ssize_t pos = 0;
-    PyObject *k, *v;
-    while (PyDict_Next(first, &pos, &k, &v)) {
+  Py_ssize_t mark = marked == Py_None ? 0 : -1;
+  {  // sample 0's keys (str only: the walk names other keys) and values, and each key's spec
+    Py_ssize_t pos = 0, j = 0;
+    PyObject *k, *v0;
+    while (PyDict_Next(first, &pos, &k, &v0)) {   // reads only: no Python code runs in this loop
       if (!PyUnicode_CheckExact(k)) Py_RETURN_NONE;
       keys.push_back(refs.hold(k));
+      values[j * n] = refs.hold(v0);
+      j++;
     }
   }
   if (static_cast<Py_ssize_t>(keys.size()) != nk) Py_RETURN_NONE;
-  if (marked != Py_None && !PyUnicode_Check(marked)) Py_RETURN_NONE;
-  Py_ssize_t mark = marked == Py_None ? 0 : -1;
-  // Gather every value first, held: a dict lookup may run Python code (a colliding key's
-  // __eq__), which must not run once the rows are being read.
-  for (Py_ssize_t i = 0; i < n; i++) {
-    if (i >= PyList_GET_SIZE(samples)) Py_RETURN_NONE;
-    PyObject* d = PyList_GET_ITEM(samples, i);
-    if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != nk) Py_RETURN_NONE;
-    refs.hold(d);
-    for (Py_ssize_t j = 0; j < nk; j++) {
-      PyObject* v = PyDict_GetItemWithError(d, keys[j]);
-      if (v == nullptr) {  // a missing key (or an error): the Python route names it
-        PyErr_Clear();
-        Py_RETURN_NONE;
-      }
-      values[j * n + i] = refs.hold(v);
-    }
-  }
   for (Py_ssize_t j = 0; j < nk; j++) {
     // the spec of (key, code): code -1 for lists of ints (judged by the first element;
-    // the copy checks the rest), the scalar type for exactly tensor_type 1-D tensors
+    // the copy checks the rest), the scalar type for 1-D tensors of exactly tensor_type
     PyObject* v0 = values[j * n];
     long code;
     if (PyList_CheckExact(v0) && PyList_GET_SIZE(v0) > 0 && PyLong_CheckExact(PyList_GET_ITEM(v0, 0))) {
       code = -1;
-    } else if (reinterpret_cast<PyObject*>(Py_TYPE(v0)) == tensor_type && THPVariable_CheckExact(v0)) {
+    } else if (reinterpret_cast<PyObject*>(Py_TYPE(v0)) == tensor_type && THPVariable_CheckExact(v0) &&
+               THPVariable_Unpack(v0).dim() == 1) {
       code = static_cast<long>(THPVariable_Unpack(v0).scalar_type());
     } else {
       Py_RETURN_NONE;
     }
     PyObject* spec_key = Py_BuildValue("(Ol)", keys[j], code);
     if (spec_key == nullptr) return nullptr;
-    PyObject* spec = PyDict_GetItemWithError(specs, spec_key);
-    if (spec == nullptr) {
-      if (PyErr_Occurred()) {
-        Py_DECREF(spec_key);
-        return nullptr;
-      }
-      PyObject* ask = Py_BuildValue("(OlO)", keys[j], code, v0);   // the caller adds this spec, then asks again
-      Py_DECREF(spec_key);
-      return ask;
-    }
+    PyObject* spec = PyDict_GetItemWithError(specs, spec_key);   // (str, int) keys: no Python code runs
     Py_DECREF(spec_key);
+    if (spec == nullptr) {
+      if (PyErr_Occurred()) return nullptr;
+      return Py_BuildValue("(OlO)", keys[j], code, v0);   // the caller adds this spec, then asks again
+    }
     if (spec == Py_None) Py_RETURN_NONE;   // a key the Python route takes
     spec_of[j] = refs.hold(spec);
     if (mark < 0 && PyUnicode_Compare(keys[j], marked) == 0) mark = j;
+  }
+  // Then the other samples' values, held: a dict lookup may run Python code (a colliding
+  // key's __eq__), which must not run once the rows are being read.
+  for (Py_ssize_t i = 1; i < n; i++) {
+    if (i >= PyList_GET_SIZE(samples)) Py_RETURN_NONE;
+    PyObject* d = PyList_GET_ITEM(samples, i);
+    if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != nk) Py_RETURN_NONE;
+    refs.hold(d);
+    for (Py_ssize_t j = 0; j < nk; j++) {
+      PyObject* v = PyDict_GetItemWithError(d, keys[j]);
+      if (v == nullptr) {
+        if (PyErr_Occurred()) return nullptr;   // raised by a key's __eq__: the caller sees it
+        Py_RETURN_NONE;                         // a missing key: the Python route names it
+      }
+      values[j * n + i] = refs.hold(v);
+    }
   }
   if (mark < 0) Py_RETURN_NONE;   // mask_from is not a key here: the Python route names the leaves
   std::vector<uint64_t> bits(nk);
@@ -560,14 +565,29 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   return Py_BuildValue("NLLNO", out, real, total, shapes, masked ? Py_True : Py_False);
 }
 
+// The C API must never see a C++ exception (it would end the process): out of memory is
+// a MemoryError, anything else a RuntimeError. (Inside, the reads of unusual tensors turn
+// c10 errors into "declined" themselves.)
+template <PyObject* (*F)(PyObject*, PyObject*)>
+PyObject* guarded(PyObject* self, PyObject* args) {
+  try {
+    return F(self, args);
+  } catch (const std::bad_alloc&) {
+    return PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
 PyMethodDef methods[] = {
-    {"describe", describe, METH_VARARGS,
+    {"describe", guarded<describe>, METH_VARARGS,
      "describe(samples, ndim, shapes, strides, ptrs, maxes) -> (refused, elements)\n\n"
      "Fill int64 buffers for a list of B CPU tensors of rank ndim: shapes and byte strides (B*ndim),\n"
      "data pointers (B) and per-axis maxima (ndim). refused is -1 when every sample is a plain dense\n"
      "CPU tensor of that rank and of the first sample's dtype (not complex), else the index of the\n"
      "first that is not (the buffers then hold nothing to use); elements counts their items."},
-    {"pad_rows", pad_rows, METH_VARARGS,
+    {"pad_rows", guarded<pad_rows>, METH_VARARGS,
      "pad_rows(column, multiple, bounds, fill_bits, left, want, max_bytes)\n"
      "    -> None | (batch, lengths | None, mask | None, longest, total)\n\n"
      "Pad B 1-D rows (exact lists of exact ints -> int64, or plain dense 1-D CPU tensors of one dtype)\n"
@@ -577,7 +597,7 @@ PyMethodDef methods[] = {
      "2 the bool (B, T) mask (true on the data). None, with nothing raised, for anything else: another\n"
      "row type, an element that is not an exact int in int64, a longest row over the last bound, or a\n"
      "batch over max_bytes."},
-    {"collate_dicts", collate_dicts, METH_VARARGS,
+    {"collate_dicts", guarded<collate_dicts>, METH_VARARGS,
      "collate_dicts(samples, specs, tensor_type, multiple, bounds, left, marked, mask_key, lengths_key,\n"
      "              max_bytes) -> None | (key, code, value) | (out, real, total, shapes, masked)\n\n"
      "A collate's batch of exact dicts (str keys, one key set) whose every value is a 1-D row (an exact\n"
@@ -589,7 +609,7 @@ PyMethodDef methods[] = {
      "always) (always: pad even when every row has one length) or None; code is -1 for lists, else the\n"
      "tensors' scalar type. A (key, code) missing from specs is answered (key, code, value of sample 0):\n"
      "the caller adds it and asks again. None for anything else: the Python route decides."},
-    {"dict_columns", dict_columns, METH_VARARGS,
+    {"dict_columns", guarded<dict_columns>, METH_VARARGS,
      "dict_columns(samples) -> None | (keys, columns)\n\n"
      "For a list of exact dicts with sample 0's key set: its keys (in its order) and per key the list of\n"
      "the B values; None for anything else (a missing or extra key, another mapping type)."},

@@ -254,3 +254,52 @@ def test_collate_dicts_survives_a_key_whose_eq_changes_the_batch():
         else:                                         # not found: a missing key
             assert got is None
         assert samples == []
+
+
+def test_declines_dtypes_numpy_cannot_carry_and_plans_of_other_ranks():
+    q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
+    assert pad_rows_torch([q, q]) is None
+    assert pad_rows_torch([[1, 2, 3], [4]], plan=BucketPlan(((8, 16), (8,)))) is None   # a 2-axis plan
+    assert pad_rows([[1, 2, 3], [4]], plan=BucketPlan(((8, 16), (8,)))) is None
+
+
+def test_a_plan_past_int64_pads_on_every_route():
+    """A boundary past int64 cannot reach the native kernels; the other routes still pad."""
+    plan = BucketPlan((8, 2**64))
+    assert pad_rows_torch([[1, 2, 3]], plan=plan) is None
+    assert pad_rows([[1, 2, 3]], plan=plan)[0].tolist() == [[1, 2, 3, 0, 0, 0, 0, 0]]
+    assert pad_rows([torch.arange(3)], plan=plan)[0].tolist() == [[0, 1, 2, 0, 0, 0, 0, 0]]
+    from loaders import DynTileCollate
+    out = DynTileCollate(plan)([{"a": [1, 2, 3]}, {"a": [4]}])
+    assert out["a"].shape == (2, 8) and out["lengths"].tolist() == [3, 1]
+
+
+def test_native_bounds_are_checked():
+    for bad in (np.array([4.0, 8.0]), np.array([4, 8], np.uint64), np.array([8, 4], np.int64),
+                np.array([4, 4], np.int64), np.array([], np.int64)):
+        with pytest.raises(ValueError, match="bounds should be a non-empty buffer of int64 boundaries, ascending"):
+            native.pad_rows([[1]], 1, bad, 0, False, 0, 64)
+    assert native.pad_rows([[]], 1, None, 0, False, 3, 64)[0].shape == (1, 0)     # T == 0: nothing to write
+    assert native.pad_rows([[], []], 1, None, 0, True, 3, 64)[2].shape == (2, 0)
+
+
+class _Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("call", ["collate_dicts", "dict_columns"])
+def test_an_error_raised_by_a_key_during_a_lookup_propagates(call):
+    class Raising:
+        """A key whose hash collides with 'b' and whose == raises."""
+        def __hash__(self):
+            return hash("b")
+
+        def __eq__(self, other):
+            raise _Boom("from __eq__")
+
+    samples = [{"a": [1, 2], "b": [3]}, {"a": [4], Raising(): [5, 6]}]
+    with pytest.raises(_Boom):
+        if call == "dict_columns":
+            native.dict_columns(samples)
+        else:
+            _collate_dicts(samples, {("a", -1): (0, True), ("b", -1): (0, True)})

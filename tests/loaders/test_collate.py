@@ -771,3 +771,55 @@ def test_packed_stats_count_elements_of_token_keys_with_extra_axes():
     c = DynTileCollate(pack=[(1, 8)])
     c([{"feats": torch.ones(3, 4)}])
     assert (c.stats.real_elements, c.stats.padded_elements) == (12, 32)
+
+
+def test_options_are_fixed_once_built():
+    collate = DynTileCollate(pad_values={"a": 0})
+    batch = [{"a": [1, 2, 3]}, {"a": [4]}]
+    first = collate(batch)
+    for name, value in (("multiple", 4), ("plan", BucketPlan((8, 16))), ("pad_values", {"a": -1}), ("side", "left")):
+        with pytest.raises(AttributeError, match=f"DynTileCollate's '{name}' is fixed once it is built"):
+            setattr(collate, name, value)
+    with pytest.raises(TypeError):
+        collate.pad_values["a"] = -1                     # a read-only mapping
+    assert collate.pad_values == {"a": 0} and "pad_values={'a': 0}" in repr(collate)
+    assert_same_batch(collate(batch), first)
+    collate.reset_stats()                                # not an option
+    clone = pickle.loads(pickle.dumps(collate))
+    assert clone.pad_values == {"a": 0} and type(clone.pad_values) is type(collate.pad_values)
+    assert_same_batch(clone(batch), first)
+
+
+def test_an_extended_plan_reaches_the_native_route(monkeypatch):
+    """overflow='extend' grows the plan; later batches up to the new boundary still
+    take the one-call route, padded to it."""
+    from dyntile import tensor_reader
+    collate = DynTileCollate(BucketPlan((8,)), pad_values={"a": 0}, overflow="extend")
+    assert collate([{"a": list(range(20))}, {"a": [1]}])["a"].shape == (2, 24)   # extended: (8,) -> (8, 24)
+    assert collate.plan.boundaries == (8, 24)
+    if tensor_reader.native_module() is not None:
+        monkeypatch.setattr(collate_module, "pad_rows", lambda *a, **k: pytest.fail("left the native route"))
+    out = collate([{"a": list(range(12))}, {"a": [1]}])
+    assert out["a"].shape == (2, 24) and out["lengths"].tolist() == [12, 1]
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+@pytest.mark.parametrize("extra", [
+    lambda: torch.quantize_per_tensor(torch.ones(()), 0.1, 0, torch.qint8),         # 0-d, quantized
+    lambda: torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8),          # 1-D, quantized, one length
+    lambda: torch.zeros(2, dtype=torch.uint3),                                       # sub-byte, one length
+    lambda: torch.zeros(2, dtype=torch.bits8),
+    lambda: torch.ones(2, 3),                                                        # 2-D, one shape
+    lambda: torch.tensor(5),                                                         # 0-d
+])
+def test_tensors_the_kernels_do_not_move_beside_rows_are_stacked(extra):
+    """A leaf the one-call route does not take (another rank, a dtype NumPy cannot
+    carry) sends the batch to the walk, which stacks it as default_collate does."""
+    samples = [{"ids": [1, 2], "x": extra()}, {"ids": [3], "x": extra()}]
+    out = DynTileCollate(pad_values={"ids": 0})(samples)
+    want = torch.stack([s["x"] for s in samples])
+    assert out["x"].dtype == want.dtype and out["x"].shape == want.shape
+    bits = (lambda t: t.int_repr()) if want.is_quantized else (lambda t: t.view(torch.uint8)) \
+        if want.dtype in (torch.uint3, torch.bits8) else (lambda t: t)
+    assert torch.equal(bits(out["x"]), bits(want))
+    assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
