@@ -256,9 +256,12 @@ def test_collate_dicts_survives_a_key_whose_eq_changes_the_batch():
         assert samples == []
 
 
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 def test_declines_dtypes_numpy_cannot_carry_and_plans_of_other_ranks():
     q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
     assert pad_rows_torch([q, q]) is None
+    sub = torch.zeros(3, dtype=torch.uint3)
+    assert pad_rows_torch([sub, sub]) is None
     assert pad_rows_torch([[1, 2, 3], [4]], plan=BucketPlan(((8, 16), (8,)))) is None   # a 2-axis plan
     assert pad_rows([[1, 2, 3], [4]], plan=BucketPlan(((8, 16), (8,)))) is None
 
