@@ -278,7 +278,7 @@ class PadTensorReader:
     def setup(self, reader, batch):
         from dyntile import tensor_reader
         t = _torch()
-        native = tensor_reader.native_reader()
+        native = tensor_reader.native_module()
         if reader == "native" and native is None:
             raise NotImplementedError("dyntile.cpu.torch_tensors is not built for this torch")
         self._restore = (tensor_reader, tensor_reader._native)
