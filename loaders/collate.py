@@ -164,7 +164,7 @@ class DynTileCollate:
         self.stats = CollateStats()
         self._direct = self._direct_route()
         self._row_specs: dict = {}        # (key, kind of row) -> its fill bits in the native flat-rows route
-        self._row_layout = None           # (multiple, plan boundaries) of that route, on first use
+        self._row_layout = None           # (multiple, plan boundaries) of that route on first use (False: none)
 
     def __setattr__(self, name: str, value) -> None:
         if name in _OPTIONS and name in self.__dict__:
