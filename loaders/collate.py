@@ -164,7 +164,7 @@ class DynTileCollate:
         self.stats = CollateStats()
         self._direct = self._direct_route()
         self._row_specs: dict = {}        # (key, kind of row) -> its fill bits in the native flat-rows route
-        self._row_layout = None           # (multiple, plan boundaries) of that route on first use (False: none)
+        self._native_args = self._native_route_args()
 
     def __setattr__(self, name: str, value) -> None:
         if name in _OPTIONS and name in self.__dict__:
@@ -182,7 +182,17 @@ class DynTileCollate:
         """``overflow="extend"``: this collate's plan grows (per process); the native
         route's layout follows it."""
         object.__setattr__(self, "plan", plan)
-        self._row_layout = None
+        self._native_args = self._native_route_args()
+
+    def _native_route_args(self) -> tuple | None:
+        """The arguments after ``(samples, specs)`` of the native flat-rows call
+        (``collate_dicts``), or ``None`` when this collate's batches never take it
+        (batch padding, tiling, pinning, packing, a plan it cannot read)."""
+        layout = native_row_layout(self.multiple, self.plan) if self._direct and self.pack is None else None
+        if layout is None:
+            return None
+        return (_TENSOR, *layout, self.side == "left", self.mask_from, self.mask_key, self.lengths_key,
+                _ONE_THREAD_BYTES)
 
     def _direct_route(self) -> bool:
         """Whether one ``pad_rows`` call can plan, allocate and copy a 1-D leaf by
@@ -196,7 +206,12 @@ class DynTileCollate:
     def __call__(self, samples: Sequence) -> Any:
         if self._pin and get_worker_info() is not None:
             self._no_pinning_in_worker()
-        out = self._collate(samples)
+        args = self._native_args
+        native = tensor_reader.native_module() if args is not None else None
+        got = None
+        if native is not None and type(samples) is list and samples and type(samples[0]) is dict:
+            got = native.collate_dicts(samples, self._row_specs, *args)    # the commonest batch: one call
+        out = self._native_batch(got) if got is not None and len(got) == 5 else self._collate(samples)
         if self._worker_buffer and type(out) is dict and get_worker_info() is not None:
             return WorkerBatch(out)                  # crosses to the main process as one buffer
         return out
@@ -274,27 +289,25 @@ class DynTileCollate:
         :mod:`dyntile.cpu.torch_tensors`): the columns read straight from the dicts, each
         padded into a new tensor, the mask and lengths made beside them. The per-key
         fill bits come from ``self._row_specs``, worked out by :meth:`_row_spec` the
-        first time a key comes with a kind of row. ``None`` where it declines."""
-        specs = self._row_specs
-        layout = self._row_layout
-        if layout is None:                               # False: a plan the native route cannot take
-            layout = self._row_layout = native_row_layout(self.multiple, self.plan) or False
-        if not layout:
+        first time a key comes with a kind of row (``__call__`` tries the call first,
+        and comes here when a spec is missing). ``None`` where it declines."""
+        args, specs = self._native_args, self._row_specs
+        if args is None:
             return None
-        multiple, bounds = layout
         for _ in range(len(samples[0]) + 1):            # at most one missing spec per key
-            got = native.collate_dicts(samples, specs, _TENSOR, multiple, bounds, self.side == "left",
-                                       self.mask_from, self.mask_key, self.lengths_key, _ONE_THREAD_BYTES)
-            if got is None or len(got) == 5:
-                break
+            got = native.collate_dicts(samples, specs, *args)
+            if got is None:
+                return None
+            if len(got) == 5:
+                return self._native_batch(got)
             key, code, value = got
             if len(specs) >= 256:
                 specs.clear()
             specs[key, code] = self._row_spec(key, value)
-        else:
-            return None
-        if got is None:
-            return None
+        return None
+
+    def _native_batch(self, got: tuple) -> dict:
+        """The batch of a native flat-rows call, counted (and its mask cast to ``mask_dtype``)."""
         out, real, total, shapes, masked = got
         if masked and self.mask_dtype != torch.bool:
             out[self.mask_key] = out[self.mask_key].to(self.mask_dtype)
@@ -349,6 +362,7 @@ class DynTileCollate:
         copy of the collate stops pinning, with one warning per worker."""
         self._pin = False
         self._direct = self._direct_route()
+        self._native_args = self._native_route_args()
         warnings.warn("DynTileCollate(pin_memory=True) does not pin in DataLoader workers (pinning there would "
                       "initialise CUDA in the worker, and the transfer to the main process drops it); pass "
                       "pin_memory=True to the DataLoader, which pins in the main process", RuntimeWarning,
