@@ -492,7 +492,8 @@ def pad_rows_torch(samples: list, *, multiple: int = 8, plan=None, fill=0, side:
     if setup is None or setup[2] is None:
         return None
     bits, _, (m, bounds) = setup
-    return native.pad_rows(samples, m, bounds, bits, left, lengths | (mask << 1), _PARALLEL_COPY_BYTES - 1)
+    return native.pad_rows(samples, m, bounds, bits, left, (1 if lengths else 0) | (2 if mask else 0),
+                           _PARALLEL_COPY_BYTES - 1)
 
 def _pad_token_rows(samples, multiple, plan, fill, left):
     """1-D CPU tensors (token ids, labels), the hot case of a collate: ``(batch,

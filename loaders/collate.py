@@ -177,6 +177,8 @@ class DynTileCollate:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state, pad_values=MappingProxyType(state["pad_values"]))
+        self.__dict__.setdefault("_row_specs", {})                # a collate pickled before they existed
+        self.__dict__["_native_args"] = self._native_route_args()
 
     def _extend_plan(self, plan: BucketPlan) -> None:
         """``overflow="extend"``: this collate's plan grows (per process); the native
@@ -188,7 +190,10 @@ class DynTileCollate:
         """The arguments after ``(samples, specs)`` of the native flat-rows call
         (``collate_dicts``), or ``None`` when this collate's batches never take it
         (batch padding, tiling, pinning, packing, a plan it cannot read)."""
-        layout = native_row_layout(self.multiple, self.plan) if self._direct and self.pack is None else None
+        cls = type(self)
+        overridden = (cls._collate is not DynTileCollate._collate or cls._collate_rows is not DynTileCollate._collate_rows)
+        layout = (native_row_layout(self.multiple, self.plan)
+                  if self._direct and self.pack is None and not overridden else None)   # a subclass's own route runs
         if layout is None:
             return None
         return (_TENSOR, *layout, self.side == "left", self.mask_from, self.mask_key, self.lengths_key,

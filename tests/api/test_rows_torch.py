@@ -306,3 +306,10 @@ def test_an_error_raised_by_a_key_during_a_lookup_propagates(call):
             native.dict_columns(samples)
         else:
             _collate_dicts(samples, {("a", -1): (0, True), ("b", -1): (0, True)})
+
+
+def test_flags_are_read_as_truth_values():
+    batch, lengths, mask, *_ = pad_rows_torch([[1, 2], [3]], lengths=2, mask=0)
+    assert lengths.tolist() == [2, 1] and mask is None
+    assert pad_rows_torch([[1]], lengths="yes", mask=[1])[2].tolist() == [[True, False, False, False, False, False,
+                                                                          False, False]]

@@ -585,12 +585,13 @@ def test_tensor_leaves_of_every_kind_match_the_bindings_route(monkeypatch):
 
 def _walk_only(collate: DynTileCollate, samples):
     """``collate(samples)`` through the general walk (the flat-rows route switched off)."""
-    fast = collate._collate_rows
+    fast, args = collate._collate_rows, collate._native_args
     collate._collate_rows = lambda samples: None
+    collate._native_args = None
     try:
         return collate(samples)
     finally:
-        collate._collate_rows = fast
+        collate._collate_rows, collate._native_args = fast, args
 
 
 @settings(max_examples=60, deadline=None)
@@ -823,3 +824,23 @@ def test_tensors_the_kernels_do_not_move_beside_rows_are_stacked(extra):
         if want.dtype in (torch.uint3, torch.bits8) else (lambda t: t)
     assert torch.equal(bits(out["x"]), bits(want))
     assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
+
+
+def test_a_subclass_overriding_collate_runs_on_every_batch():
+    class Marked(DynTileCollate):
+        def _collate(self, samples):
+            out = super()._collate(samples)
+            out["seen"] = True
+            return out
+    collate = Marked(pad_values={"input_ids": 0})
+    batch = [{"input_ids": [1, 2, 3]}, {"input_ids": [4]}]
+    assert ["seen" in collate(batch) for _ in range(3)] == [True, True, True]
+
+
+def test_a_collate_pickled_without_the_native_state_still_collates():
+    collate = DynTileCollate(pad_values={"a": 0})
+    state = collate.__getstate__()
+    del state["_row_specs"], state["_native_args"]            # as pickled before they existed
+    old = DynTileCollate.__new__(DynTileCollate)
+    old.__setstate__(state)
+    assert old([{"a": [1, 2]}, {"a": [3]}])["a"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
