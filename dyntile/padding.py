@@ -393,6 +393,21 @@ def _row_setup(dt: np.dtype, token, multiple, plan, fill):
 _INT64_MAX = 2**63 - 1
 
 
+def native_row_dtype(x0):
+    """``(numpy dtype, token)`` of the rows the native row kernels would pad, judged by
+    the first (a list of ints: int64; a torch tensor: its dtype's carrier), or ``None``
+    for rows they leave to the other routes (complex: conjugate bits; dtypes NumPy
+    cannot carry, such as quantized or sub-byte ones; anything else)."""
+    if type(x0) is list:
+        return _INT64, None
+    if type(x0) is np.ndarray or not is_torch_tensor(x0) or x0.dtype.is_complex:
+        return None
+    try:
+        return torch_numpy_dtype(x0.dtype)
+    except (TypeError, ValueError, RuntimeError):
+        return None
+
+
 def native_row_layout(multiple: int, plan=None):
     """How the native row kernels (:func:`pad_rows_torch`, and the collate's route)
     take the padded length: ``(multiple, None)`` without a plan (the longest row
@@ -478,16 +493,12 @@ def pad_rows_torch(samples: list, *, multiple: int = 8, plan=None, fill=0, side:
     native = tensor_reader.native_module()
     if native is None or type(samples) is not list or not samples:
         return None
-    x0 = samples[0]
+    kind = native_row_dtype(samples[0])
+    if kind is None:
+        return None
     try:
-        if type(x0) is list:
-            dt, token = _INT64, None
-        elif is_torch_tensor(x0) and not x0.dtype.is_complex:
-            dt, token = torch_numpy_dtype(x0.dtype)  # raises for dtypes NumPy cannot carry (quantized, bits)
-        else:
-            return None
-        setup = _row_setup(dt, token, multiple, plan, fill)
-    except (TypeError, ValueError, RuntimeError):    # also a fill that does not fit: pad_batch names it
+        setup = _row_setup(*kind, multiple, plan, fill)
+    except (TypeError, ValueError):               # a fill that does not fit: pad_batch names it
         return None
     if setup is None or setup[2] is None:
         return None

@@ -17,10 +17,9 @@ import torch
 from torch.utils.data import get_worker_info
 
 from dyntile import tensor_reader
-from dyntile.arrays import torch_numpy_dtype
 from dyntile.fill import kernel_fill_bits
 from dyntile.masks import padding_mask
-from dyntile.padding import native_row_layout, pad_batch, pad_rows
+from dyntile.padding import native_row_dtype, native_row_layout, pad_batch, pad_rows
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import check_multiple, check_tile, normalize_axis
 from dyntile.threads import PARALLEL_COPY_BYTES
@@ -323,15 +322,12 @@ class DynTileCollate:
         """``(fill bits, always pads)`` of the 1-D rows at ``key`` of the kind of
         ``value`` (sample 0's: a list of ints, or a tensor of some dtype), for
         :meth:`_collate_native`; ``None`` for rows it leaves to the other routes."""
+        kind = native_row_dtype(value)
+        if kind is None:
+            return None
         try:
-            if type(value) is list:
-                dt, token = np.dtype(np.int64), None
-            elif value.dtype.is_complex:                 # conjugate bits: pad_batch reads them
-                return None
-            else:
-                dt, token = torch_numpy_dtype(value.dtype)   # raises for dtypes NumPy cannot carry (quantized)
-            bits = kernel_fill_bits(self.fill_for(key), dt, token)
-        except (TypeError, ValueError, RuntimeError):    # also a fill that does not fit: the walk names it
+            bits = kernel_fill_bits(self.fill_for(key), *kind)
+        except (TypeError, ValueError):                  # a fill that does not fit: the walk names it
             return None
         return None if bits is None else (bits, self.always_pads(key, 1))
 
