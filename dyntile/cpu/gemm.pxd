@@ -17,6 +17,8 @@ cdef extern from "gemm_ukernel.h" nogil:
         int mr, nr, mc, kc, nc, jr_outer
 
     const dt_gemm_blocksizes dt_gemm_blocking[DT_ISA_COUNT][DT_DTYPE_COUNT]
+    const dt_gemm_blocksizes dt_gemm_blocking_avx512_zen4[DT_DTYPE_COUNT]
+    int dt_cpu_is_zen4()
 
     ctypedef void (*dt_ukernel_f32_t)(int64_t kc, const float *a, const float *b, float *c,
                                       int64_t rs_c, int64_t cs_c, int beta) noexcept nogil

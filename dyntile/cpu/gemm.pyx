@@ -21,8 +21,10 @@ Vector products (m == 1 or n == 1) skip the five loops: ``gemv_one`` reads the
 matrix once (``include/gemm_gemv.h``).
 
 Block sizes and micro-kernels come from one table per ISA and dtype
-(``include/gemm_blocking.h``, ``include/gemm_ukernel.h``); the ISA is picked once,
-at import, from a run-time CPU check (``_set_isa`` forces one, for tests).
+(``include/gemm_blocking.h``, ``include/gemm_ukernel.h``), with AVX-512 cache blocks
+of its own for AMD Zen 4 (:func:`cpu_tuning`); the ISA and the tuning are picked
+once, at import, from a run-time CPU check (``_set_isa`` forces an ISA, and
+``_set_cache_blocks`` other cache blocks, for tests and tuning sweeps).
 
 Threads: one OpenMP parallel region per call, three ways to share the work:
 
@@ -60,7 +62,31 @@ ctypedef fused floating:
     double
 
 cdef int _isa = dt_gemm_best_isa()
+# CPUs with block sizes of their own (include/gemm_blocking.h); "generic": the table.
+cdef dict _TUNINGS = {"generic": 0, "zen4": 1}
+cdef int _tuning = 1 if dt_cpu_is_zen4() else 0
 cdef dict _ISA_NAMES = {"ref": DT_ISA_REF, "avx2": DT_ISA_AVX2, "avx512": DT_ISA_AVX512}
+
+
+cdef dt_gemm_blocksizes builtin_blocks(int tuning, int isa, int dtype) noexcept nogil:
+    """The built-in block sizes of one (ISA, dtype) for a CPU tuning."""
+    if tuning == 1 and isa == DT_ISA_AVX512:
+        return dt_gemm_blocking_avx512_zen4[dtype]
+    return dt_gemm_blocking[isa][dtype]
+
+
+# The block sizes in use: this CPU's built-in ones, unless _set_cache_blocks changed them.
+cdef dt_gemm_blocksizes _blocking[DT_ISA_COUNT][DT_DTYPE_COUNT]
+
+
+cdef void reset_blocks() noexcept nogil:
+    cdef int i, d
+    for i in range(DT_ISA_COUNT):
+        for d in range(DT_DTYPE_COUNT):
+            _blocking[i][d] = builtin_blocks(_tuning, i, d)
+
+
+reset_blocks()
 
 # Per-matrix work (2*m*n*k flops) below which a batch runs one matrix per thread.
 cdef int64_t SMALL_GEMM_FLOPS = 1 << 22
@@ -570,7 +596,7 @@ cdef gemm_problem make_problem(int isa, int dtype, int64_t m, int64_t n, int64_t
     g.m, g.n, g.k = m, n, k
     g.rs_a, g.cs_a, g.rs_b, g.cs_b, g.rs_c, g.cs_c = rs_a, cs_a, rs_b, cs_b, rs_c, cs_c
     g.isa = isa
-    g.bs = dt_gemm_blocking[isa][dtype]
+    g.bs = _blocking[isa][dtype]
     g.bs.kc = <int> balanced_block(k, g.bs.kc, 1)
     g.bs.nc = <int> balanced_block(n, g.bs.nc, g.bs.nr)
     return g
@@ -743,16 +769,56 @@ def row_slab_count(int64_t m, int threads) -> int:
     return row_slabs(m, threads)
 
 
-def blocking_table() -> dict:
-    """The block-size table: ``{(isa, dtype): {"mr", "nr", "mc", "kc", "nc", "jr_outer"}}``."""
+def cpu_tuning() -> str:
+    """Which built-in block sizes this CPU runs with: ``"zen4"`` (AMD Zen 4's AVX-512
+    rows) or ``"generic"``."""
+    return "zen4" if _tuning == 1 else "generic"
+
+
+def blocking_table(tuning=None) -> dict:
+    """The block-size table: ``{(isa, dtype): {"mr", "nr", "mc", "kc", "nc", "jr_outer"}}``,
+    the one in use, or with ``tuning`` (``"generic"``, ``"zen4"``) that CPU's built-in one."""
     cdef dt_gemm_blocksizes bs
+    cdef int t = -1
+    if tuning is not None:
+        if tuning not in _TUNINGS:
+            raise ValueError(f"unknown GEMM tuning {tuning!r}; expected one of {sorted(_TUNINGS)} or None")
+        t = _TUNINGS[tuning]
     table = {}
     for name, value in _ISA_NAMES.items():
         for dtype, d in (("float32", DT_F32), ("float64", DT_F64)):
-            bs = dt_gemm_blocking[value][d]
+            bs = _blocking[value][d] if t < 0 else builtin_blocks(t, value, d)
             table[name, dtype] = {"mr": bs.mr, "nr": bs.nr, "mc": bs.mc, "kc": bs.kc, "nc": bs.nc,
                                   "jr_outer": bool(bs.jr_outer)}
     return table
+
+
+def _set_cache_blocks(str isa_name, str dtype, mc=None, kc=None, nc=None, jr_outer=None) -> dict:
+    """Change the cache blocks of one (ISA, dtype) entry of the table in use, for
+    tuning sweeps and tests (:func:`_reset_cache_blocks` restores the built-in ones).
+    Returns the entry as it was. MC must stay a multiple of MR, NC of NR."""
+    if isa_name not in _ISA_NAMES or dtype not in ("float32", "float64"):
+        raise ValueError(f"expected an ISA of {sorted(_ISA_NAMES)} and float32 or float64, "
+                         f"but got {isa_name!r}, {dtype!r}")
+    cdef int i = _ISA_NAMES[isa_name], d = DT_F32 if dtype == "float32" else DT_F64
+    cdef dt_gemm_blocksizes bs = _blocking[i][d]
+    old = {"mc": bs.mc, "kc": bs.kc, "nc": bs.nc, "jr_outer": bool(bs.jr_outer)}
+    mc = bs.mc if mc is None else mc
+    kc = bs.kc if kc is None else kc
+    nc = bs.nc if nc is None else nc
+    if mc <= 0 or kc <= 0 or nc <= 0 or mc % bs.mr or nc % bs.nr:
+        raise ValueError(f"cache blocks should be positive with MC a multiple of {bs.mr} and NC "
+                         f"of {bs.nr}, but got MC={mc}, KC={kc}, NC={nc}")
+    bs.mc, bs.kc, bs.nc = mc, kc, nc
+    if jr_outer is not None:
+        bs.jr_outer = bool(jr_outer)
+    _blocking[i][d] = bs
+    return old
+
+
+def _reset_cache_blocks() -> None:
+    """Back to this CPU's built-in block sizes."""
+    reset_blocks()
 
 
 def packing_buffer_bytes(str dtype, int64_t m, int64_t n, int64_t k, int threads=1) -> int:

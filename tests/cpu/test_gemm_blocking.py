@@ -1,39 +1,86 @@
-"""The GEMM block-size table (include/gemm_blocking.h): one entry per ISA and dtype,
-each cache block a multiple of its register block, blocks sized for the caches."""
+"""The GEMM block-size tables (include/gemm_blocking.h): one entry per ISA and dtype,
+each cache block a multiple of its register block, blocks sized for the caches; the
+generic table and AMD Zen 4's AVX-512 rows alike."""
+import numpy as np
 import pytest
 
+import dyntile
 from dyntile.cpu import gemm
 
 TABLE = gemm.blocking_table()
+TUNINGS = ("generic", "zen4")
+BUILTIN = {(t, isa, dt): bs for t in TUNINGS for (isa, dt), bs in gemm.blocking_table(t).items()}
 ITEMSIZE = {"float32": 4, "float64": 8}
 
 
 def test_one_entry_per_isa_and_dtype():
-    assert set(TABLE) == {(isa, dt) for isa in ("ref", "avx2", "avx512") for dt in ITEMSIZE}
+    for tuning in TUNINGS:
+        assert set(gemm.blocking_table(tuning)) == {(isa, dt) for isa in ("ref", "avx2", "avx512")
+                                                     for dt in ITEMSIZE}
 
 
-@pytest.mark.parametrize("key", sorted(TABLE))
+def test_zen4_differs_only_in_avx512_cache_blocks():
+    generic, zen4 = gemm.blocking_table("generic"), gemm.blocking_table("zen4")
+    for key in generic:
+        if key[0] != "avx512":
+            assert zen4[key] == generic[key]
+        else:
+            assert {zen4[key][r] for r in ("mr", "nr")} == {generic[key][r] for r in ("mr", "nr")}
+
+
+def test_table_in_use_is_this_cpus():
+    assert TABLE == gemm.blocking_table(gemm.cpu_tuning())
+
+
+def cpuinfo_is_zen4():
+    """AMD family 25 (19h) with AVX-512, read from /proc/cpuinfo (an independent check)."""
+    try:
+        text = open("/proc/cpuinfo").read().split("\n\n")[0]
+    except OSError:
+        pytest.skip("no /proc/cpuinfo")
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    return (fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") == "25"
+            and "avx512f" in fields.get("flags", "").split())
+
+
+def test_cpu_tuning_matches_cpuinfo():
+    assert gemm.cpu_tuning() == ("zen4" if cpuinfo_is_zen4() else "generic")
+
+
+def test_unknown_tuning_is_rejected():
+    with pytest.raises(ValueError, match="unknown GEMM tuning 'zen9'"):
+        gemm.blocking_table("zen9")
+
+
+@pytest.mark.parametrize("key", sorted(BUILTIN))
 def test_cache_blocks_are_multiples_of_register_blocks(key):
-    bs = TABLE[key]
+    bs = BUILTIN[key]
     assert all(bs[name] > 0 for name in ("mr", "nr", "mc", "kc", "nc")), bs
     assert bs["jr_outer"] in (False, True), bs
     assert bs["mc"] % bs["mr"] == 0, f"{key}: MC={bs['mc']} is not a multiple of MR={bs['mr']}"
     assert bs["nc"] % bs["nr"] == 0, f"{key}: NC={bs['nc']} is not a multiple of NR={bs['nr']}"
 
 
-@pytest.mark.parametrize("key", sorted(TABLE))
+@pytest.mark.parametrize("key", sorted(BUILTIN))
 def test_register_blocks_fit_the_edge_tile_scratch(key):
     mr_max, nr_max = gemm.REGISTER_BLOCK_MAX
-    assert TABLE[key]["mr"] <= mr_max and TABLE[key]["nr"] <= nr_max
+    assert BUILTIN[key]["mr"] <= mr_max and BUILTIN[key]["nr"] <= nr_max
 
 
-@pytest.mark.parametrize("key", sorted(TABLE))
+@pytest.mark.parametrize("key", sorted(BUILTIN))
 def test_blocks_fit_their_cache_level(key):
     """BLIS's order (jr_outer): the KC x NR micro-panel of B in 3/4 of a 32 KiB L1d, the
     MC x KC block of A in 7/8 of a 256 KiB L2, B's block in 8 MiB of L3. Swapped order:
-    the MR x KC micro-panel of A in 3/4 of a 48 KiB L1d, KC x NC of B in 3/4 of 2 MiB."""
-    bs, item = TABLE[key], ITEMSIZE[key[1]]
-    if bs["jr_outer"]:
+    the MR x KC micro-panel of A in 3/4 of a 48 KiB L1d, KC x NC of B in 3/4 of 2 MiB.
+    Zen 4's AVX-512 rows (half the operand bandwidth per cycle): A's MC x KC block in
+    3/4 of its 1 MiB L2, B's block in 8 MiB of L3."""
+    tuning, isa, dtype = key
+    bs, item = BUILTIN[key], ITEMSIZE[dtype]
+    if tuning == "zen4" and isa == "avx512":
+        assert bs["mc"] * bs["kc"] * item <= 768 * 1024
+        assert bs["kc"] * bs["nc"] * item <= 8 * 1024 * 1024
+    elif bs["jr_outer"]:
         assert bs["kc"] * bs["nr"] * item <= 24 * 1024
         assert bs["mc"] * bs["kc"] * item <= 224 * 1024
         assert bs["kc"] * bs["nc"] * item <= 8 * 1024 * 1024
@@ -42,15 +89,56 @@ def test_blocks_fit_their_cache_level(key):
         assert bs["kc"] * bs["nc"] * item <= 1536 * 1024
 
 
-@pytest.mark.parametrize("key", [k for k in sorted(TABLE) if k[0] in ("avx2", "avx512")])
+@pytest.mark.parametrize("key", [k for k in sorted(BUILTIN) if k[1] in ("avx2", "avx512")])
 def test_simd_register_tiles_fit_the_register_file(key):
     """Accumulators + two B vectors + one A broadcast fit 16 ymm (AVX2) / 32 zmm (AVX-512)."""
-    isa, dtype = key
+    _, isa, dtype = key
     lanes = (32 if isa == "avx2" else 64) // ITEMSIZE[dtype]
-    bs = TABLE[key]
+    bs = BUILTIN[key]
     assert bs["nr"] % lanes == 0
     vectors = bs["mr"] * bs["nr"] // lanes + bs["nr"] // lanes + 1
     assert vectors <= (16 if isa == "avx2" else 32)
+
+
+@pytest.fixture
+def restore_blocks():
+    yield
+    gemm._reset_cache_blocks()
+    assert gemm.blocking_table() == gemm.blocking_table(gemm.cpu_tuning())
+
+
+@pytest.mark.parametrize("dtype", sorted(ITEMSIZE))
+@pytest.mark.parametrize("blocks", [{"kc": 7}, {"kc": 3000}, "one panel", {"jr_outer": True}])
+def test_products_stay_exact_under_other_cache_blocks(dtype, blocks, restore_blocks):
+    """Any legal cache blocks give NumPy's product: tiny KC (many passes over C), one
+    MR x NR panel per block, the other loop order; one and two threads."""
+    isa = gemm.isa()
+    bs = TABLE[isa, dtype]
+    if blocks == "one panel":
+        blocks = {"mc": bs["mr"], "nc": bs["nr"]}
+    old = gemm._set_cache_blocks(isa, dtype, **blocks)
+    assert old == {name: bs[name] for name in ("mc", "kc", "nc", "jr_outer")}
+    assert all(gemm.blocking_table()[isa, dtype][name] == v for name, v in blocks.items())
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((131, 77)).astype(dtype)
+    b = rng.standard_normal((77, 45)).astype(dtype)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    tol = 1e-4 if dtype == "float32" else 1e-12
+    for threads in (1, 2):
+        got = dyntile.matmul(a, b, threads=threads)
+        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * 10)
+
+
+def test_set_cache_blocks_rejects_bad_blocks(restore_blocks):
+    isa = gemm.isa()
+    mr = TABLE[isa, "float32"]["mr"]
+    with pytest.raises(ValueError, match=f"MC a multiple of {mr}"):
+        gemm._set_cache_blocks(isa, "float32", mc=mr + 1)
+    with pytest.raises(ValueError, match="positive"):
+        gemm._set_cache_blocks(isa, "float32", kc=0)
+    with pytest.raises(ValueError, match="expected an ISA"):
+        gemm._set_cache_blocks("sse9", "float32", kc=8)
+    assert gemm.blocking_table() == TABLE
 
 
 def round_up(x, unit):
@@ -126,3 +214,21 @@ def test_k_and_n_split_into_equal_blocks(dtype, size):
 def test_best_isa_is_available():
     assert "ref" in gemm.available_isas()
     assert gemm.isa() == gemm.available_isas()[-1]
+
+
+def test_tuning_sweep_script_runs_and_restores_the_table(capsys):
+    """asv_benches/gemm_tune.py: the table's row first, every combination after, and
+    the table back in force when it ends."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parents[2] / "asv_benches" / "gemm_tune.py"
+    spec = importlib.util.spec_from_file_location("gemm_tune", path)
+    tune = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tune)
+    bs = TABLE[gemm.isa(), "float32"]
+    tune.main(["--sizes", "40", "--rounds", "1", "--kc", "16", "24", "--mc", str(bs["mr"])])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("40x40x40 float32 threads=1")
+    assert len(lines) == 1 + 1 + 2 and lines[1].endswith("table")
+    assert "KC=16" in lines[2] and "KC=24" in lines[3]
+    assert gemm.blocking_table() == TABLE
