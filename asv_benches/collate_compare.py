@@ -23,7 +23,10 @@ batch also crosses from the worker to the main process (DynTileCollate's
 one-buffer transfer, next to torch's per-tensor one).
 
 Run: ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python asv_benches/collate_compare.py``
-(medians of interleaved repeats; ratios are what to read on a busy machine).
+(medians of interleaved repeats; ratios are what to read on a busy machine). The
+tables time each method's pass over the batches after an untimed pass of its own
+(steady state); ``--cold`` adds the same tables timed right after the other methods'
+passes, and the fresh-sample lines time collates of samples made just before.
 """
 from __future__ import annotations
 
@@ -84,14 +87,19 @@ def fresh_ratio(batches, ours, reference, repeat: int, build=as_tensors) -> tupl
     return ours_us, ref_us, ref_us / ours_us
 
 
-def rotated(methods: dict, rounds: int, seconds) -> dict:
+def rotated(methods: dict, rounds: int, seconds, warm: bool = True) -> dict:
     """``{name: [seconds per batch, one per round]}``, the methods interleaved and their
-    order rotated each round, so that each in turn follows each other (fair on a busy
-    machine; the one after HF starts with cold caches)."""
+    order rotated each round (fair on a busy machine). With ``warm``, each timed pass
+    follows an untimed pass of the same method: each is timed in its own steady state,
+    as asv and timeit time it, not in the cache state the method before it left (after
+    HF's ~0.1 s of Python over the batches, reading them again runs at memory speed:
+    ~2x dyntile's time; the fresh-sample lines measure that colder case)."""
     results = {name: [] for name in methods}
     turns = list(methods.items())
     for r in range(rounds):
         for name, fn in turns[r % len(turns):] + turns[:r % len(turns)]:
+            if warm:
+                seconds(fn)
             results[name].append(seconds(fn))
     return results
 
@@ -114,7 +122,8 @@ def loader_table(order: str, args) -> None:
     methods = {"dyntile (one-buffer transfer)": DynTileCollate(pad_values=pads),
                "dyntile (torch's transfer)": DynTileCollate(pad_values=pads, worker_transfer="torch"),
                "pad_sequence + mask": pad_sequence_collate}
-    results = rotated(methods, max(1, args.repeat // 2), lambda fn: loader_seconds(fn, batches) / (len(batches) - 1))
+    results = rotated(methods, max(1, args.repeat // 2), lambda fn: loader_seconds(fn, batches) / (len(batches) - 1),
+                      warm=False)           # each pass starts its own worker
     print_table(f"through a DataLoader (1 worker), {order} batches of {args.batch} dict samples (input_ids, labels)",
                 results)
 
@@ -124,6 +133,8 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--batches", type=int, default=50)
     p.add_argument("--repeat", type=int, default=7)
+    p.add_argument("--cold", action="store_true",
+                   help="also time each pass right after the other methods' (no warm-up pass)")
     args = p.parse_args(argv)
     torch.set_num_threads(1)            # as in DataLoader workers, where a collate_fn runs
     cases = [(kind, order, labels) for labels in (True, False)
@@ -145,9 +156,12 @@ def main(argv=None) -> None:
             continue
         for fn in methods.values():                      # warm up
             fn(batches[0])
-        results = rotated(methods, args.repeat, lambda fn: measure(fn, batches, 1))
         keys = "input_ids, labels" if labels else "input_ids"
-        print_table(f"{kind}, {order} batches: {args.batches} batches of {args.batch} dict samples ({keys})", results)
+        for warm in (True, False) if args.cold else (True,):
+            results = rotated(methods, args.repeat, lambda fn: measure(fn, batches, 1), warm=warm)
+            state = "each after a pass of its own" if warm else "each after the method before it"
+            print_table(f"{kind}, {order} batches: {args.batches} batches of {args.batch} dict samples ({keys}); "
+                        f"{state}", results)
 
     for order in ("random", "grouped"):
         _, lists = make_batches("lists", args.batches, args.batch, order=order)
