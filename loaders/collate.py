@@ -103,8 +103,9 @@ class DynTileCollate:
     under ``"collate_stats"``; fold them with ``stats.update``) for global figures.
 
     The options are fixed once the collate is built (its routes and caches are worked
-    out from them; ``pad_values`` reads as a read-only mapping): setting one raises
-    ``AttributeError``; build a new ``DynTileCollate`` to change it.
+    out from them; ``pad_values``, ``bucket_rows`` and ``pack`` read as read-only
+    mappings): setting or deleting one raises ``AttributeError``; build a new
+    ``DynTileCollate`` to change it.
 
     >>> collate = DynTileCollate(plan=BucketPlan((8, 16)), pad_values={"labels": -100})
     >>> batch = collate([{"input_ids": [5, 6, 7], "labels": [1, 2, 3]},
@@ -133,7 +134,7 @@ class DynTileCollate:
             raise ValueError(f"worker_transfer should be one of {WORKER_TRANSFERS}, but got {worker_transfer!r}")
         self.plan = plan
         self.multiple = check_multiple(multiple)
-        self.pad_values = MappingProxyType(dict(pad_values or {}))
+        self.pad_values = _read_only(dict(pad_values or {}))
         self.fill = fill
         self.side = side
         self.pad_keys = frozenset(self.pad_values if pad_keys is None else pad_keys)
@@ -144,7 +145,7 @@ class DynTileCollate:
         if self.axes == ():
             raise ValueError("axes should name at least one axis to pad (or be None: see the docstring)")
         self.batch_multiple = None if batch_multiple is None else check_multiple(batch_multiple, "batch_multiple")
-        self.bucket_rows = _bucket_rows(plan, bucket_rows, batch_multiple)
+        self.bucket_rows = _read_only(_bucket_rows(plan, bucket_rows, batch_multiple))
         self.mask_key, self.lengths_key, self.mask_from = mask_key, lengths_key, mask_from
         self.mask_dtype = mask_dtype
         self.tile = None if tile is None else check_tile(tile)
@@ -152,7 +153,7 @@ class DynTileCollate:
         self._pin = self.pin_memory and _pinning_available()
         self.overflow = overflow
         self.return_stats = bool(return_stats)
-        self.pack = _pack_options(pack, self.pad_values)
+        self.pack = _read_only(_pack_options(pack, self.pad_values))
         if self.pack is not None:
             _check_pack_options(plan=plan, multiple=multiple, fill=fill, side=side, pad_keys=pad_keys, axes=axes,
                                 batch_multiple=batch_multiple, bucket_rows=bucket_rows, mask_key=mask_key,
@@ -171,11 +172,20 @@ class DynTileCollate:
                                  f"worked out from its options); build a new DynTileCollate with {name}={value!r}")
         object.__setattr__(self, name, value)
 
+    def __delattr__(self, name: str) -> None:
+        if name in _OPTIONS:
+            raise AttributeError(f"DynTileCollate's {name!r} is fixed once it is built (its routes and caches are "
+                                 f"worked out from its options); it cannot be deleted")
+        object.__delattr__(self, name)
+
     def __getstate__(self) -> dict:
-        return {**self.__dict__, "pad_values": dict(self.pad_values)}      # a mappingproxy does not pickle
+        state = dict(self.__dict__)
+        for name in _MAPPING_OPTIONS:                            # a mappingproxy does not pickle
+            state[name] = _writable(state.get(name))
+        return state
 
     def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, pad_values=MappingProxyType(state["pad_values"]))
+        self.__dict__.update(state, **{name: _read_only(state.get(name)) for name in _MAPPING_OPTIONS})
         self.__dict__.setdefault("_row_specs", {})                # a collate pickled before they existed
         self.__dict__["_native_args"] = self._native_route_args()
 
@@ -685,7 +695,23 @@ def map_tensors(value, fn, key: str = ""):
 _OPTIONS = frozenset({"plan", "multiple", "pad_values", "fill", "side", "pad_keys", "axes", "batch_multiple",
                       "bucket_rows", "mask_key", "lengths_key", "mask_from", "mask_dtype", "tile", "pin_memory",
                       "overflow", "return_stats", "pack", "worker_transfer"})
+#: the options held as read-only mappings (their nested dicts too)
+_MAPPING_OPTIONS = ("pad_values", "bucket_rows", "pack")
 _NP_TO_TORCH: dict = {}
+
+
+def _read_only(options: Mapping | None) -> MappingProxyType | None:
+    """A read-only view of a dict option, nested dicts included (None stays None)."""
+    if options is None:
+        return None
+    return MappingProxyType({k: _read_only(v) if isinstance(v, Mapping) else v for k, v in options.items()})
+
+
+def _writable(options: Mapping | None) -> dict | None:
+    """The plain dicts behind :func:`_read_only` (for pickling)."""
+    if options is None:
+        return None
+    return {k: _writable(v) if isinstance(v, Mapping) else v for k, v in options.items()}
 _TENSOR = torch.Tensor
 _ONE_THREAD_BYTES = PARALLEL_COPY_BYTES - 1    # larger batches go to the threaded copy of pad_rows
 

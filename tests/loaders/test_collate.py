@@ -781,6 +781,9 @@ def test_options_are_fixed_once_built():
     for name, value in (("multiple", 4), ("plan", BucketPlan((8, 16))), ("pad_values", {"a": -1}), ("side", "left")):
         with pytest.raises(AttributeError, match=f"DynTileCollate's '{name}' is fixed once it is built"):
             setattr(collate, name, value)
+    for name in ("plan", "multiple"):
+        with pytest.raises(AttributeError, match=f"DynTileCollate's '{name}' is fixed once it is built"):
+            delattr(collate, name)
     with pytest.raises(TypeError):
         collate.pad_values["a"] = -1                     # a read-only mapping
     assert collate.pad_values == {"a": 0} and "pad_values={'a': 0}" in repr(collate)
@@ -789,6 +792,28 @@ def test_options_are_fixed_once_built():
     clone = pickle.loads(pickle.dumps(collate))
     assert clone.pad_values == {"a": 0} and type(clone.pad_values) is type(collate.pad_values)
     assert_same_batch(clone(batch), first)
+
+
+def test_bucket_rows_and_pack_are_read_only_and_pickle():
+    plan = BucketPlan((8, 16))
+    rows = DynTileCollate(plan, pad_values={"a": 0}, bucket_rows=[4, 2])
+    packed = DynTileCollate(pack={"shapes": [(2, 8)], "pad_values": {"labels": -7}})
+    with pytest.raises(TypeError):
+        rows.bucket_rows[(8,)] = 8
+    with pytest.raises(TypeError):
+        packed.pack["shapes"] = [(4, 8)]
+    with pytest.raises(TypeError):
+        packed.pack["pad_values"]["labels"] = 0          # nested dicts too
+    batch = [{"a": [1, 2, 3]}, {"a": [4]}]
+    packs = [{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}, {"input_ids": [4], "labels": [4]}]
+    for collate, samples in ((rows, batch), (packed, packs)):
+        clone = pickle.loads(pickle.dumps(collate))
+        assert type(clone.pack) is type(collate.pack) and type(clone.bucket_rows) is type(collate.bucket_rows)
+        assert clone.pack == collate.pack and clone.bucket_rows == collate.bucket_rows
+        got, want = clone(samples), collate(samples)
+        got.pop("packing", None), want.pop("packing", None)     # the packing summary: arrays, no ==
+        assert_same_batch(got, want)
+    assert packed(packs)["labels"][0].tolist()[-1] == -7
 
 
 def test_an_extended_plan_reaches_the_native_route(monkeypatch):
