@@ -489,8 +489,13 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     PyObject* d = PyList_GET_ITEM(samples, i);
     if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != nk) Py_RETURN_NONE;
     refs.hold(d);
-    for (Py_ssize_t j = 0; j < nk; j++) {
-      PyObject* v = PyDict_GetItemWithError(d, keys[j]);
+    // Samples made alike hold the same key objects in sample 0's order: walk the entries
+    // (no hashing, no Python code); a key elsewhere or another object is looked up.
+    Py_ssize_t pos = 0, j = 0;
+    PyObject *k, *v;
+    while (j < nk && PyDict_Next(d, &pos, &k, &v) && k == keys[j]) values[j++ * n + i] = refs.hold(v);
+    for (; j < nk; j++) {
+      v = PyDict_GetItemWithError(d, keys[j]);
       if (v == nullptr) {
         if (PyErr_Occurred()) return nullptr;   // raised by a key's __eq__: the caller sees it
         Py_RETURN_NONE;                         // a missing key: the Python route names it

@@ -683,6 +683,28 @@ def test_native_flat_rows_route_is_taken(leaf, monkeypatch):
     assert out["lengths"].tolist() == [3, 1] and collate.stats.batches == 1
 
 
+def test_native_route_reads_keys_in_any_order_and_equal_key_objects(monkeypatch):
+    """Samples whose keys come in another order, or are equal strings that are other
+    objects, are read by the one-call route as the walk reads them."""
+    from dyntile import tensor_reader
+    if tensor_reader.native_module() is None:
+        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+    other_ids = "".join(["input", "_ids"])               # equal to "input_ids", not the same object
+    literal = "input_ids"
+    assert other_ids == literal and other_ids is not literal
+    samples = [{"input_ids": [1, 2, 3], "labels": [4, 5, 6]},
+               {"labels": [7], "input_ids": [8]},
+               {other_ids: [9, 10], "labels": [11, 12]},
+               {"labels": [13, 14, 15, 16], other_ids: [17, 18, 19, 20]}]
+    options = dict(pad_values={"input_ids": 0, "labels": -100})
+    want = _walk_only(DynTileCollate(**options), samples)
+    fast = DynTileCollate(**options)
+    monkeypatch.setattr(collate_module._Batch, "walk", lambda *a: pytest.fail("walked"))
+    got = fast(samples)
+    assert_same_batch(got, want)
+    assert got["labels"][1].tolist() == [7] + [-100] * 7 and got["input_ids"][3].tolist()[:4] == [17, 18, 19, 20]
+
+
 @pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.float16,
                                    torch.bfloat16, torch.float32, torch.float64])
 @pytest.mark.parametrize("side", ["right", "left"])
