@@ -68,6 +68,10 @@ def native_status() -> str:
     except ImportError as e:
         return (f"not built ({e}): install dyntile with torch present and "
                 f"`pip install --no-build-isolation`")
+    if np.dtype(np.intp).itemsize != 8:
+        return "not used: it needs a 64-bit Python"
+    if torch_tensors.built_for == torch.__version__:
+        return "switched off (dyntile.tensor_reader._native is None: a test or benchmark turned it off)"
     return (f"not used: built for torch {torch_tensors.built_for}, running {torch.__version__}; "
             f"reinstall dyntile with `pip install --no-build-isolation`")
 

@@ -112,6 +112,13 @@ def test_reader_is_refused_under_another_torch_version(monkeypatch):
     assert "built for torch 2" in tensor_reader.native_status() and "0.0.0-other" in tensor_reader.native_status()
 
 
+def test_status_when_switched_off(monkeypatch):
+    pytest.importorskip("dyntile.cpu.torch_tensors")
+    monkeypatch.setattr(tensor_reader, "_native", None)
+    assert tensor_reader.native_module() is None
+    assert tensor_reader.native_status().startswith("switched off")
+
+
 def test_status_without_the_module(monkeypatch):
     import sys
     import dyntile.cpu
