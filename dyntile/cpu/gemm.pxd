@@ -28,6 +28,12 @@ cdef extern from "gemm_ukernel.h" nogil:
     const dt_ukernel_f64_t dt_gemm_ukernel_f64[DT_ISA_COUNT]
     const dt_ukernel_f32_t dt_gemm_ukernel_rows_f32[DT_ISA_COUNT][DT_GEMM_MR_MAX]
     const dt_ukernel_f64_t dt_gemm_ukernel_rows_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX]
+    ctypedef void (*dt_ukernel_cols_f32_t)(int64_t kc, const float *a, const float *b, float *c,
+                                           int64_t rs_c, int cols, int beta) noexcept nogil
+    ctypedef void (*dt_ukernel_cols_f64_t)(int64_t kc, const double *a, const double *b, double *c,
+                                           int64_t rs_c, int cols, int beta) noexcept nogil
+    const dt_ukernel_cols_f32_t dt_gemm_ukernel_cols_f32[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1][2]
+    const dt_ukernel_cols_f64_t dt_gemm_ukernel_cols_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1][2]
 
     int dt_gemm_isa_supported(int isa)
     int dt_gemm_best_isa()

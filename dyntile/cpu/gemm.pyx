@@ -253,14 +253,33 @@ cdef inline bint ukernel_rows(int isa, int64_t rows, int64_t kc, const floating 
     return True
 
 
+cdef inline bint ukernel_cols(int isa, int64_t rows, int64_t cols, int nr, int64_t kc,
+                              const floating *a, const floating *b, floating *c, int64_t rs_c,
+                              int beta) noexcept nogil:
+    """The first `rows` rows and `cols` columns of the tile into a row-major C, if this
+    ISA has that edge kernel (else False)."""
+    cdef int nv = 0 if 2 * cols <= nr else 1
+    if floating is float:
+        if dt_gemm_ukernel_cols_f32[isa][rows][nv] == NULL:
+            return False
+        dt_gemm_ukernel_cols_f32[isa][rows][nv](kc, a, b, c, rs_c, <int> cols, beta)
+    else:
+        if dt_gemm_ukernel_cols_f64[isa][rows][nv] == NULL:
+            return False
+        dt_gemm_ukernel_cols_f64[isa][rows][nv](kc, a, b, c, rs_c, <int> cols, beta)
+    return True
+
+
 cdef inline void c_tile(const gemm_problem *g, int64_t i, int64_t j, int64_t mr_cur,
                         int64_t nr_cur, int64_t kc_cur, const floating *ap, const floating *bp,
                         floating *c, int beta) noexcept nogil:
     """C[i:i+mr_cur, j:j+nr_cur] (+)= A micro-panel at row i @ B micro-panel at column j.
 
     Full MR x NR tiles go straight to C, and so do full-width tiles of the edge
-    micro-panel of A where the ISA has a rows kernel; other edge tiles go through
-    a scratch tile.
+    micro-panel of A where the ISA has a rows kernel, and the tiles of the edge
+    micro-panel of B of a row-major C where it has a cols kernel (masked stores; half
+    the FMAs for a panel at most NR / 2 wide); other edge tiles go through a scratch
+    tile.
     """
     cdef floating ct[DT_GEMM_MR_MAX * DT_GEMM_NR_MAX]
     cdef int64_t ii, jj, rs_c = g.rs_c, cs_c = g.cs_c
@@ -270,6 +289,9 @@ cdef inline void c_tile(const gemm_problem *g, int64_t i, int64_t j, int64_t mr_
         ukernel(g.isa, kc_cur, ap + i * kc_cur, bp + j * kc_cur, c_ij, rs_c, cs_c, beta)
     elif nr_cur == nr and ukernel_rows(g.isa, mr_cur, kc_cur, ap + i * kc_cur,
                                        bp + j * kc_cur, c_ij, rs_c, cs_c, beta):
+        pass
+    elif nr_cur < nr and cs_c == 1 and ukernel_cols(g.isa, mr_cur, nr_cur, nr, kc_cur, ap + i * kc_cur,
+                                                    bp + j * kc_cur, c_ij, rs_c, beta):
         pass
     else:
         ukernel(g.isa, kc_cur, ap + i * kc_cur, bp + j * kc_cur, ct, nr, 1, 0)

@@ -120,13 +120,19 @@ def test_products_stay_exact_under_other_cache_blocks(dtype, blocks, restore_blo
     assert old == {name: bs[name] for name in ("mc", "kc", "nc", "jr_outer")}
     assert all(gemm.blocking_table()[isa, dtype][name] == v for name, v in blocks.items())
     rng = np.random.default_rng(3)
-    a = rng.standard_normal((131, 77)).astype(dtype)
-    b = rng.standard_normal((77, 45)).astype(dtype)
-    ref = a.astype(np.float64) @ b.astype(np.float64)
     tol = 1e-4 if dtype == "float32" else 1e-12
-    for threads in (1, 2):
-        got = dyntile.matmul(a, b, threads=threads)
-        np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * 10)
+    # edge panels of B of under and over half NR wide, a row edge of A, and a C that is
+    # not row-major (the edge kernels' masked stores need one)
+    for m, k, n in ((131, 77, 45), (60, 50, bs["nr"] + bs["nr"] // 2 + 3), (29, 40, bs["nr"] - 1)):
+        a = rng.standard_normal((m, k)).astype(dtype)
+        b = rng.standard_normal((k, n)).astype(dtype)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        for threads in (1, 2):
+            got = dyntile.matmul(a, b, threads=threads)
+            np.testing.assert_allclose(got, ref, rtol=tol, atol=tol * 10)
+            out = np.zeros((n, m), dtype).T
+            dyntile.matmul(a, b, out=out, threads=threads)
+            np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * 10)
 
 
 def test_set_cache_blocks_rejects_bad_blocks(restore_blocks):

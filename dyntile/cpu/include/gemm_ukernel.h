@@ -63,6 +63,57 @@ static const dt_ukernel_f32_t dt_gemm_ukernel_rows_f32[DT_ISA_COUNT][DT_GEMM_MR_
 static const dt_ukernel_f64_t dt_gemm_ukernel_rows_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX] = {{0}};
 #endif
 
+typedef void (*dt_ukernel_cols_f32_t)(int64_t kc, const float *a, const float *b, float *c,
+                                      int64_t rs_c, int cols, int beta);
+typedef void (*dt_ukernel_cols_f64_t)(int64_t kc, const double *a, const double *b, double *c,
+                                      int64_t rs_c, int cols, int beta);
+
+/* [isa][rows][nv - 1]: kernel computing the first `rows` rows (1 <= rows <= MR) and the
+   first `cols` columns (0 < cols < NR) of the tile straight into a row-major C, for the
+   edge micro-panel of B; nv = 1 when cols <= NR / 2 (one vector of B per p), else 2.
+   NULL: the macro-kernel runs the full kernel into a scratch tile instead */
+#if DT_HAVE_X86
+static const dt_ukernel_cols_f32_t dt_gemm_ukernel_cols_f32[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1][2] = {
+    [DT_ISA_AVX512] = {
+        [1] = {dt_ukernel_avx512_cols_f32_v1_r1, dt_ukernel_avx512_cols_f32_v2_r1},
+        [2] = {dt_ukernel_avx512_cols_f32_v1_r2, dt_ukernel_avx512_cols_f32_v2_r2},
+        [3] = {dt_ukernel_avx512_cols_f32_v1_r3, dt_ukernel_avx512_cols_f32_v2_r3},
+        [4] = {dt_ukernel_avx512_cols_f32_v1_r4, dt_ukernel_avx512_cols_f32_v2_r4},
+        [5] = {dt_ukernel_avx512_cols_f32_v1_r5, dt_ukernel_avx512_cols_f32_v2_r5},
+        [6] = {dt_ukernel_avx512_cols_f32_v1_r6, dt_ukernel_avx512_cols_f32_v2_r6},
+        [7] = {dt_ukernel_avx512_cols_f32_v1_r7, dt_ukernel_avx512_cols_f32_v2_r7},
+        [8] = {dt_ukernel_avx512_cols_f32_v1_r8, dt_ukernel_avx512_cols_f32_v2_r8},
+        [9] = {dt_ukernel_avx512_cols_f32_v1_r9, dt_ukernel_avx512_cols_f32_v2_r9},
+        [10] = {dt_ukernel_avx512_cols_f32_v1_r10, dt_ukernel_avx512_cols_f32_v2_r10},
+        [11] = {dt_ukernel_avx512_cols_f32_v1_r11, dt_ukernel_avx512_cols_f32_v2_r11},
+        [12] = {dt_ukernel_avx512_cols_f32_v1_r12, dt_ukernel_avx512_cols_f32_v2_r12},
+        [13] = {dt_ukernel_avx512_cols_f32_v1_r13, dt_ukernel_avx512_cols_f32_v2_r13},
+        [14] = {dt_ukernel_avx512_cols_f32_v1_r14, dt_ukernel_avx512_cols_f32_v2_r14},
+    },
+};
+static const dt_ukernel_cols_f64_t dt_gemm_ukernel_cols_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1][2] = {
+    [DT_ISA_AVX512] = {
+        [1] = {dt_ukernel_avx512_cols_f64_v1_r1, dt_ukernel_avx512_cols_f64_v2_r1},
+        [2] = {dt_ukernel_avx512_cols_f64_v1_r2, dt_ukernel_avx512_cols_f64_v2_r2},
+        [3] = {dt_ukernel_avx512_cols_f64_v1_r3, dt_ukernel_avx512_cols_f64_v2_r3},
+        [4] = {dt_ukernel_avx512_cols_f64_v1_r4, dt_ukernel_avx512_cols_f64_v2_r4},
+        [5] = {dt_ukernel_avx512_cols_f64_v1_r5, dt_ukernel_avx512_cols_f64_v2_r5},
+        [6] = {dt_ukernel_avx512_cols_f64_v1_r6, dt_ukernel_avx512_cols_f64_v2_r6},
+        [7] = {dt_ukernel_avx512_cols_f64_v1_r7, dt_ukernel_avx512_cols_f64_v2_r7},
+        [8] = {dt_ukernel_avx512_cols_f64_v1_r8, dt_ukernel_avx512_cols_f64_v2_r8},
+        [9] = {dt_ukernel_avx512_cols_f64_v1_r9, dt_ukernel_avx512_cols_f64_v2_r9},
+        [10] = {dt_ukernel_avx512_cols_f64_v1_r10, dt_ukernel_avx512_cols_f64_v2_r10},
+        [11] = {dt_ukernel_avx512_cols_f64_v1_r11, dt_ukernel_avx512_cols_f64_v2_r11},
+        [12] = {dt_ukernel_avx512_cols_f64_v1_r12, dt_ukernel_avx512_cols_f64_v2_r12},
+        [13] = {dt_ukernel_avx512_cols_f64_v1_r13, dt_ukernel_avx512_cols_f64_v2_r13},
+        [14] = {dt_ukernel_avx512_cols_f64_v1_r14, dt_ukernel_avx512_cols_f64_v2_r14},
+    },
+};
+#else
+static const dt_ukernel_cols_f32_t dt_gemm_ukernel_cols_f32[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1][2] = {{{0}}};
+static const dt_ukernel_cols_f64_t dt_gemm_ukernel_cols_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1][2] = {{{0}}};
+#endif
+
 /* 1 if the running CPU can execute the micro-kernels of `isa` (and they were built) */
 static inline int dt_gemm_isa_supported(int isa)
 {

@@ -102,5 +102,74 @@ DT_DEFINE_UKERNEL_AVX512(double, 14x16_f64_rows11, 11, DT_AVX512_F64_MR, DT_AVX5
 DT_DEFINE_UKERNEL_AVX512(double, 14x16_f64_rows12, 12, DT_AVX512_F64_MR, DT_AVX512_F64_NR, __m512d, 8, pd)
 DT_DEFINE_UKERNEL_AVX512(double, 14x16_f64_rows13, 13, DT_AVX512_F64_MR, DT_AVX512_F64_NR, __m512d, 8, pd)
 
+/* Edge tiles of the last micro-panel of B: the first ROWS rows and `cols` columns
+ * (0 < cols < NR) of the tile, straight into C (row-major: cs_c == 1) with masked
+ * loads and stores, no scratch tile. NV = 1 (cols <= W): one vector of B per p,
+ * half the FMAs of the full kernel, so a thin last panel (n = 257: one column) costs
+ * half a panel. B's micro-panel is still NR wide (zero past cols). */
+#define DT_DEFINE_UKERNEL_AVX512_COLS(T, SUFFIX, ROWS_, MR_, NR_, NV_, V, W, S, MASK)             \
+DT_TARGET_AVX512 static void dt_ukernel_avx512_cols_##SUFFIX(int64_t kc, const T *restrict a,   \
+                                                    const T *restrict b, T *restrict c,     \
+                                                    int64_t rs_c, int cols, int beta)       \
+{                                                                                           \
+    enum { ROWS = ROWS_, MR = MR_, NR = NR_, NV = NV_, B_AHEAD = 8 };                       \
+    _Static_assert(ROWS <= MR && NR == 2 * W && (NV == 1 || NV == 2), "an edge tile of the kernel"); \
+    const MASK m0 = (MASK)(cols >= W ? ~0u : (1u << cols) - 1);                              \
+    const MASK m1 = (MASK)(NV == 2 && cols > W ? (1u << (cols - W)) - 1 : 0);               \
+    V c0[ROWS], c1[ROWS];                                                                   \
+    _Pragma("GCC unroll 16")                                                                \
+    for (int i = 0; i < ROWS; i++) {                                                        \
+        c0[i] = _mm512_setzero_##S();                                                       \
+        c1[i] = _mm512_setzero_##S();                                                       \
+    }                                                                                       \
+    _Pragma("GCC unroll 4")                                                                 \
+    for (int64_t p = 0; p < kc; p++) {                                                      \
+        _mm_prefetch((const char *)(b + B_AHEAD * NR), _MM_HINT_T0);                        \
+        const V b0 = _mm512_loadu_##S(b);                                                   \
+        const V b1 = NV == 2 ? _mm512_loadu_##S(b + W) : b0;                                \
+        _Pragma("GCC unroll 16")                                                            \
+        for (int i = 0; i < ROWS; i++) {                                                    \
+            const V ai = _mm512_set1_##S(a[i]);                                             \
+            c0[i] = _mm512_fmadd_##S(ai, b0, c0[i]);                                        \
+            if (NV == 2) c1[i] = _mm512_fmadd_##S(ai, b1, c1[i]);                           \
+        }                                                                                   \
+        a += MR;                                                                            \
+        b += NR;                                                                            \
+    }                                                                                       \
+    _Pragma("GCC unroll 16")                                                                \
+    for (int i = 0; i < ROWS; i++) {                                                        \
+        T *ci = c + i * rs_c;                                                               \
+        if (beta) c0[i] = _mm512_add_##S(c0[i], _mm512_maskz_loadu_##S(m0, ci));            \
+        _mm512_mask_storeu_##S(ci, m0, c0[i]);                                              \
+        if (NV == 2) {                                                                      \
+            if (beta) c1[i] = _mm512_add_##S(c1[i], _mm512_maskz_loadu_##S(m1, ci + W));    \
+            _mm512_mask_storeu_##S(ci + W, m1, c1[i]);                                      \
+        }                                                                                   \
+    }                                                                                       \
+}
+
+/* every ROWS (1..MR) of one vector width NV */
+#define DT_AVX512_COLS_ROWS(T, NAME, MR_, NR_, NV_, V, W, S, MASK)                           \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r1, 1, MR_, NR_, NV_, V, W, S, MASK)             \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r2, 2, MR_, NR_, NV_, V, W, S, MASK)             \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r3, 3, MR_, NR_, NV_, V, W, S, MASK)             \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r4, 4, MR_, NR_, NV_, V, W, S, MASK)             \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r5, 5, MR_, NR_, NV_, V, W, S, MASK)             \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r6, 6, MR_, NR_, NV_, V, W, S, MASK)             \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r7, 7, MR_, NR_, NV_, V, W, S, MASK)             \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r8, 8, MR_, NR_, NV_, V, W, S, MASK)             \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r9, 9, MR_, NR_, NV_, V, W, S, MASK)             \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r10, 10, MR_, NR_, NV_, V, W, S, MASK)           \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r11, 11, MR_, NR_, NV_, V, W, S, MASK)           \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r12, 12, MR_, NR_, NV_, V, W, S, MASK)           \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r13, 13, MR_, NR_, NV_, V, W, S, MASK)           \
+    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r14, 14, MR_, NR_, NV_, V, W, S, MASK)
+
+_Static_assert(DT_AVX512_F32_MR == 14 && DT_AVX512_F64_MR == 14, "one cols kernel per row count");
+DT_AVX512_COLS_ROWS(float, f32_v1, DT_AVX512_F32_MR, DT_AVX512_F32_NR, 1, __m512, 16, ps, __mmask16)
+DT_AVX512_COLS_ROWS(float, f32_v2, DT_AVX512_F32_MR, DT_AVX512_F32_NR, 2, __m512, 16, ps, __mmask16)
+DT_AVX512_COLS_ROWS(double, f64_v1, DT_AVX512_F64_MR, DT_AVX512_F64_NR, 1, __m512d, 8, pd, __mmask8)
+DT_AVX512_COLS_ROWS(double, f64_v2, DT_AVX512_F64_MR, DT_AVX512_F64_NR, 2, __m512d, 8, pd, __mmask8)
+
 #endif /* DT_HAVE_X86 */
 #endif /* DYNTILE_GEMM_UKERNEL_AVX512_H */
