@@ -133,6 +133,10 @@ def test_products_stay_exact_under_other_cache_blocks(dtype, blocks, restore_blo
             out = np.zeros((n, m), dtype).T
             dyntile.matmul(a, b, out=out, threads=threads)
             np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * 10)
+            wide = np.full((m, n + 40), 7, dtype)            # the masked stores stay inside C's columns
+            dyntile.matmul(a, b, out=wide[:, 3:n + 3], threads=threads)
+            np.testing.assert_allclose(wide[:, 3:n + 3], ref, rtol=tol, atol=tol * 10)
+            assert (wide[:, :3] == 7).all() and (wide[:, n + 3:] == 7).all()
 
 
 def test_set_cache_blocks_rejects_bad_blocks(restore_blocks):
