@@ -28,8 +28,9 @@ except ImportError:  # torch parameters are skipped
     torch = None
 
 SEED = 3
-#: square sizes n (n x n @ n x n) and the transformer-layer shape (m x k @ k x n)
-SHAPES = {"64": (64, 64, 64), "256": (256, 256, 256), "512": (512, 512, 512),
+#: square sizes n (n x n @ n x n), one odd size (thin edge micro-panels of A and B)
+#: and the transformer-layer shape (m x k @ k x n)
+SHAPES = {"64": (64, 64, 64), "256": (256, 256, 256), "257": (257, 257, 257), "512": (512, 512, 512),
           "1024": (1024, 1024, 1024), "2048": (2048, 2048, 2048),
           "4096x768x768": (4096, 768, 768)}
 
