@@ -698,6 +698,8 @@ _OPTIONS = frozenset({"plan", "multiple", "pad_values", "fill", "side", "pad_key
 #: the options held as read-only mappings (their nested dicts too)
 _MAPPING_OPTIONS = ("pad_values", "bucket_rows", "pack")
 _NP_TO_TORCH: dict = {}
+_TENSOR = torch.Tensor
+_ONE_THREAD_BYTES = PARALLEL_COPY_BYTES - 1    # larger batches go to the threaded copy of pad_rows
 
 
 def _read_only(options: Mapping | None) -> MappingProxyType | None:
@@ -712,8 +714,6 @@ def _writable(options: Mapping | None) -> dict | None:
     if options is None:
         return None
     return {k: _writable(v) if isinstance(v, Mapping) else v for k, v in options.items()}
-_TENSOR = torch.Tensor
-_ONE_THREAD_BYTES = PARALLEL_COPY_BYTES - 1    # larger batches go to the threaded copy of pad_rows
 
 
 def _row_leaf(x) -> bool:
@@ -771,11 +771,13 @@ def _pack_options(pack, pad_values: dict) -> dict | None:
     if pack is None:
         return None
     if hasattr(pack, "shapes"):                      # a PackingBatchSampler
-        options = {"shapes": list(pack.shapes), "overflow": getattr(pack, "overflow", "second_shape")}
+        options = {"shapes": tuple(pack.shapes), "overflow": getattr(pack, "overflow", "second_shape")}
     elif isinstance(pack, Mapping):
         options = dict(pack)
+        if "shapes" in options:
+            options["shapes"] = tuple(options["shapes"])
     else:
-        options = {"shapes": list(pack)}
+        options = {"shapes": tuple(pack)}
     options["pad_values"] = {**pad_values, **dict(options.get("pad_values") or {})}
     return options
 

@@ -826,6 +826,8 @@ def test_bucket_rows_and_pack_are_read_only_and_pickle():
         packed.pack["shapes"] = [(4, 8)]
     with pytest.raises(TypeError):
         packed.pack["pad_values"]["labels"] = 0          # nested dicts too
+    with pytest.raises(AttributeError):
+        packed.pack["shapes"].append((4, 8))             # the shapes are a tuple
     batch = [{"a": [1, 2, 3]}, {"a": [4]}]
     packs = [{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}, {"input_ids": [4], "labels": [4]}]
     for collate, samples in ((rows, batch), (packed, packs)):
