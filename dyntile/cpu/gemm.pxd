@@ -34,6 +34,12 @@ cdef extern from "gemm_ukernel.h" nogil:
                                            int64_t rs_c, int cols, int beta) noexcept nogil
     const dt_ukernel_cols_f32_t dt_gemm_ukernel_cols_f32[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1][2]
     const dt_ukernel_cols_f64_t dt_gemm_ukernel_cols_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1][2]
+    ctypedef void (*dt_ukernel_direct_f32_t)(int64_t kc, const float *a, int64_t rs_a, const float *b,
+                                             int64_t rs_b, float *c, int64_t rs_c, int cols) noexcept nogil
+    ctypedef void (*dt_ukernel_direct_f64_t)(int64_t kc, const double *a, int64_t rs_a, const double *b,
+                                             int64_t rs_b, double *c, int64_t rs_c, int cols) noexcept nogil
+    const dt_ukernel_direct_f32_t dt_gemm_ukernel_direct_f32[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1]
+    const dt_ukernel_direct_f64_t dt_gemm_ukernel_direct_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1]
 
     int dt_gemm_isa_supported(int isa)
     int dt_gemm_best_isa()

@@ -102,7 +102,9 @@ def test_simd_register_tiles_fit_the_register_file(key):
 
 @pytest.fixture
 def restore_blocks():
+    direct = gemm._set_direct_flops(0)       # the small products below take the packed kernels
     yield
+    gemm._set_direct_flops(direct)
     gemm._reset_cache_blocks()
     assert gemm.blocking_table() == gemm.blocking_table(gemm.cpu_tuning())
 

@@ -56,11 +56,20 @@ def rng():
     return np.random.default_rng(1234)
 
 
-@pytest.fixture(params=gemm.available_isas())
+#: every ISA this CPU runs, and AVX-512 once more with the small-product direct
+#: kernels off (products these tests make small then take the packed kernels)
+ISA_ROUTES = gemm.available_isas() + (["avx512-packed"] if "avx512" in gemm.available_isas() else [])
+
+
+@pytest.fixture(params=ISA_ROUTES)
 def isa(request):
-    previous = gemm._set_isa(request.param)
-    yield request.param
+    name = request.param.replace("-packed", "")
+    previous = gemm._set_isa(name)
+    direct = gemm._set_direct_flops(0) if request.param.endswith("-packed") else None
+    yield name
     gemm._set_isa(previous)
+    if direct is not None:
+        gemm._set_direct_flops(direct)
 
 
 # ------------------------------------------------------------------- values and shapes

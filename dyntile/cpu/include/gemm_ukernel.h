@@ -114,6 +114,37 @@ static const dt_ukernel_cols_f32_t dt_gemm_ukernel_cols_f32[DT_ISA_COUNT][DT_GEM
 static const dt_ukernel_cols_f64_t dt_gemm_ukernel_cols_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1][2] = {{{0}}};
 #endif
 
+typedef void (*dt_ukernel_direct_f32_t)(int64_t kc, const float *a, int64_t rs_a, const float *b,
+                                        int64_t rs_b, float *c, int64_t rs_c, int cols);
+typedef void (*dt_ukernel_direct_f64_t)(int64_t kc, const double *a, int64_t rs_a, const double *b,
+                                        int64_t rs_b, double *c, int64_t rs_c, int cols);
+
+/* [isa][rows]: kernel computing `rows` (1..MR) x `cols` (1..NR) of C = A @ B straight
+   from row-major A and B, no packing (small products); NULL where the ISA has none */
+#if DT_HAVE_X86
+static const dt_ukernel_direct_f32_t dt_gemm_ukernel_direct_f32[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1] = {
+    [DT_ISA_AVX512] = {0, dt_ukernel_avx512_direct_f32_r1, dt_ukernel_avx512_direct_f32_r2,
+                       dt_ukernel_avx512_direct_f32_r3, dt_ukernel_avx512_direct_f32_r4,
+                       dt_ukernel_avx512_direct_f32_r5, dt_ukernel_avx512_direct_f32_r6,
+                       dt_ukernel_avx512_direct_f32_r7, dt_ukernel_avx512_direct_f32_r8,
+                       dt_ukernel_avx512_direct_f32_r9, dt_ukernel_avx512_direct_f32_r10,
+                       dt_ukernel_avx512_direct_f32_r11, dt_ukernel_avx512_direct_f32_r12,
+                       dt_ukernel_avx512_direct_f32_r13, dt_ukernel_avx512_direct_f32_r14},
+};
+static const dt_ukernel_direct_f64_t dt_gemm_ukernel_direct_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1] = {
+    [DT_ISA_AVX512] = {0, dt_ukernel_avx512_direct_f64_r1, dt_ukernel_avx512_direct_f64_r2,
+                       dt_ukernel_avx512_direct_f64_r3, dt_ukernel_avx512_direct_f64_r4,
+                       dt_ukernel_avx512_direct_f64_r5, dt_ukernel_avx512_direct_f64_r6,
+                       dt_ukernel_avx512_direct_f64_r7, dt_ukernel_avx512_direct_f64_r8,
+                       dt_ukernel_avx512_direct_f64_r9, dt_ukernel_avx512_direct_f64_r10,
+                       dt_ukernel_avx512_direct_f64_r11, dt_ukernel_avx512_direct_f64_r12,
+                       dt_ukernel_avx512_direct_f64_r13, dt_ukernel_avx512_direct_f64_r14},
+};
+#else
+static const dt_ukernel_direct_f32_t dt_gemm_ukernel_direct_f32[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1] = {{0}};
+static const dt_ukernel_direct_f64_t dt_gemm_ukernel_direct_f64[DT_ISA_COUNT][DT_GEMM_MR_MAX + 1] = {{0}};
+#endif
+
 /* 1 if the running CPU can execute the micro-kernels of `isa` (and they were built) */
 static inline int dt_gemm_isa_supported(int isa)
 {

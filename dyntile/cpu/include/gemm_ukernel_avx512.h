@@ -171,5 +171,72 @@ DT_AVX512_COLS_ROWS(float, f32_v2, DT_AVX512_F32_MR, DT_AVX512_F32_NR, 2, __m512
 DT_AVX512_COLS_ROWS(double, f64_v1, DT_AVX512_F64_MR, DT_AVX512_F64_NR, 1, __m512d, 8, pd, __mmask8)
 DT_AVX512_COLS_ROWS(double, f64_v2, DT_AVX512_F64_MR, DT_AVX512_F64_NR, 2, __m512d, 8, pd, __mmask8)
 
+/* Small products without packing: C[0:ROWS, 0:cols] = A[0:ROWS, 0:kc] @ B[0:kc, 0:cols]
+ * read straight from row-major A (rows rs_a apart) and B (rows rs_b apart), written
+ * to a row-major C with masked stores (0 < cols <= NR). B's rows are read with
+ * masked loads, so nothing past column `cols` is touched. For products so small that
+ * packing (a transpose of A, a copy of B) costs a quarter of the time: each A row is
+ * read along k from L1, one broadcast an element, as the packed kernel reads its
+ * micro-panel. */
+#define DT_DEFINE_UKERNEL_AVX512_DIRECT(T, SUFFIX, ROWS_, NR_, V, W, S, MASK)                    \
+DT_TARGET_AVX512 static void dt_ukernel_avx512_direct_##SUFFIX(                            \
+    int64_t kc, const T *restrict a, int64_t rs_a, const T *restrict b, int64_t rs_b,      \
+    T *restrict c, int64_t rs_c, int cols)                                                  \
+{                                                                                           \
+    enum { ROWS = ROWS_, NR = NR_ };                                                        \
+    _Static_assert(ROWS <= 16 && NR == 2 * W, "a tile of the AVX-512 kernel");             \
+    const MASK m0 = (MASK)(cols >= W ? ~0u : (1u << cols) - 1);                              \
+    const MASK m1 = (MASK)(cols >= NR ? ~0u : cols > W ? (1u << (cols - W)) - 1 : 0);        \
+    const int two = cols > W;                                                               \
+    V c0[ROWS], c1[ROWS];                                                                   \
+    _Pragma("GCC unroll 16")                                                                \
+    for (int i = 0; i < ROWS; i++) {                                                        \
+        c0[i] = _mm512_setzero_##S();                                                       \
+        c1[i] = _mm512_setzero_##S();                                                       \
+    }                                                                                       \
+    if (two) {                                                                              \
+        for (int64_t p = 0; p < kc; p++, b += rs_b) {                                       \
+            const V b0 = _mm512_maskz_loadu_##S(m0, b), b1 = _mm512_maskz_loadu_##S(m1, b + W); \
+            _Pragma("GCC unroll 16")                                                        \
+            for (int i = 0; i < ROWS; i++) {                                                \
+                const V ai = _mm512_set1_##S(a[i * rs_a + p]);                              \
+                c0[i] = _mm512_fmadd_##S(ai, b0, c0[i]);                                    \
+                c1[i] = _mm512_fmadd_##S(ai, b1, c1[i]);                                    \
+            }                                                                               \
+        }                                                                                   \
+    } else {                                                                                \
+        for (int64_t p = 0; p < kc; p++, b += rs_b) {                                       \
+            const V b0 = _mm512_maskz_loadu_##S(m0, b);                                     \
+            _Pragma("GCC unroll 16")                                                        \
+            for (int i = 0; i < ROWS; i++)                                                  \
+                c0[i] = _mm512_fmadd_##S(_mm512_set1_##S(a[i * rs_a + p]), b0, c0[i]);      \
+        }                                                                                   \
+    }                                                                                       \
+    _Pragma("GCC unroll 16")                                                                \
+    for (int i = 0; i < ROWS; i++) {                                                        \
+        _mm512_mask_storeu_##S(c + i * rs_c, m0, c0[i]);                                    \
+        if (two) _mm512_mask_storeu_##S(c + i * rs_c + W, m1, c1[i]);                       \
+    }                                                                                       \
+}
+
+#define DT_AVX512_DIRECT_ROWS(T, NAME, NR_, V, W, S, MASK)                                   \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r1, 1, NR_, V, W, S, MASK)                      \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r2, 2, NR_, V, W, S, MASK)                      \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r3, 3, NR_, V, W, S, MASK)                      \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r4, 4, NR_, V, W, S, MASK)                      \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r5, 5, NR_, V, W, S, MASK)                      \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r6, 6, NR_, V, W, S, MASK)                      \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r7, 7, NR_, V, W, S, MASK)                      \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r8, 8, NR_, V, W, S, MASK)                      \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r9, 9, NR_, V, W, S, MASK)                      \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r10, 10, NR_, V, W, S, MASK)                    \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r11, 11, NR_, V, W, S, MASK)                    \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r12, 12, NR_, V, W, S, MASK)                    \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r13, 13, NR_, V, W, S, MASK)                    \
+    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r14, 14, NR_, V, W, S, MASK)
+
+DT_AVX512_DIRECT_ROWS(float, f32, DT_AVX512_F32_NR, __m512, 16, ps, __mmask16)
+DT_AVX512_DIRECT_ROWS(double, f64, DT_AVX512_F64_NR, __m512d, 8, pd, __mmask8)
+
 #endif /* DT_HAVE_X86 */
 #endif /* DYNTILE_GEMM_UKERNEL_AVX512_H */
