@@ -148,28 +148,21 @@ DT_TARGET_AVX512 static void dt_ukernel_avx512_cols_##SUFFIX(int64_t kc, const T
     }                                                                                       \
 }
 
-/* every ROWS (1..MR) of one vector width NV */
-#define DT_AVX512_COLS_ROWS(T, NAME, MR_, NR_, NV_, V, W, S, MASK)                           \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r1, 1, MR_, NR_, NV_, V, W, S, MASK)             \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r2, 2, MR_, NR_, NV_, V, W, S, MASK)             \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r3, 3, MR_, NR_, NV_, V, W, S, MASK)             \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r4, 4, MR_, NR_, NV_, V, W, S, MASK)             \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r5, 5, MR_, NR_, NV_, V, W, S, MASK)             \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r6, 6, MR_, NR_, NV_, V, W, S, MASK)             \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r7, 7, MR_, NR_, NV_, V, W, S, MASK)             \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r8, 8, MR_, NR_, NV_, V, W, S, MASK)             \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r9, 9, MR_, NR_, NV_, V, W, S, MASK)             \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r10, 10, MR_, NR_, NV_, V, W, S, MASK)           \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r11, 11, MR_, NR_, NV_, V, W, S, MASK)           \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r12, 12, MR_, NR_, NV_, V, W, S, MASK)           \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r13, 13, MR_, NR_, NV_, V, W, S, MASK)           \
-    DT_DEFINE_UKERNEL_AVX512_COLS(T, NAME##_r14, 14, MR_, NR_, NV_, V, W, S, MASK)
+/* DEF(T, NAME_rK, K, ...) for every row count K = 1..14 (MR of both AVX-512 kernels) */
+#define DT_AVX512_FOR_ROWS(DEF, T, NAME, ...)                                                 \
+    DEF(T, NAME##_r1, 1, __VA_ARGS__) DEF(T, NAME##_r2, 2, __VA_ARGS__)                      \
+    DEF(T, NAME##_r3, 3, __VA_ARGS__) DEF(T, NAME##_r4, 4, __VA_ARGS__)                      \
+    DEF(T, NAME##_r5, 5, __VA_ARGS__) DEF(T, NAME##_r6, 6, __VA_ARGS__)                      \
+    DEF(T, NAME##_r7, 7, __VA_ARGS__) DEF(T, NAME##_r8, 8, __VA_ARGS__)                      \
+    DEF(T, NAME##_r9, 9, __VA_ARGS__) DEF(T, NAME##_r10, 10, __VA_ARGS__)                    \
+    DEF(T, NAME##_r11, 11, __VA_ARGS__) DEF(T, NAME##_r12, 12, __VA_ARGS__)                  \
+    DEF(T, NAME##_r13, 13, __VA_ARGS__) DEF(T, NAME##_r14, 14, __VA_ARGS__)
 
 _Static_assert(DT_AVX512_F32_MR == 14 && DT_AVX512_F64_MR == 14, "one cols kernel per row count");
-DT_AVX512_COLS_ROWS(float, f32_v1, DT_AVX512_F32_MR, DT_AVX512_F32_NR, 1, __m512, 16, ps, __mmask16)
-DT_AVX512_COLS_ROWS(float, f32_v2, DT_AVX512_F32_MR, DT_AVX512_F32_NR, 2, __m512, 16, ps, __mmask16)
-DT_AVX512_COLS_ROWS(double, f64_v1, DT_AVX512_F64_MR, DT_AVX512_F64_NR, 1, __m512d, 8, pd, __mmask8)
-DT_AVX512_COLS_ROWS(double, f64_v2, DT_AVX512_F64_MR, DT_AVX512_F64_NR, 2, __m512d, 8, pd, __mmask8)
+DT_AVX512_FOR_ROWS(DT_DEFINE_UKERNEL_AVX512_COLS, float, f32_v1, DT_AVX512_F32_MR, DT_AVX512_F32_NR, 1, __m512, 16, ps, __mmask16)
+DT_AVX512_FOR_ROWS(DT_DEFINE_UKERNEL_AVX512_COLS, float, f32_v2, DT_AVX512_F32_MR, DT_AVX512_F32_NR, 2, __m512, 16, ps, __mmask16)
+DT_AVX512_FOR_ROWS(DT_DEFINE_UKERNEL_AVX512_COLS, double, f64_v1, DT_AVX512_F64_MR, DT_AVX512_F64_NR, 1, __m512d, 8, pd, __mmask8)
+DT_AVX512_FOR_ROWS(DT_DEFINE_UKERNEL_AVX512_COLS, double, f64_v2, DT_AVX512_F64_MR, DT_AVX512_F64_NR, 2, __m512d, 8, pd, __mmask8)
 
 /* Small products without packing: C[0:ROWS, 0:cols] = A[0:ROWS, 0:kc] @ B[0:kc, 0:cols]
  * read straight from row-major A (rows rs_a apart) and B (rows rs_b apart), written
@@ -219,24 +212,8 @@ DT_TARGET_AVX512 static void dt_ukernel_avx512_direct_##SUFFIX(                 
     }                                                                                       \
 }
 
-#define DT_AVX512_DIRECT_ROWS(T, NAME, NR_, V, W, S, MASK)                                   \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r1, 1, NR_, V, W, S, MASK)                      \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r2, 2, NR_, V, W, S, MASK)                      \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r3, 3, NR_, V, W, S, MASK)                      \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r4, 4, NR_, V, W, S, MASK)                      \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r5, 5, NR_, V, W, S, MASK)                      \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r6, 6, NR_, V, W, S, MASK)                      \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r7, 7, NR_, V, W, S, MASK)                      \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r8, 8, NR_, V, W, S, MASK)                      \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r9, 9, NR_, V, W, S, MASK)                      \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r10, 10, NR_, V, W, S, MASK)                    \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r11, 11, NR_, V, W, S, MASK)                    \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r12, 12, NR_, V, W, S, MASK)                    \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r13, 13, NR_, V, W, S, MASK)                    \
-    DT_DEFINE_UKERNEL_AVX512_DIRECT(T, NAME##_r14, 14, NR_, V, W, S, MASK)
-
-DT_AVX512_DIRECT_ROWS(float, f32, DT_AVX512_F32_NR, __m512, 16, ps, __mmask16)
-DT_AVX512_DIRECT_ROWS(double, f64, DT_AVX512_F64_NR, __m512d, 8, pd, __mmask8)
+DT_AVX512_FOR_ROWS(DT_DEFINE_UKERNEL_AVX512_DIRECT, float, f32, DT_AVX512_F32_NR, __m512, 16, ps, __mmask16)
+DT_AVX512_FOR_ROWS(DT_DEFINE_UKERNEL_AVX512_DIRECT, double, f64, DT_AVX512_F64_NR, __m512d, 8, pd, __mmask8)
 
 #endif /* DT_HAVE_X86 */
 #endif /* DYNTILE_GEMM_UKERNEL_AVX512_H */
