@@ -74,6 +74,10 @@ def test_batches_views_and_out(dtype, threads):
     assert (wide[:, :, :4] == 7).all() and (wide[:, :, 37:] == 7).all()
     bc = rand(rng, (17, 33), dtype)              # broadcast B: every item reads the same rows
     check(dyntile.matmul(a, bc, threads=threads), a, bc, dtype)
+    check(dyntile.matmul(a, bc[::-1], threads=threads), a, bc[::-1], dtype)   # B's rows flipped
+    down = np.zeros((9, 20, 33), dtype)[:, ::-1, :]   # C's rows flipped
+    dyntile.matmul(a, b, out=down, threads=threads)
+    check(down, a, b, dtype)
 
 
 def guarded(shape, dtype):
