@@ -134,7 +134,7 @@ class DynTileCollate:
             raise ValueError(f"worker_transfer should be one of {WORKER_TRANSFERS}, but got {worker_transfer!r}")
         self.plan = plan
         self.multiple = check_multiple(multiple)
-        self.pad_values = _read_only(dict(pad_values or {}))
+        self.pad_values = _read_only(pad_values or {})
         self.fill = fill
         self.side = side
         self.pad_keys = frozenset(self.pad_values if pad_keys is None else pad_keys)
@@ -168,14 +168,12 @@ class DynTileCollate:
 
     def __setattr__(self, name: str, value) -> None:
         if name in _OPTIONS and name in self.__dict__:
-            raise AttributeError(f"DynTileCollate's {name!r} is fixed once it is built (its routes and caches are "
-                                 f"worked out from its options); build a new DynTileCollate with {name}={value!r}")
+            raise _fixed_option(name, f"build a new DynTileCollate with {name}={value!r}")
         object.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
         if name in _OPTIONS:
-            raise AttributeError(f"DynTileCollate's {name!r} is fixed once it is built (its routes and caches are "
-                                 f"worked out from its options); it cannot be deleted")
+            raise _fixed_option(name, "it cannot be deleted")
         object.__delattr__(self, name)
 
     def __getstate__(self) -> dict:
@@ -702,18 +700,26 @@ _TENSOR = torch.Tensor
 _ONE_THREAD_BYTES = PARALLEL_COPY_BYTES - 1    # larger batches go to the threaded copy of pad_rows
 
 
-def _read_only(options: Mapping | None) -> MappingProxyType | None:
-    """A read-only view of a dict option, nested dicts included (None stays None)."""
+def _fixed_option(name: str, what_to_do: str) -> AttributeError:
+    return AttributeError(f"DynTileCollate's {name!r} is fixed once it is built (its routes and caches are "
+                          f"worked out from its options); {what_to_do}")
+
+
+def _remap(options: Mapping | None, make):
+    """A copy of a dict option, it and its nested dicts built by ``make`` (None stays None)."""
     if options is None:
         return None
-    return MappingProxyType({k: _read_only(v) if isinstance(v, Mapping) else v for k, v in options.items()})
+    return make({k: _remap(v, make) if isinstance(v, Mapping) else v for k, v in options.items()})
+
+
+def _read_only(options: Mapping | None) -> MappingProxyType | None:
+    """A read-only view of a dict option, nested dicts included."""
+    return _remap(options, MappingProxyType)
 
 
 def _writable(options: Mapping | None) -> dict | None:
     """The plain dicts behind :func:`_read_only` (for pickling)."""
-    if options is None:
-        return None
-    return {k: _writable(v) if isinstance(v, Mapping) else v for k, v in options.items()}
+    return _remap(options, dict)
 
 
 def _row_leaf(x) -> bool:

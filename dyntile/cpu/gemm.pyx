@@ -539,17 +539,19 @@ cdef void gemm_direct(const gemm_problem *g, const floating *a, const floating *
     rows (k = 1024: 0.74-0.86x) or L2 for B the packed kernels win."""
     cdef int mr = g.bs.mr, nr = g.bs.nr
     cdef int64_t ip, jp, i, j, rows
+    cdef int cols
     for ip in range(ceil_div(g.m, mr)):
         i = ip * mr
         rows = min(<int64_t> mr, g.m - i)
         for jp in range(ceil_div(g.n, nr)):
             j = jp * nr
+            cols = <int> min(<int64_t> nr, g.n - j)
             if floating is float:
                 dt_gemm_ukernel_direct_f32[g.isa][rows](g.k, a + i * g.rs_a, g.rs_a, b + j, g.rs_b,
-                                                        c + i * g.rs_c + j, g.rs_c, <int> min(<int64_t> nr, g.n - j))
+                                                        c + i * g.rs_c + j, g.rs_c, cols)
             else:
                 dt_gemm_ukernel_direct_f64[g.isa][rows](g.k, a + i * g.rs_a, g.rs_a, b + j, g.rs_b,
-                                                        c + i * g.rs_c + j, g.rs_c, <int> min(<int64_t> nr, g.n - j))
+                                                        c + i * g.rs_c + j, g.rs_c, cols)
 
 
 cdef void zero_c(const gemm_problem *g, floating *c) noexcept nogil:
@@ -599,8 +601,8 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
                       const int64_t[::1] c_off, int threads) except -1:
     """C[i] = A[i] @ B[i] for every batch item (element offsets from a, b, c)."""
     cdef int64_t nbatch = a_off.shape[0], bi
-    cdef bint per_thread_items = (threads > 1 and nbatch >= threads
-                                  and 2 * g.m * g.n * g.k < SMALL_GEMM_FLOPS)
+    cdef int64_t flops = 2 * g.m * g.n * g.k          # of one product
+    cdef bint per_thread_items = threads > 1 and nbatch >= threads and flops < SMALL_GEMM_FLOPS
     cdef packing_sizes ps = packing_plan(g, threads, not per_thread_items, sizeof(floating))
     cdef int64_t kgroup = ps.kgroup
     cdef int64_t ap_size = ps.ap + 16, bp_size = ps.bp + 16
@@ -619,8 +621,7 @@ cdef int gemm_batched(const gemm_problem *g, floating *a, floating *b, floating 
     if g.m == 1 or g.n == 1:
         return gemv_batched(g, a, b, c, a_off, b_off, c_off, threads)
     threads = max(1, threads)
-    if (direct_ok(g, a) and (nbatch == 1 or 2 * g.m * g.n * g.k <= DIRECT_BATCH_FLOPS)
-            and (threads == 1 or (nbatch >= threads and 2 * g.m * g.n * g.k < SMALL_GEMM_FLOPS))):
+    if direct_ok(g, a) and (nbatch == 1 or flops <= DIRECT_BATCH_FLOPS) and (threads == 1 or per_thread_items):
         # small products, one thread each: no packing, no buffers
         with nogil:
             if threads == 1:

@@ -102,6 +102,19 @@ DT_DEFINE_UKERNEL_AVX512(double, 14x16_f64_rows11, 11, DT_AVX512_F64_MR, DT_AVX5
 DT_DEFINE_UKERNEL_AVX512(double, 14x16_f64_rows12, 12, DT_AVX512_F64_MR, DT_AVX512_F64_NR, __m512d, 8, pd)
 DT_DEFINE_UKERNEL_AVX512(double, 14x16_f64_rows13, 13, DT_AVX512_F64_MR, DT_AVX512_F64_NR, __m512d, 8, pd)
 
+/* The prologue of the masked kernels below: lane masks m0, m1 for the first `cols`
+ * (<= NR) columns of the tile (m1: the second vector's; 0 when cols <= W) and ROWS
+ * pairs of zeroed accumulators c0, c1. */
+#define DT_AVX512_MASKED_TILE(V, W, S, MASK)                                                  \
+    const MASK m0 = (MASK)(cols >= W ? ~0u : (1u << cols) - 1);                              \
+    const MASK m1 = (MASK)(cols >= NR ? ~0u : cols > W ? (1u << (cols - W)) - 1 : 0);        \
+    V c0[ROWS], c1[ROWS];                                                                   \
+    _Pragma("GCC unroll 16")                                                                \
+    for (int i = 0; i < ROWS; i++) {                                                        \
+        c0[i] = _mm512_setzero_##S();                                                       \
+        c1[i] = _mm512_setzero_##S();                                                       \
+    }
+
 /* Edge tiles of the last micro-panel of B: the first ROWS rows and `cols` columns
  * (0 < cols < NR) of the tile, straight into C (row-major: cs_c == 1) with masked
  * loads and stores, no scratch tile. NV = 1 (cols <= W): one vector of B per p,
@@ -114,14 +127,7 @@ DT_TARGET_AVX512 static void dt_ukernel_avx512_cols_##SUFFIX(int64_t kc, const T
 {                                                                                           \
     enum { ROWS = ROWS_, MR = MR_, NR = NR_, NV = NV_, B_AHEAD = 8 };                       \
     _Static_assert(ROWS <= MR && NR == 2 * W && (NV == 1 || NV == 2), "an edge tile of the kernel"); \
-    const MASK m0 = (MASK)(cols >= W ? ~0u : (1u << cols) - 1);                              \
-    const MASK m1 = (MASK)(NV == 2 && cols > W ? (1u << (cols - W)) - 1 : 0);               \
-    V c0[ROWS], c1[ROWS];                                                                   \
-    _Pragma("GCC unroll 16")                                                                \
-    for (int i = 0; i < ROWS; i++) {                                                        \
-        c0[i] = _mm512_setzero_##S();                                                       \
-        c1[i] = _mm512_setzero_##S();                                                       \
-    }                                                                                       \
+    DT_AVX512_MASKED_TILE(V, W, S, MASK)                                                    \
     _Pragma("GCC unroll 4")                                                                 \
     for (int64_t p = 0; p < kc; p++) {                                                      \
         _mm_prefetch((const char *)(b + B_AHEAD * NR), _MM_HINT_T0);                        \
@@ -178,15 +184,8 @@ DT_TARGET_AVX512 static void dt_ukernel_avx512_direct_##SUFFIX(                 
 {                                                                                           \
     enum { ROWS = ROWS_, NR = NR_ };                                                        \
     _Static_assert(ROWS <= 16 && NR == 2 * W, "a tile of the AVX-512 kernel");             \
-    const MASK m0 = (MASK)(cols >= W ? ~0u : (1u << cols) - 1);                              \
-    const MASK m1 = (MASK)(cols >= NR ? ~0u : cols > W ? (1u << (cols - W)) - 1 : 0);        \
+    DT_AVX512_MASKED_TILE(V, W, S, MASK)                                                    \
     const int two = cols > W;                                                               \
-    V c0[ROWS], c1[ROWS];                                                                   \
-    _Pragma("GCC unroll 16")                                                                \
-    for (int i = 0; i < ROWS; i++) {                                                        \
-        c0[i] = _mm512_setzero_##S();                                                       \
-        c1[i] = _mm512_setzero_##S();                                                       \
-    }                                                                                       \
     if (two) {                                                                              \
         for (int64_t p = 0; p < kc; p++, b += rs_b) {                                       \
             const V b0 = _mm512_maskz_loadu_##S(m0, b), b1 = _mm512_maskz_loadu_##S(m1, b + W); \
