@@ -60,8 +60,10 @@ class CollateStats:
         self.batches += 1
         self.real_elements += real
         self.padded_elements += padded
-        self.truncated_samples += truncated
-        self.plan_extensions += extended
+        if truncated:
+            self.truncated_samples += truncated
+        if extended:
+            self.plan_extensions += extended
         seen = self.shapes
         for shape in shapes:              # Counter.update's Mapping check costs more than this
             seen[shape] = seen.get(shape, 0) + 1

@@ -19,6 +19,9 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <memory>
+#include <stdexcept>
+#include <type_traits>
 #include <new>
 #include <typeinfo>
 #include <vector>
@@ -133,19 +136,63 @@ PyObject* describe(PyObject*, PyObject* args) {
 // ---- pad_rows: B 1-D rows (exact lists of exact ints, or plain 1-D CPU tensors of one
 // dtype) -> new torch tensors, the batch, its lengths and its mask, in one call.
 
-template <typename T>
-void fill_elems(char* dst, int64_t n, uint64_t bits) {
-  if (n <= 0) return;   // dst may be null then (an empty tensor's data)
-  if (bits == 0) {
-    std::memset(dst, 0, static_cast<size_t>(n) * sizeof(T));
+// Scratch memory of one call: a bump allocator over a block on the stack, spilling to the
+// heap past it (a batch of 64 rows of 2 keys takes ~3 KiB). One call's small arrays cost
+// no malloc (each freed small block would make the batch's large allocation consolidate
+// the fastbins). Only trivially copyable types; the memory is not initialised.
+class Scratch {
+ public:
+  Scratch() = default;
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  template <typename T>
+  T* take(size_t count) {
+    static_assert(std::is_trivially_copyable_v<T> && alignof(T) <= 16);
+    const size_t bytes = (count * sizeof(T) + 15) & ~static_cast<size_t>(15);
+    if (bytes <= sizeof(local_) - used_) {
+      T* p = reinterpret_cast<T*>(local_ + used_);
+      used_ += bytes;
+      return p;
+    }
+    heap_.emplace_back(new char[bytes]);   // operator new[]: 16-byte aligned
+    return reinterpret_cast<T*>(heap_.back().get());
+  }
+
+ private:
+  alignas(16) char local_[8192];
+  size_t used_ = 0;
+  std::vector<std::unique_ptr<char[]>> heap_;
+};
+
+// p[0:len) = c. A padded row's runs are mostly short (a few elements of padding, a mask
+// row of tens of bytes): those are stored inline, in overlapping 8-byte words, where a
+// memset call per run cost more than the stores.
+inline void fill_bytes(char* p, unsigned char c, size_t len) {
+  if (len >= 64) {
+    std::memset(p, c, len);
     return;
   }
-  T* p = reinterpret_cast<T*>(dst);
-  const T v = static_cast<T>(bits);
-  for (int64_t j = 0; j < n; j++) p[j] = v;
+  if (len >= 8) {
+    const uint64_t word = 0x0101010101010101ull * c;
+    for (size_t i = 0; i + 8 <= len; i += 8) std::memcpy(p + i, &word, 8);
+    std::memcpy(p + len - 8, &word, 8);   // the last word may overlap the one before
+    return;
+  }
+  for (size_t i = 0; i < len; i++) p[i] = static_cast<char>(c);
 }
 
-void fill_width(char* dst, int64_t n, uint64_t bits, int64_t width) {
+template <typename T>
+inline void fill_elems(char* dst, int64_t n, uint64_t bits) {
+  if (n <= 0) return;   // dst may be null then (an empty tensor's data)
+  if (bits == 0) {
+    fill_bytes(dst, 0, static_cast<size_t>(n) * sizeof(T));
+    return;
+  }
+  const T v = static_cast<T>(bits);
+  for (int64_t j = 0; j < n; j++) std::memcpy(dst + j * sizeof(T), &v, sizeof(T));
+}
+
+inline void fill_width(char* dst, int64_t n, uint64_t bits, int64_t width) {
   switch (width) {
     case 1: fill_elems<uint8_t>(dst, n, bits); break;
     case 2: fill_elems<uint16_t>(dst, n, bits); break;
@@ -173,11 +220,11 @@ void copy_row(char* dst, const char* src, int64_t n, int64_t stride, int64_t wid
   }
 }
 
-// what pass 1 of pad_rows learnt of each row
+// what pass 1 of pad_rows learnt of each row (arrays in the call's Scratch)
 struct Rows {
-  std::vector<int64_t> lens;
-  std::vector<const char*> ptrs;    // tensors: data pointers
-  std::vector<int64_t> steps;       // tensors: byte strides
+  int64_t* lens = nullptr;
+  const char** ptrs = nullptr;      // tensors: data pointers
+  int64_t* steps = nullptr;         // tensors: byte strides
   int64_t longest = 0, total = 0, width = 8;
   c10::ScalarType dtype = c10::ScalarType::Long;
   bool lists = true;
@@ -193,10 +240,10 @@ bool read_lists(PyObject* const* items, Py_ssize_t n, Rows& rows) {
 }
 
 // pass 1 over tensors: every one a plain dense 1-D CPU tensor of sample 0's type and dtype
-bool read_tensors(PyObject* const* items, Py_ssize_t n, Rows& rows) {
+bool read_tensors(PyObject* const* items, Py_ssize_t n, Rows& rows, Scratch& scratch) {
   PyTypeObject* type = Py_TYPE(items[0]);
-  rows.ptrs.resize(n);
-  rows.steps.resize(n);
+  rows.ptrs = scratch.take<const char*>(n);
+  rows.steps = scratch.take<int64_t>(n);
   for (Py_ssize_t i = 0; i < n; i++) {
     PyObject* obj = items[i];
     if (!THPVariable_CheckExact(obj) || Py_TYPE(obj) != type) return false;
@@ -216,10 +263,10 @@ bool read_tensors(PyObject* const* items, Py_ssize_t n, Rows& rows) {
 }
 
 // pass 1 over B rows (exact lists, or tensors as read_tensors takes them); false refuses them
-bool read_rows(PyObject* const* items, Py_ssize_t n, Rows& rows) {
-  rows.lens.resize(n);
+bool read_rows(PyObject* const* items, Py_ssize_t n, Rows& rows, Scratch& scratch) {
+  rows.lens = scratch.take<int64_t>(n);
   rows.lists = PyList_CheckExact(items[0]);
-  if (!(rows.lists ? read_lists(items, n, rows) : read_tensors(items, n, rows))) return false;
+  if (!(rows.lists ? read_lists(items, n, rows) : read_tensors(items, n, rows, scratch))) return false;
   for (Py_ssize_t i = 0; i < n; i++) {
     rows.longest = std::max(rows.longest, rows.lens[i]);
     rows.total += rows.lens[i];
@@ -305,15 +352,15 @@ bool pad_read_rows(PyObject* const* items, Py_ssize_t n, const Rows& rows, const
   }
   if (want & 1) {
     out.lengths = at::detail::empty_cpu({n}, at::kLong);
-    std::memcpy(out.lengths.data_ptr(), rows.lens.data(), static_cast<size_t>(n) * 8);
+    std::memcpy(out.lengths.data_ptr(), rows.lens, static_cast<size_t>(n) * 8);
   }
   if (want & 2) {
     out.mask = at::detail::empty_cpu({n, T}, at::kBool);
     char* p = static_cast<char*>(out.mask.data_ptr());
     for (Py_ssize_t i = 0; T > 0 && i < n; i++, p += T) {   // T == 0: no data pointer to write to
       const int64_t m = rows.lens[i];
-      std::memset(p, left ? 0 : 1, static_cast<size_t>(left ? T - m : m));
-      std::memset(p + (left ? T - m : m), left ? 1 : 0, static_cast<size_t>(left ? m : T - m));
+      fill_bytes(p, left ? 0 : 1, static_cast<size_t>(left ? T - m : m));
+      fill_bytes(p + (left ? T - m : m), left ? 1 : 0, static_cast<size_t>(left ? m : T - m));
     }
   }
   return true;
@@ -341,9 +388,10 @@ PyObject* pad_rows(PyObject*, PyObject* args) {
   if (n == 0) Py_RETURN_NONE;
   PyObject* const* items = dt_list_items(column);
   try {
+    Scratch scratch;
     Rows rows;
     Padded out;
-    if (!read_rows(items, n, rows) || !pad_read_rows(items, n, rows, lay, bits, want, out)) Py_RETURN_NONE;
+    if (!read_rows(items, n, rows, scratch) || !pad_read_rows(items, n, rows, lay, bits, want, out)) Py_RETURN_NONE;
     return Py_BuildValue("NNNLL", wrap(out.batch), wrap(out.lengths), wrap(out.mask),
                          static_cast<long long>(rows.longest), static_cast<long long>(rows.total));
   } catch (const std::bad_alloc&) {
@@ -410,17 +458,25 @@ PyObject* dict_columns(PyObject*, PyObject* args) {
 
 // ---- collate_dicts: the whole of a collate's commonest batch, flat dicts of 1-D rows
 
-// strong references, released on scope exit
-struct Refs {
-  std::vector<PyObject*> objs;
+// strong references (at most `capacity`, in the call's Scratch), released on scope exit
+class Refs {
+ public:
+  Refs(Scratch& scratch, size_t capacity) : objs_(scratch.take<PyObject*>(capacity)), capacity_(capacity) {}
+  Refs(const Refs&) = delete;
+  Refs& operator=(const Refs&) = delete;
   ~Refs() {
-    for (PyObject* o : objs) Py_XDECREF(o);
+    for (size_t i = 0; i < count_; i++) Py_DECREF(objs_[i]);
   }
   PyObject* hold(PyObject* o) {
+    if (count_ == capacity_) throw std::logic_error("collate_dicts: more references than it counted");
     Py_INCREF(o);
-    objs.push_back(o);
+    objs_[count_++] = o;
     return o;
   }
+
+ private:
+  PyObject** objs_;
+  size_t capacity_, count_ = 0;
 };
 
 // collate_dicts(samples, specs, tensor_type, multiple, bounds, left, marked, mask_key,
@@ -441,22 +497,24 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   const Py_ssize_t nk = PyDict_GET_SIZE(first);
   if (nk == 0) Py_RETURN_NONE;
   if (marked != Py_None && !PyUnicode_Check(marked)) Py_RETURN_NONE;
-  Refs refs;
-  refs.objs.reserve(static_cast<size_t>(2 * nk + n * (nk + 1) + 1));
-  std::vector<PyObject*> keys, values(nk * n), spec_of(nk);
+  Scratch scratch;
+  Refs refs(scratch, static_cast<size_t>(2 * nk + n * (nk + 1) + 1));
+  PyObject** keys = scratch.take<PyObject*>(nk);
+  PyObject** values = scratch.take<PyObject*>(nk * n);
+  PyObject** spec_of = scratch.take<PyObject*>(nk);
   refs.hold(first);
   Py_ssize_t mark = marked == Py_None ? 0 : -1;
   {  // sample 0's keys (str only: the walk names other keys) and values, and each key's spec
     Py_ssize_t pos = 0, j = 0;
     PyObject *k, *v0;
-    while (PyDict_Next(first, &pos, &k, &v0)) {   // reads only: no Python code runs in this loop
+    while (j < nk && PyDict_Next(first, &pos, &k, &v0)) {   // reads only: no Python code runs in this loop
       if (!PyUnicode_CheckExact(k)) Py_RETURN_NONE;
-      keys.push_back(refs.hold(k));
+      keys[j] = refs.hold(k);
       values[j * n] = refs.hold(v0);
       j++;
     }
+    if (j != nk) Py_RETURN_NONE;
   }
-  if (static_cast<Py_ssize_t>(keys.size()) != nk) Py_RETURN_NONE;
   for (Py_ssize_t j = 0; j < nk; j++) {
     // the spec of (key, code): code -1 for lists of ints (judged by the first element;
     // the copy checks the rest), the scalar type for 1-D tensors of exactly tensor_type
@@ -504,8 +562,8 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     }
   }
   if (mark < 0) Py_RETURN_NONE;   // mask_from is not a key here: the Python route names the leaves
-  std::vector<uint64_t> bits(nk);
-  std::vector<bool> always(nk);
+  uint64_t* bits = scratch.take<uint64_t>(nk);
+  bool* always = scratch.take<bool>(nk);
   for (Py_ssize_t j = 0; j < nk; j++) {
     unsigned long long b;
     int a;
@@ -514,14 +572,16 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     always[j] = a != 0;
   }
   const int want = 1 | (mask_key != Py_None ? 2 : 0);
-  std::vector<Padded> padded(nk);
-  std::vector<int64_t> totals(nk);
+  Padded padded_local[4];                    // the usual 1-4 keys: no allocation
+  std::vector<Padded> padded_more(nk > 4 ? nk : 0);
+  Padded* padded = nk > 4 ? padded_more.data() : padded_local;
+  int64_t* totals = scratch.take<int64_t>(nk);
   try {
     // from here to the wrapping no Python object is made: no Python code runs
     for (Py_ssize_t j = 0; j < nk; j++) {
       Rows rows;
       PyObject* const* items = &values[j * n];
-      if (!read_rows(items, n, rows)) Py_RETURN_NONE;
+      if (!read_rows(items, n, rows, scratch)) Py_RETURN_NONE;
       if (rows.longest * n == rows.total && !always[j]) Py_RETURN_NONE;   // one length, not a sequence: stacked
       if (!pad_read_rows(items, n, rows, lay, bits[j], j == mark ? want : 0, padded[j])) Py_RETURN_NONE;
       totals[j] = rows.total;

@@ -67,6 +67,24 @@ def test_matches_pad_rows_and_a_reference(sizes, kind, dtype, multiple, use_plan
         assert mask is None
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.int16, torch.int32, torch.int64])
+@pytest.mark.parametrize("fill", [0, 3])
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_every_run_length_of_padding_and_mask(dtype, fill, side):
+    """Rows of every length 0..130 padded to 130: the padding and the mask's runs of
+    each row take every length on both sides of the inline-store and memset sizes."""
+    sizes = list(range(131))
+    rows = [torch.arange(1, n + 1, dtype=dtype) for n in sizes]
+    batch, lengths, mask, longest, total = pad_rows_torch(rows, multiple=1, fill=fill, side=side, lengths=True,
+                                                          mask=True)
+    expect = pad_reference([r.numpy() for r in rows], (130,), fill, side == "left", rows[0].numpy().dtype)
+    np.testing.assert_array_equal(batch.numpy(), expect)
+    pos = torch.arange(130)
+    n = torch.tensor(sizes)[:, None]
+    assert torch.equal(mask, pos >= 130 - n if side == "left" else pos < n)
+    assert lengths.tolist() == sizes and (longest, total) == (130, sum(sizes))
+
+
 def test_the_batch_owns_its_memory():
     x = torch.arange(5)
     rows = [x, x[:2]]
