@@ -540,18 +540,42 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     spec_of[j] = refs.hold(spec);
     if (mark < 0 && PyUnicode_Compare(keys[j], marked) == 0) mark = j;
   }
-  // Then the other samples' values, held: a dict lookup may run Python code (a colliding
-  // key's __eq__), which must not run once the rows are being read.
+  if (mark < 0) Py_RETURN_NONE;   // mask_from is not a key here: the Python route names the leaves
+  uint64_t* bits = scratch.take<uint64_t>(nk);
+  bool* always = scratch.take<bool>(nk);
+  for (Py_ssize_t j = 0; j < nk; j++) {   // before the other samples are read: "p" may run __bool__
+    unsigned long long b;
+    int a;
+    if (!PyArg_ParseTuple(spec_of[j], "Kp", &b, &a)) return nullptr;
+    bits[j] = b;
+    always[j] = a != 0;
+  }
+  // Then the other samples' values. Samples made alike hold sample 0's key objects in its
+  // order: their entries are walked, which makes no object and runs no Python code, so
+  // from here to the copies what is read stays alive and unchanged without references of
+  // our own. A key elsewhere, or another object, is looked up, and a lookup may run Python
+  // code (a colliding key's __eq__) that changes the batch: from the first lookup on,
+  // every sample read and every value is held.
+  PyObject** dicts = scratch.take<PyObject*>(n);
+  bool holding = false;
   for (Py_ssize_t i = 1; i < n; i++) {
     if (i >= PyList_GET_SIZE(samples)) Py_RETURN_NONE;
     PyObject* d = PyList_GET_ITEM(samples, i);
     if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != nk) Py_RETURN_NONE;
-    refs.hold(d);
-    // Samples made alike hold the same key objects in sample 0's order: walk the entries
-    // (no hashing, no Python code); a key elsewhere or another object is looked up.
+    dicts[i] = d;
     Py_ssize_t pos = 0, j = 0;
     PyObject *k, *v;
-    while (j < nk && PyDict_Next(d, &pos, &k, &v) && k == keys[j]) values[j++ * n + i] = refs.hold(v);
+    while (j < nk && PyDict_Next(d, &pos, &k, &v) && k == keys[j]) values[j++ * n + i] = v;
+    if (j < nk && !holding) {   // the first lookup: hold the samples before this one first
+      for (Py_ssize_t s = 1; s < i; s++) {
+        refs.hold(dicts[s]);
+        for (Py_ssize_t jj = 0; jj < nk; jj++) refs.hold(values[jj * n + s]);
+      }
+      holding = true;
+    }
+    if (!holding) continue;
+    refs.hold(d);
+    for (Py_ssize_t jj = 0; jj < j; jj++) refs.hold(values[jj * n + i]);
     for (; j < nk; j++) {
       v = PyDict_GetItemWithError(d, keys[j]);
       if (v == nullptr) {
@@ -560,16 +584,6 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
       }
       values[j * n + i] = refs.hold(v);
     }
-  }
-  if (mark < 0) Py_RETURN_NONE;   // mask_from is not a key here: the Python route names the leaves
-  uint64_t* bits = scratch.take<uint64_t>(nk);
-  bool* always = scratch.take<bool>(nk);
-  for (Py_ssize_t j = 0; j < nk; j++) {
-    unsigned long long b;
-    int a;
-    if (!PyArg_ParseTuple(spec_of[j], "Kp", &b, &a)) return nullptr;
-    bits[j] = b;
-    always[j] = a != 0;
   }
   const int want = 1 | (mask_key != Py_None ? 2 : 0);
   Padded padded_local[4];                    // the usual 1-4 keys: no allocation

@@ -275,6 +275,27 @@ def test_collate_dicts_survives_a_key_whose_eq_changes_the_batch():
 
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+def test_collate_dicts_holds_the_samples_walked_before_a_lookup():
+    """Samples 1.. whose entries are walked are not held until a lookup (which may run
+    Python code) comes: then every row read before it is held, so one replaced by that
+    code is still read as it was, never freed memory reused for another list."""
+    class Clash:
+        def __hash__(self):
+            return hash("a")
+
+        def __eq__(self, other):
+            for s in samples[1:3]:
+                s["a"] = [7, 7]                       # the rows walked before: their last reference
+            junk.extend([8, 8, 8] for _ in range(200))  # new lists in any freed list's memory
+            return True
+
+    junk = []
+    samples = [{"a": [1, 2, 3]}, {"a": [5, 6]}, {"a": [4]}, {Clash(): [2, 2, 2]}, {"a": [3]}]
+    got = _collate_dicts(samples, {("a", -1): (0, True)}, multiple=1)
+    assert got[0]["a"].tolist() == [[1, 2, 3], [5, 6, 0], [4, 0, 0], [2, 2, 2], [3, 0, 0]]
+    assert samples[1]["a"] == [7, 7] and len(junk) == 200
+
+
 def test_declines_dtypes_numpy_cannot_carry_and_plans_of_other_ranks():
     q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
     assert pad_rows_torch([q, q]) is None
