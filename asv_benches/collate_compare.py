@@ -24,9 +24,10 @@ one-buffer transfer, next to torch's per-tensor one).
 
 Run: ``env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python asv_benches/collate_compare.py``
 (medians of interleaved repeats; ratios are what to read on a busy machine). The
-tables time each method's pass over the batches after an untimed pass of its own
-(steady state); ``--cold`` adds the same tables timed right after the other methods'
-passes, and the fresh-sample lines time collates of samples made just before.
+tables time each method's pass over the batches after untimed passes of its own for
+at least ``WARMUP_SECONDS`` (steady state, as asv warms a time benchmark); ``--cold``
+adds the same tables timed right after the other methods' passes, and the
+fresh-sample lines time collates of samples made just before.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))      # the asv suite, as a package
 
-from benchmarks.bench_collate import hf_collate, loader_seconds, make_batches, pad_sequence_collate  # noqa: E402
+from benchmarks.bench_collate import (WARMUP_SECONDS, hf_collate, loader_seconds, make_batches,  # noqa: E402
+                                      pad_sequence_collate, warmed)
 from dyntile.planning import plan_buckets  # noqa: E402
 from loaders import DynTileCollate  # noqa: E402
 
@@ -90,17 +92,17 @@ def fresh_ratio(batches, ours, reference, repeat: int, build=as_tensors) -> tupl
 def rotated(methods: dict, rounds: int, seconds, warm: bool = True) -> dict:
     """``{name: [seconds per batch, one per round]}``, the methods interleaved and their
     order rotated each round (fair on a busy machine). With ``warm``, each timed pass
-    follows an untimed pass of the same method: each is timed in its own steady state,
-    as asv and timeit time it, not in the cache state the method before it left (after
-    HF's ~0.1 s of Python over the batches, reading them again runs at memory speed:
-    ~2x dyntile's time; the fresh-sample lines measure that colder case)."""
+    follows untimed passes of the same method for at least ``WARMUP_SECONDS`` (asv's
+    default warm-up): each is timed in its own steady state, as asv and timeit time it,
+    not in the state the method before it left. (Right after HF's ~0.1 s of Python,
+    dyntile's first pass over the batches takes 2-3x its steady time and its second
+    1.3-1.8x: on this VM, memory untouched for a millisecond or more costs up to ~0.7 us
+    a page to reach again. The fresh-sample lines, and ``--cold``, measure that case.)"""
     results = {name: [] for name in methods}
     turns = list(methods.items())
     for r in range(rounds):
         for name, fn in turns[r % len(turns):] + turns[:r % len(turns)]:
-            if warm:
-                seconds(fn)
-            results[name].append(seconds(fn))
+            results[name].append(warmed(seconds, fn) if warm else seconds(fn))
     return results
 
 
@@ -159,7 +161,7 @@ def main(argv=None) -> None:
         keys = "input_ids, labels" if labels else "input_ids"
         for warm in (True, False) if args.cold else (True,):
             results = rotated(methods, args.repeat, lambda fn: measure(fn, batches, 1), warm=warm)
-            state = "each after a pass of its own" if warm else "each after the method before it"
+            state = f"each after {WARMUP_SECONDS} s of its own passes" if warm else "each after the method before it"
             print_table(f"{kind}, {order} batches: {args.batches} batches of {args.batch} dict samples ({keys}); "
                         f"{state}", results)
 

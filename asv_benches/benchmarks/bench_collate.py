@@ -12,11 +12,12 @@ a log-normal stand-in), leaves given as torch tensors or as Python lists:
   only when ``transformers`` is installed; so its time is of half the work of the
   others': ``CollateSpeedup`` compares it with dyntile on the same one-key batches);
 * ``CollateSpeedup.track_speedup`` -- dyntile time over reference time, measured
-  side by side in one process (medians of interleaved repeats; lower is better,
-  like every asv track), on random and length-grouped batches (a bucketing sampler's),
-  and on grouped batches built just before each collate (``fresh``: a ``DataLoader``
-  worker's case), tensor and list leaves; targets: at most 1/3 against
-  ``pad_sequence`` and 1/100 against ``hf``;
+  side by side in one process (medians of interleaved repeats, each pass after
+  ``WARMUP_SECONDS`` of its own method, as asv warms a time benchmark; lower is
+  better, like every asv track), on random and length-grouped batches (a bucketing
+  sampler's), and on grouped batches built just before each collate (``fresh``: a
+  ``DataLoader`` worker's case, no warm-up), tensor and list leaves; targets: at most
+  1/3 against ``pad_sequence`` and 1/100 against ``hf``;
 * ``LoaderSpeedup.track_speedup`` -- the same ratio through a ``DataLoader`` with one
   worker (collate in the worker, the batch crossing to the main process), against
   ``pad_sequence`` and against DynTileCollate with torch's per-tensor transfer;
@@ -44,6 +45,20 @@ from .real_data import docstring_lengths
 BATCH = 64
 N_BATCHES = 16
 LIBRARIES = ["dyntile", "dyntile_plan", "pad_sequence", "hf"]
+WARMUP_SECONDS = 0.1        # asv's default warmup_time of a time benchmark (CPython)
+
+
+def warmed(seconds, fn, warmup: float = WARMUP_SECONDS) -> float:
+    """``seconds(fn)``, one timed pass of ``fn``, after untimed passes of the same ``fn``
+    for at least ``warmup`` seconds (at least one): ``fn`` in its own steady state, as an
+    asv time benchmark or ``timeit`` measures it. One pass is not enough after another
+    method ran: on the VMs these figures come from, memory a call has not touched for a
+    millisecond or more costs up to ~0.7 us a page to reach again, for a few passes."""
+    end = time.perf_counter() + warmup
+    seconds(fn)
+    while time.perf_counter() < end:
+        seconds(fn)
+    return seconds(fn)
 
 
 def make_batches(leaves: str, n_batches: int = N_BATCHES, batch: int = BATCH, seed: int = 0,
@@ -185,10 +200,10 @@ class CollateSpeedup:
         for i in range(self.rounds):                    # interleaved: fair on a busy machine
             if self.fresh:
                 o, r = self._fresh_seconds()
-            elif i % 2:                                 # the order alternates: the second runs on the
-                r, o = self._seconds(self.ref), self._seconds(self.ours)   # caches the first one left
+            elif i % 2:                                 # the order alternates; each pass is timed
+                r, o = warmed(self._seconds, self.ref), warmed(self._seconds, self.ours)   # in steady state
             else:
-                o, r = self._seconds(self.ours), self._seconds(self.ref)
+                o, r = warmed(self._seconds, self.ours), warmed(self._seconds, self.ref)
             ours.append(o)
             ref.append(r)
         return statistics.median(ours) / statistics.median(ref)
