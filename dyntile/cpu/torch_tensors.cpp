@@ -154,7 +154,8 @@ class Scratch {
       used_ += bytes;
       return p;
     }
-    heap_.emplace_back(new char[bytes]);   // operator new[]: 16-byte aligned
+    std::unique_ptr<char[]> block(new char[bytes]);   // operator new[]: 16-byte aligned
+    heap_.push_back(std::move(block));                // (a throw here frees the block)
     return reinterpret_cast<T*>(heap_.back().get());
   }
 

@@ -275,6 +275,25 @@ def test_collate_dicts_survives_a_key_whose_eq_changes_the_batch():
 
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
+def test_collate_dicts_of_a_batch_past_its_stack_scratch():
+    """3000 samples of 6 keys: the call's arrays outgrow its 8 KiB stack block and spill
+    to the heap, rows of lists and of tensors alike, both exact."""
+    rng = np.random.default_rng(5)
+    keys = [f"k{j}" for j in range(6)]
+    sizes = rng.integers(0, 9, (3000, 6))
+    samples = [{k: (list(range(1, n + 1)) if j % 2 else torch.arange(1, n + 1, dtype=torch.int32))
+                for j, (k, n) in enumerate(zip(keys, row))} for row in sizes]
+    specs = {}
+    while len(got := _collate_dicts(samples, specs, multiple=1)) == 3:    # each key's spec asked for once
+        specs[got[:2]] = (0, True)
+    out, real, total, shapes, masked = got
+    for j, k in enumerate(keys):
+        n = torch.from_numpy(sizes[:, j])[:, None]
+        pos = torch.arange(out[k].shape[1])
+        assert torch.equal(out[k], torch.where(pos < n, pos + 1, 0).to(out[k].dtype))
+    assert torch.equal(out["lengths"], torch.from_numpy(sizes[:, 0])) and real == sizes.sum()
+
+
 def test_collate_dicts_holds_the_samples_walked_before_a_lookup():
     """Samples 1.. whose entries are walked are not held until a lookup (which may run
     Python code) comes: then every row read before it is held, so one replaced by that
