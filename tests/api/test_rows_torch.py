@@ -274,7 +274,6 @@ def test_collate_dicts_survives_a_key_whose_eq_changes_the_batch():
         assert samples == []
 
 
-@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 def test_collate_dicts_of_a_batch_past_its_stack_scratch():
     """3000 samples of 6 keys: the call's arrays outgrow its 8 KiB stack block and spill
     to the heap, rows of lists and of tensors alike, both exact."""
@@ -315,6 +314,7 @@ def test_collate_dicts_holds_the_samples_walked_before_a_lookup():
     assert samples[1]["a"] == [7, 7] and len(junk) == 200
 
 
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 def test_declines_dtypes_numpy_cannot_carry_and_plans_of_other_ranks():
     q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
     assert pad_rows_torch([q, q]) is None
