@@ -300,7 +300,8 @@ class DynTileCollate:
     def _collate_native(self, native, samples: list) -> dict | None:
         """The flat-rows batch in one native call (``collate_dicts`` of
         :mod:`dyntile.cpu.torch_tensors`): the columns read straight from the dicts, each
-        padded into a new tensor, the mask and lengths made beside them. The per-key
+        padded into a new tensor (keys of Python numbers stacked, as the walk stacks
+        them), the mask and lengths made beside them. The per-key
         fill bits come from ``self._row_specs``, worked out by :meth:`_row_spec` the
         first time a key comes with a kind of row (``__call__`` tries the call first,
         and comes here when a spec is missing). ``None`` where it declines."""

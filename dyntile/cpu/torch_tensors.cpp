@@ -1,6 +1,7 @@
 // The native bridge to torch: read a list of CPU torch tensors' sizes, byte strides and
 // data pointers in one call (describe), and pad 1-D rows straight into new torch tensors
-// (pad_rows, with the columns of a batch of dicts: dict_columns), the collate's hot case.
+// (pad_rows, with the columns of a batch of dicts: dict_columns), the collate's hot case
+// (collate_dicts: a batch of flat dicts of rows, and of numbers stacked beside them).
 //
 // The Python route (dyntile/cpu/pad.pyx: describe_tensors) pays torch's binding for
 // every attribute of every sample (t.dtype, t.shape, t.stride(), t.data_ptr(): about
@@ -459,6 +460,38 @@ PyObject* dict_columns(PyObject*, PyObject* args) {
 
 // ---- collate_dicts: the whole of a collate's commonest batch, flat dicts of 1-D rows
 
+// The Python numbers a collate stacks into a (B,) tensor: exact ints (int64), floats
+// (float64) and bools (bool), as default_collate makes them from a batch of one kind.
+enum class ScalarKind : uint8_t { none, int64, float64, boolean };
+
+ScalarKind scalar_kind(PyObject* v) {
+  if (PyLong_CheckExact(v)) return ScalarKind::int64;
+  if (PyFloat_CheckExact(v)) return ScalarKind::float64;
+  if (PyBool_Check(v)) return ScalarKind::boolean;
+  return ScalarKind::none;
+}
+
+// out = the (B,) tensor of the B numbers items, all of `kind` (an int in int64); false
+// (out undefined) for a batch of mixed kinds or an int past int64: the walk decides
+bool read_scalars(PyObject* const* items, Py_ssize_t n, ScalarKind kind, at::Tensor& out) {
+  for (Py_ssize_t i = 0; i < n; i++)
+    if (scalar_kind(items[i]) != kind) return false;
+  const c10::ScalarType dtype = kind == ScalarKind::int64 ? at::kLong : kind == ScalarKind::float64 ? at::kDouble
+                                                                                                     : at::kBool;
+  at::Tensor t = at::detail::empty_cpu({n}, dtype);
+  if (kind == ScalarKind::int64) {
+    if (dt_read_int_items(items, n, static_cast<int64_t*>(t.data_ptr())) != n) return false;
+  } else if (kind == ScalarKind::float64) {
+    double* d = static_cast<double*>(t.data_ptr());
+    for (Py_ssize_t i = 0; i < n; i++) d[i] = PyFloat_AS_DOUBLE(items[i]);
+  } else {
+    bool* d = static_cast<bool*>(t.data_ptr());
+    for (Py_ssize_t i = 0; i < n; i++) d[i] = items[i] == Py_True;
+  }
+  out = std::move(t);
+  return true;
+}
+
 // strong references (at most `capacity`, in the call's Scratch), released on scope exit
 class Refs {
  public:
@@ -504,7 +537,7 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   PyObject** values = scratch.take<PyObject*>(nk * n);
   PyObject** spec_of = scratch.take<PyObject*>(nk);
   refs.hold(first);
-  Py_ssize_t mark = marked == Py_None ? 0 : -1;
+  Py_ssize_t mark = -1;   // the key of the mask and lengths: marked, else the first row key
   {  // sample 0's keys (str only: the walk names other keys) and values, and each key's spec
     Py_ssize_t pos = 0, j = 0;
     PyObject *k, *v0;
@@ -516,10 +549,17 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     }
     if (j != nk) Py_RETURN_NONE;
   }
+  ScalarKind* scalar = scratch.take<ScalarKind>(nk);
   for (Py_ssize_t j = 0; j < nk; j++) {
+    PyObject* v0 = values[j * n];
+    scalar[j] = scalar_kind(v0);
+    if (scalar[j] != ScalarKind::none) {   // numbers: stacked as default_collate stacks them
+      if (marked != Py_None && PyUnicode_Compare(keys[j], marked) == 0) Py_RETURN_NONE;   // the walk names it
+      spec_of[j] = nullptr;
+      continue;
+    }
     // the spec of (key, code): code -1 for lists of ints (judged by the first element;
     // the copy checks the rest), the scalar type for 1-D tensors of exactly tensor_type
-    PyObject* v0 = values[j * n];
     long code;
     if (PyList_CheckExact(v0) && PyList_GET_SIZE(v0) > 0 && PyLong_CheckExact(PyList_GET_ITEM(v0, 0))) {
       code = -1;
@@ -539,12 +579,15 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     }
     if (spec == Py_None) Py_RETURN_NONE;   // a key the Python route takes
     spec_of[j] = refs.hold(spec);
-    if (mark < 0 && PyUnicode_Compare(keys[j], marked) == 0) mark = j;
+    if (mark < 0 && (marked == Py_None || PyUnicode_Compare(keys[j], marked) == 0)) mark = j;
   }
-  if (mark < 0) Py_RETURN_NONE;   // mask_from is not a key here: the Python route names the leaves
+  // no row key (the walk stacks numbers alone), or mask_from is not one: the Python route
+  // collates, or names the leaves
+  if (mark < 0) Py_RETURN_NONE;
   uint64_t* bits = scratch.take<uint64_t>(nk);
   bool* always = scratch.take<bool>(nk);
   for (Py_ssize_t j = 0; j < nk; j++) {   // before the other samples are read: "p" may run __bool__
+    if (scalar[j] != ScalarKind::none) continue;
     unsigned long long b;
     int a;
     if (!PyArg_ParseTuple(spec_of[j], "Kp", &b, &a)) return nullptr;
@@ -596,6 +639,10 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     for (Py_ssize_t j = 0; j < nk; j++) {
       Rows rows;
       PyObject* const* items = &values[j * n];
+      if (scalar[j] != ScalarKind::none) {
+        if (!read_scalars(items, n, scalar[j], padded[j].batch)) Py_RETURN_NONE;
+        continue;
+      }
       if (!read_rows(items, n, rows, scratch)) Py_RETURN_NONE;
       if (rows.longest * n == rows.total && !always[j]) Py_RETURN_NONE;   // one length, not a sequence: stacked
       if (!pad_read_rows(items, n, rows, lay, bits[j], j == mark ? want : 0, padded[j])) Py_RETURN_NONE;
@@ -606,8 +653,10 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   } catch (const std::exception&) {  // c10::Error from an unusual tensor: the Python route decides
     Py_RETURN_NONE;
   }
+  Py_ssize_t nrows = 0;   // the padded keys, which the counts and shapes are of
+  for (Py_ssize_t j = 0; j < nk; j++) nrows += scalar[j] == ScalarKind::none;
   PyObject* out = PyDict_New();
-  PyObject* shapes = PyList_New(nk);
+  PyObject* shapes = PyList_New(nrows);
   if (out == nullptr || shapes == nullptr) {
     Py_XDECREF(out);
     Py_XDECREF(shapes);
@@ -615,15 +664,18 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   }
   long long real = 0, total = 0;
   bool ok = true;
-  for (Py_ssize_t j = 0; j < nk && ok; j++) {
-    const int64_t T = padded[j].batch.size(1);
-    real += totals[j];
-    total += static_cast<long long>(n) * T;
-    PyObject* shape = Py_BuildValue("(O(nL))", keys[j], n, static_cast<long long>(T));
-    PyObject* batch = wrap(padded[j].batch);
-    ok = shape != nullptr && batch != nullptr && PyDict_SetItem(out, keys[j], batch) == 0;
+  for (Py_ssize_t j = 0, r = 0; j < nk && ok; j++) {
+    if (scalar[j] == ScalarKind::none) {
+      const int64_t T = padded[j].batch.size(1);
+      real += totals[j];
+      total += static_cast<long long>(n) * T;
+      PyObject* shape = Py_BuildValue("(O(nL))", keys[j], n, static_cast<long long>(T));
+      ok = shape != nullptr;
+      if (ok) PyList_SET_ITEM(shapes, r++, shape);
+    }
+    PyObject* batch = ok ? wrap(padded[j].batch) : nullptr;
+    ok = batch != nullptr && PyDict_SetItem(out, keys[j], batch) == 0;
     Py_XDECREF(batch);
-    if (shape != nullptr) PyList_SET_ITEM(shapes, j, shape);
   }
   int masked = 0;
   auto add = [&](PyObject* name, at::Tensor& t) -> bool {   // mask or lengths, unless a sample brings its own
@@ -681,11 +733,13 @@ PyMethodDef methods[] = {
      "collate_dicts(samples, specs, tensor_type, multiple, bounds, left, marked, mask_key, lengths_key,\n"
      "              max_bytes) -> None | (key, code, value) | (out, real, total, shapes, masked)\n\n"
      "A collate's batch of exact dicts (str keys, one key set) whose every value is a 1-D row (an exact\n"
-     "list of exact ints, or exactly a tensor_type 1-D plain CPU tensor), padded as pad_rows pads\n"
-     "(multiple, bounds, left, max_bytes): out maps each key to its (B, T) batch, plus mask_key (bool,\n"
-     "true on the data) and lengths_key (int64) of the key named marked (None: the first), each unless\n"
-     "None or a key of the samples; real and total count the data and padded elements, shapes lists\n"
-     "(key, (B, T)), masked says whether the mask was added. specs maps (key, code) to (fill_bits,\n"
+     "list of exact ints, or exactly a tensor_type 1-D plain CPU tensor) or a Python number (exact int,\n"
+     "float or bool, one kind per key), rows padded as pad_rows pads (multiple, bounds, left,\n"
+     "max_bytes): out maps each row key to its (B, T) batch and each number key to its (B,) int64,\n"
+     "float64 or bool tensor, plus mask_key (bool, true on the data) and lengths_key (int64) of the row\n"
+     "key named marked (None: the first), each unless None or a key of the samples; real and total\n"
+     "count the data and padded elements of the rows, shapes lists (key, (B, T)) of the row keys,\n"
+     "masked says whether the mask was added. specs maps (key, code) to (fill_bits,\n"
      "always) (always: pad even when every row has one length) or None; code is -1 for lists, else the\n"
      "tensors' scalar type. A (key, code) missing from specs is answered (key, code, value of sample 0):\n"
      "the caller adds it and asks again. None for anything else: the Python route decides."},

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import collections
 import pickle
+import re
 import warnings
 
 import numpy as np
@@ -594,27 +595,37 @@ def _walk_only(collate: DynTileCollate, samples):
         collate._collate_rows, collate._native_args = fast, args
 
 
+# a "label" key of numbers beside the rows: name -> the value of sample i (one kind, or mixed)
+NUMBER_KEYS = {None: None, "int": lambda i: 3 * i - 2, "float": lambda i: i / 4, "bool": lambda i: i % 2 == 0,
+               "int then bool": lambda i: True if i else 5, "float then int": lambda i: i if i else 0.5,
+               "bool then int": lambda i: 7 if i else False, "past int64": lambda i: 2**63 + i,
+               "ints and a list": lambda i: [i] if i == 1 else i}
+
+
 @settings(max_examples=60, deadline=None)
 @given(lengths=st.lists(st.integers(0, 30), min_size=1, max_size=7), equal=st.booleans(),
        kind=st.sampled_from(["list", "tensor", "mixed", "strided"]), side=st.sampled_from(["right", "left"]),
        use_plan=st.booleans(), named=st.sampled_from(["default", "none", "labels"]),
-       mask_from=st.sampled_from([None, "labels", "missing"]), return_stats=st.booleans(),
+       mask_from=st.sampled_from([None, "labels", "missing", "label"]), return_stats=st.booleans(),
        outputs=st.sampled_from(["both", "no mask", "no lengths", "float mask", "mask key in data"]),
-       native=st.booleans())
+       native=st.booleans(), number=st.sampled_from(list(NUMBER_KEYS)), number_first=st.booleans())
 def test_flat_rows_route_equals_the_walk(lengths, equal, kind, side, use_plan, named, mask_from, return_stats,
-                                         outputs, native):
-    """Flat dicts of 1-D sequences take the one-pass route (with the native module, or
-    through pad_rows without it): outputs, dtypes, counters and errors equal the
-    general walk's, whatever the options (equal lengths, plans, named keys, mask_from,
-    left padding, mask and lengths keys and dtype)."""
+                                         outputs, native, number, number_first):
+    """Flat dicts of 1-D sequences (and maybe a key of Python numbers beside them, e.g.
+    a class label) take the one-pass route (with the native module, or through
+    pad_rows without it): outputs, dtypes, counters and errors equal the general
+    walk's, whatever the options (equal lengths, plans, named keys, mask_from, left
+    padding, mask and lengths keys and dtype) and the numbers' kinds."""
     from dyntile import tensor_reader
     with pytest.MonkeyPatch.context() as mp:
         if not native:
             mp.setattr(tensor_reader, "_native", None)
-        _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, return_stats, outputs)
+        _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, return_stats, outputs, number,
+                        number_first)
 
 
-def _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, return_stats, outputs):
+def _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, return_stats, outputs, number=None,
+                    number_first=False):
     if equal:
         lengths = [lengths[0]] * len(lengths)
     rng = np.random.default_rng(sum(lengths) + len(lengths))
@@ -626,6 +637,10 @@ def _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, retu
         t = torch.from_numpy(np.repeat(a, 2))[::2] if kind == "strided" else torch.from_numpy(a.copy())
         return t
     samples = [{"input_ids": leaf(s, 0), "labels": leaf(s * 2, 1)} for s in seqs]
+    if number is not None:
+        value = NUMBER_KEYS[number]
+        samples = [dict({"label": value(i)}, **x) if number_first else dict(x, label=value(i))
+                   for i, x in enumerate(samples)]
     if outputs == "mask key in data":                    # a sample's own attention_mask is kept, not replaced
         samples = [dict(x, attention_mask=leaf(np.ones(len(s), np.int64), 0)) for x, s in zip(samples, seqs)]
     pad_keys = {"default": None, "none": (), "labels": ("labels",)}[named]
@@ -639,7 +654,7 @@ def _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, retu
     try:
         want = _walk_only(walk, samples)
     except Exception as e:                               # the same error, by the same route
-        with pytest.raises(type(e), match=str(e)[:40].replace("(", r"\(").replace("[", r"\[")):
+        with pytest.raises(type(e), match=re.escape(str(e)[:40])):
             fast(samples)
         return
     assert_same_batch(fast(samples), want)
@@ -681,6 +696,26 @@ def test_native_flat_rows_route_is_taken(leaf, monkeypatch):
     assert out["labels"].tolist() == [[-100] * 5 + [5, 6, 7], [-100] * 7 + [8]]
     assert out["attention_mask"].tolist() == [[False] * 5 + [True] * 3, [False] * 7 + [True]]
     assert out["lengths"].tolist() == [3, 1] and collate.stats.batches == 1
+
+
+@pytest.mark.parametrize("numbers, dtype", [([3, -1], torch.int64), ([0.5, 2.0], torch.float64),
+                                            ([True, False], torch.bool)])
+def test_native_route_stacks_numbers_beside_the_rows(numbers, dtype, monkeypatch):
+    """A key of Python numbers beside the rows (a class label, a score) is stacked by
+    the one-call route too, as default_collate stacks it, and not counted as padding
+    (a test that the route can fail: the walk is switched off)."""
+    from dyntile import tensor_reader
+    if tensor_reader.native_module() is None:
+        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+    monkeypatch.setattr(collate_module._Batch, "walk", lambda *a: pytest.fail("walked"))
+    collate = DynTileCollate(pad_values={"input_ids": 0})
+    samples = [{"label": numbers[0], "input_ids": [1, 2, 3]}, {"label": numbers[1], "input_ids": [4]}]
+    out = collate(samples)
+    assert list(out) == ["label", "input_ids", "attention_mask", "lengths"]
+    assert out["label"].dtype == dtype and out["label"].tolist() == numbers
+    assert torch.equal(out["label"], default_collate([s["label"] for s in samples]))
+    assert out["lengths"].tolist() == [3, 1] and out["input_ids"].shape == (2, 8)
+    assert collate.stats.as_dict()["padded_elements"] == 16 and collate.stats.shapes == {("input_ids", (2, 8)): 1}
 
 
 def test_native_route_reads_keys_in_any_order_and_equal_key_objects(monkeypatch):
