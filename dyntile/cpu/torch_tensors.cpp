@@ -492,6 +492,20 @@ bool read_scalars(PyObject* const* items, Py_ssize_t n, ScalarKind kind, at::Ten
   return true;
 }
 
+// stack_numbers(items) -> None | tensor: B Python numbers of one kind (exact ints in int64,
+// floats or bools) -> their (B,) int64, float64 or bool tensor, as torch.tensor(items) makes
+// it (~0.3 us for 64, where torch.tensor takes ~10); None for anything else
+PyObject* stack_numbers(PyObject*, PyObject* args) {
+  PyObject* items;
+  if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return nullptr;
+  const Py_ssize_t n = PyList_GET_SIZE(items);
+  if (n == 0) Py_RETURN_NONE;
+  const ScalarKind kind = scalar_kind(PyList_GET_ITEM(items, 0));
+  at::Tensor t;
+  if (kind == ScalarKind::none || !read_scalars(dt_list_items(items), n, kind, t)) Py_RETURN_NONE;
+  return wrap(t);
+}
+
 // strong references (at most `capacity`, in the call's Scratch), released on scope exit
 class Refs {
  public:
@@ -743,6 +757,11 @@ PyMethodDef methods[] = {
      "always) (always: pad even when every row has one length) or None; code is -1 for lists, else the\n"
      "tensors' scalar type. A (key, code) missing from specs is answered (key, code, value of sample 0):\n"
      "the caller adds it and asks again. None for anything else: the Python route decides."},
+    {"stack_numbers", guarded<stack_numbers>, METH_VARARGS,
+     "stack_numbers(items) -> None | tensor\n\n"
+     "A list of B Python numbers of one kind (exact ints in int64, floats, or bools) as the (B,) int64,\n"
+     "float64 or bool tensor torch.tensor(items) makes of them; None for anything else (mixed kinds,\n"
+     "an int past int64, other objects, no items)."},
     {"dict_columns", guarded<dict_columns>, METH_VARARGS,
      "dict_columns(samples) -> None | (keys, columns)\n\n"
      "For a list of exact dicts with sample 0's key set: its keys (in its order) and per key the list of\n"

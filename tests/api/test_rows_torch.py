@@ -85,6 +85,35 @@ def test_every_run_length_of_padding_and_mask(dtype, fill, side):
     assert lengths.tolist() == sizes and (longest, total) == (130, sum(sizes))
 
 
+_NUMBER = st.one_of(st.integers(-2**64, 2**64), st.floats(allow_nan=True, allow_infinity=True), st.booleans())
+
+
+@settings(max_examples=200, deadline=None)
+@given(items=st.lists(_NUMBER, min_size=1, max_size=40) | st.lists(st.integers(-2**63, 2**63 - 1), min_size=1)
+       | st.lists(st.floats(), min_size=1) | st.lists(st.booleans(), min_size=1))
+def test_stack_numbers_equals_torch_tensor(items):
+    """Numbers of one kind stack as torch.tensor stacks them (int64, float64, bool, NaN
+    and -0.0 kept); anything else (mixed kinds, an int past int64) is declined."""
+    got = native.stack_numbers(items)
+    kinds = {type(x) for x in items}
+    fits = all(-2**63 <= x < 2**63 for x in items if type(x) is int)
+    if len(kinds) > 1 or not fits:
+        assert got is None
+        return
+    want = torch.tensor(items, dtype=torch.float64 if kinds == {float} else None)
+    assert got.dtype == want.dtype and got.shape == (len(items),)
+    assert torch.equal(got.view(torch.int64) if got.dtype == torch.float64 else got,
+                       want.view(torch.int64) if want.dtype == torch.float64 else want)   # bit for bit
+
+
+def test_stack_numbers_declines_what_it_does_not_stack():
+    assert native.stack_numbers([]) is None
+    assert native.stack_numbers(["a", "b"]) is None and native.stack_numbers([1.5j]) is None
+    assert native.stack_numbers([np.int64(3), 4]) is None and native.stack_numbers([None]) is None
+    with pytest.raises(TypeError):
+        native.stack_numbers((1, 2))
+
+
 def test_the_batch_owns_its_memory():
     x = torch.arange(5)
     rows = [x, x[:2]]
