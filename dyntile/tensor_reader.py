@@ -26,6 +26,7 @@ __all__ = ["describe_tensors", "describe_native", "describe_rows", "native_modul
 
 _UNSET = object()
 _native = _UNSET
+NATIVE_API = 2      # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
 
 
 def native_module():
@@ -44,7 +45,7 @@ def native_module():
             except ImportError:
                 pass
             else:
-                if torch_tensors.built_for == torch.__version__:
+                if torch_tensors.built_for == torch.__version__ and getattr(torch_tensors, "api", 1) == NATIVE_API:
                     _native = torch_tensors
     return _native
 
@@ -70,6 +71,10 @@ def native_status() -> str:
                 f"`pip install --no-build-isolation`")
     if np.dtype(np.intp).itemsize != 8:
         return "not used: it needs a 64-bit Python"
+    api = getattr(torch_tensors, "api", 1)
+    if api != NATIVE_API:
+        return (f"not used: built from other sources (native API {api}, this dyntile calls {NATIVE_API}); "
+                f"rebuild dyntile with `pip install --no-build-isolation`")
     if torch_tensors.built_for == torch.__version__:
         return "switched off (dyntile.tensor_reader._native is None: a test or benchmark turned it off)"
     return (f"not used: built for torch {torch_tensors.built_for}, running {torch.__version__}; "

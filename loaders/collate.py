@@ -273,11 +273,11 @@ class DynTileCollate:
             keys, columns = mapping_columns(samples)
         except (KeyError, TypeError, IndexError):          # not mappings of one key set: the walk names the sample
             return None
+        if not all(_row_leaf(column[0]) for column in columns):
+            return None                                  # before any key is padded: the walk pads them once
         out, padded, shapes = {}, {}, []
         real = total = 0
         for k, column in zip(keys, columns):
-            if not _row_leaf(column[0]):
-                return None
             name = k if type(k) is str else join_key("", k)   # the walk's name of the leaf (options, stats)
             rows = pad_rows(column, multiple=self.multiple, plan=self.plan, fill=self.fill_for(name), side=self.side)
             if rows is None:
@@ -300,8 +300,8 @@ class DynTileCollate:
     def _collate_native(self, native, samples: list) -> dict | None:
         """The flat-rows batch in one native call (``collate_dicts`` of
         :mod:`dyntile.cpu.torch_tensors`): the columns read straight from the dicts, each
-        padded into a new tensor (keys of Python numbers stacked, as the walk stacks
-        them), the mask and lengths made beside them. The per-key
+        padded into a new tensor (keys of Python numbers or 0-d tensors stacked, as the
+        walk stacks them), the mask and lengths made beside them. The per-key
         fill bits come from ``self._row_specs``, worked out by :meth:`_row_spec` the
         first time a key comes with a kind of row (``__call__`` tries the call first,
         and comes here when a spec is missing). ``None`` where it declines."""

@@ -38,6 +38,12 @@
 #error "setup.py defines DYNTILE_TORCH_VERSION (the torch version this module is built against)"
 #endif
 
+// What the module offers its Python callers, as `api`: dyntile/tensor_reader.py uses a
+// module of its own NATIVE_API only, so that a build left from older sources (an
+// editable install after a pull) is not used rather than failing. Bump both with any
+// new function or changed signature. 2: stack_numbers, scalar keys in collate_dicts.
+#define DYNTILE_NATIVE_API 2
+
 namespace {
 
 struct Buffer {
@@ -460,15 +466,36 @@ PyObject* dict_columns(PyObject*, PyObject* args) {
 
 // ---- collate_dicts: the whole of a collate's commonest batch, flat dicts of 1-D rows
 
-// The Python numbers a collate stacks into a (B,) tensor: exact ints (int64), floats
-// (float64) and bools (bool), as default_collate makes them from a batch of one kind.
-enum class ScalarKind : uint8_t { none, int64, float64, boolean };
+// The values a collate stacks into a (B,) tensor: Python numbers, exact ints (int64),
+// floats (float64) and bools (bool), as default_collate makes them from a batch of one
+// kind; and 0-d tensors (a dataset's torch.tensor(label)), of their dtype.
+enum class ScalarKind : uint8_t { none, int64, float64, boolean, tensor };
 
 ScalarKind scalar_kind(PyObject* v) {
   if (PyLong_CheckExact(v)) return ScalarKind::int64;
   if (PyFloat_CheckExact(v)) return ScalarKind::float64;
   if (PyBool_Check(v)) return ScalarKind::boolean;
   return ScalarKind::none;
+}
+
+// out = the (B,) tensor of the B 0-d tensors items: plain CPU tensors of exactly sample
+// 0's type and of `dtype`, none requiring grad (torch.stack would keep the graph); false
+// (out undefined) for anything else: the walk decides
+bool read_tensor_scalars(PyObject* const* items, Py_ssize_t n, c10::ScalarType dtype, at::Tensor& out) {
+  PyTypeObject* type = Py_TYPE(items[0]);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (!THPVariable_CheckExact(items[i]) || Py_TYPE(items[i]) != type) return false;
+    const at::Tensor& t = THPVariable_Unpack(items[i]);
+    if (!plain_cpu(t) || t.dim() != 0 || t.scalar_type() != dtype || t.requires_grad() ||
+        t.const_data_ptr() == nullptr)
+      return false;
+  }
+  at::Tensor t = at::detail::empty_cpu({n}, dtype);
+  const size_t w = t.element_size();
+  char* d = static_cast<char*>(t.data_ptr());
+  for (Py_ssize_t i = 0; i < n; i++, d += w) std::memcpy(d, THPVariable_Unpack(items[i]).const_data_ptr(), w);
+  out = std::move(t);
+  return true;
 }
 
 // out = the (B,) tensor of the B numbers items, all of `kind` (an int in int64); false
@@ -564,10 +591,16 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     if (j != nk) Py_RETURN_NONE;
   }
   ScalarKind* scalar = scratch.take<ScalarKind>(nk);
+  c10::ScalarType* scalar_dtype = scratch.take<c10::ScalarType>(nk);   // of 0-d tensors
   for (Py_ssize_t j = 0; j < nk; j++) {
     PyObject* v0 = values[j * n];
     scalar[j] = scalar_kind(v0);
-    if (scalar[j] != ScalarKind::none) {   // numbers: stacked as default_collate stacks them
+    if (scalar[j] == ScalarKind::none && reinterpret_cast<PyObject*>(Py_TYPE(v0)) == tensor_type &&
+        THPVariable_CheckExact(v0) && THPVariable_Unpack(v0).dim() == 0) {
+      scalar[j] = ScalarKind::tensor;
+      scalar_dtype[j] = THPVariable_Unpack(v0).scalar_type();
+    }
+    if (scalar[j] != ScalarKind::none) {   // numbers and 0-d tensors: stacked as default_collate stacks them
       if (marked != Py_None && PyUnicode_Compare(keys[j], marked) == 0) Py_RETURN_NONE;   // the walk names it
       spec_of[j] = nullptr;
       continue;
@@ -654,7 +687,9 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
       Rows rows;
       PyObject* const* items = &values[j * n];
       if (scalar[j] != ScalarKind::none) {
-        if (!read_scalars(items, n, scalar[j], padded[j].batch)) Py_RETURN_NONE;
+        if (!(scalar[j] == ScalarKind::tensor ? read_tensor_scalars(items, n, scalar_dtype[j], padded[j].batch)
+                                               : read_scalars(items, n, scalar[j], padded[j].batch)))
+          Py_RETURN_NONE;
         continue;
       }
       if (!read_rows(items, n, rows, scratch)) Py_RETURN_NONE;
@@ -747,10 +782,11 @@ PyMethodDef methods[] = {
      "collate_dicts(samples, specs, tensor_type, multiple, bounds, left, marked, mask_key, lengths_key,\n"
      "              max_bytes) -> None | (key, code, value) | (out, real, total, shapes, masked)\n\n"
      "A collate's batch of exact dicts (str keys, one key set) whose every value is a 1-D row (an exact\n"
-     "list of exact ints, or exactly a tensor_type 1-D plain CPU tensor) or a Python number (exact int,\n"
-     "float or bool, one kind per key), rows padded as pad_rows pads (multiple, bounds, left,\n"
-     "max_bytes): out maps each row key to its (B, T) batch and each number key to its (B,) int64,\n"
-     "float64 or bool tensor, plus mask_key (bool, true on the data) and lengths_key (int64) of the row\n"
+     "list of exact ints, or exactly a tensor_type 1-D plain CPU tensor) or a scalar: a Python number\n"
+     "(exact int, float or bool, one kind per key) or a tensor_type 0-d plain CPU tensor (one dtype per\n"
+     "key, not requiring grad); rows padded as pad_rows pads (multiple, bounds, left, max_bytes): out\n"
+     "maps each row key to its (B, T) batch and each scalar key to its (B,) tensor (int64, float64 or\n"
+     "bool for numbers, the dtype of 0-d tensors), plus mask_key (bool, true on the data) and lengths_key (int64) of the row\n"
      "key named marked (None: the first), each unless None or a key of the samples; real and total\n"
      "count the data and padded elements of the rows, shapes lists (key, (B, T)) of the row keys,\n"
      "masked says whether the mask was added. specs maps (key, code) to (fill_bits,\n"
@@ -775,7 +811,8 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch_tensors",
 
 PyMODINIT_FUNC PyInit_torch_tensors(void) {
   PyObject* m = PyModule_Create(&module);
-  if (m != nullptr && PyModule_AddStringConstant(m, "built_for", DYNTILE_TORCH_VERSION) != 0) {
+  if (m != nullptr && (PyModule_AddStringConstant(m, "built_for", DYNTILE_TORCH_VERSION) != 0 ||
+                       PyModule_AddIntConstant(m, "api", DYNTILE_NATIVE_API) != 0)) {
     Py_DECREF(m);
     return nullptr;
   }

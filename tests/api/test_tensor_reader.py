@@ -34,7 +34,22 @@ def test_ci_builds_the_native_reader():
         pytest.skip("set DYNTILE_REQUIRE_NATIVE=1 to require the native reader")
     assert native is not None
     from dyntile.cpu import torch_tensors
-    assert torch_tensors.built_for == torch.__version__
+    assert torch_tensors.built_for == torch.__version__ and torch_tensors.api == tensor_reader.NATIVE_API
+
+
+def test_a_build_from_other_sources_is_not_used(monkeypatch):
+    """A module built from older (or newer) sources than this package, as an editable
+    install keeps after a pull, is set aside (the Python route runs), never called with
+    functions it lacks; the status says to rebuild."""
+    torch_tensors = pytest.importorskip("dyntile.cpu.torch_tensors")
+    monkeypatch.setattr(tensor_reader, "_native", tensor_reader._UNSET)
+    monkeypatch.setattr(torch_tensors, "api", tensor_reader.NATIVE_API - 1)
+    assert tensor_reader.native_module() is None
+    status = tensor_reader.native_status()
+    assert status.startswith("not used: built from other sources") and "rebuild" in status
+    from loaders import DynTileCollate
+    out = DynTileCollate()([{"ids": [1, 2], "label": 3}, {"ids": [4], "label": 5}])    # the Python route
+    assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [4, 0, 0, 0, 0, 0, 0, 0]] and out["label"].tolist() == [3, 5]
 
 
 def _views(rng):
