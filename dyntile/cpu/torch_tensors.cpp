@@ -66,6 +66,20 @@ struct Buffer {
   int64_t* data() const { return static_cast<int64_t*>(view.buf); }
 };
 
+// true when every element of a strided tensor lies inside its storage: a view whose
+// storage was resized smaller afterwards (torch's own ops crash on it) is never read
+bool within_storage(const c10::TensorImpl* impl) {
+  int64_t last = impl->storage_offset();   // the last element's offset, in elements
+  const auto sizes = impl->sizes();
+  const auto strides = impl->strides();
+  for (size_t k = 0; k < sizes.size(); k++) {
+    if (sizes[k] == 0) return true;          // no elements
+    if (strides[k] < 0) return false;
+    last += (sizes[k] - 1) * strides[k];
+  }
+  return last >= 0 && static_cast<uint64_t>(last + 1) * impl->itemsize() <= impl->storage().nbytes();
+}
+
 // true for a tensor whose memory the pad kernels may read as is: a plain dense CPU tensor
 bool plain_cpu(const at::Tensor& t) {
   const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
@@ -73,7 +87,7 @@ bool plain_cpu(const at::Tensor& t) {
          !impl->key_set().has(c10::DispatchKey::ZeroTensor) &&  // efficient zeros: no memory behind them
          !impl->has_symbolic_sizes_strides() && impl->device_type() == c10::DeviceType::CPU &&
          impl->layout() == c10::kStrided && !impl->is_conj() && !impl->is_neg() && impl->has_storage() &&
-         !c10::isComplexType(t.scalar_type());
+         !c10::isComplexType(t.scalar_type()) && within_storage(impl);
 }
 
 // describe(samples, ndim, shapes, strides, ptrs, maxes) -> (refused, elements)

@@ -343,6 +343,24 @@ def test_collate_dicts_holds_the_samples_walked_before_a_lookup():
     assert samples[1]["a"] == [7, 7] and len(junk) == 200
 
 
+def test_views_past_their_resized_storage_are_never_read():
+    """A view whose storage was resized smaller afterwards points past its memory
+    (torch's own ops crash on it): the native readers refuse it, and a 0-d label of that
+    kind reaches torch.stack in the walk, which raises."""
+    base = torch.arange(1 << 16, dtype=torch.float64)
+    row, label = base[(1 << 16) - 3:], base[(1 << 16) - 1]
+    base.untyped_storage().resize_(0)
+    assert pad_rows_torch([row, torch.ones(2, dtype=torch.float64)]) is None
+    bufs = [np.empty(2, np.int64), np.empty(2, np.int64), np.empty(2, np.int64), np.empty(1, np.int64)]
+    assert native.describe([torch.ones(2, dtype=torch.float64), row], 1, *bufs)[0] == 1
+    specs = {("ids", -1): (0, True)}
+    assert _collate_dicts([{"ids": [1], "y": label}, {"ids": [2], "y": torch.tensor(2.0, dtype=torch.float64)}],
+                          specs) is None
+    from loaders import DynTileCollate
+    with pytest.raises(RuntimeError, match="out of bounds"):
+        DynTileCollate()([{"ids": [1], "y": label}, {"ids": [2], "y": torch.tensor(2.0, dtype=torch.float64)}])
+
+
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
 def test_declines_dtypes_numpy_cannot_carry_and_plans_of_other_ranks():
     q = torch.quantize_per_tensor(torch.ones(3), 0.1, 0, torch.qint8)
