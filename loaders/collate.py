@@ -259,10 +259,10 @@ class DynTileCollate:
         """The commonest batch in one pass, without the walk: flat dicts whose every
         value is a 1-D sequence (a list of ints or a 1-D tensor). With the native module
         the whole batch is one call (:meth:`_collate_native`); else, or where it
-        declines, each key is one ``pad_rows`` call (what the walk would call for it).
-        ``None`` for any other batch, and for one the walk treats otherwise (a key the
-        kernels refuse, a row over the plan, an unnamed key of equal lengths, which is
-        stacked): the walk then collates it, or names what is wrong."""
+        declines, each key is one ``pad_rows`` call (what the walk would call for it; an
+        unnamed key of equal lengths is stacked, as the walk stacks it). ``None`` for
+        any other batch, and for one the walk treats otherwise (a key the kernels
+        refuse, a row over the plan): the walk then collates it, or names what is wrong."""
         native = tensor_reader.native_module()
         if native is not None:
             out = self._collate_native(native, samples)
@@ -284,7 +284,8 @@ class DynTileCollate:
                 return None
             batch, lengths, longest, n = rows
             if longest * B == n and not self.always_pads(name, 1):
-                return None
+                out[k] = _stacked_rows(batch, longest, self.side)   # one length, not a sequence: as the walk
+                continue
             shape = tuple(batch.shape)
             out[k] = batch if type(batch) is _TENSOR else torch.from_numpy(batch)
             padded[name] = (lengths, (0,), shape)
@@ -585,7 +586,7 @@ class _Batch:
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
         if longest * len(items) == total and not c.always_pads(key, 1):  # one length: the samples, stacked
-            return (batch[:, :longest] if c.side == "right" else batch[:, shape[1] - longest:]).contiguous()
+            return _stacked_rows(batch, longest, c.side)
         self._note(key, lengths, (0,), shape, total)
         return batch
 
@@ -724,6 +725,13 @@ def _read_only(options: Mapping | None) -> MappingProxyType | None:
 def _writable(options: Mapping | None) -> dict | None:
     """The plain dicts behind :func:`_read_only` (for pickling)."""
     return _remap(options, dict)
+
+
+def _stacked_rows(batch, longest: int, side: str) -> torch.Tensor:
+    """B rows of one length ``longest``, padded into ``batch`` (NumPy or torch): the
+    samples stacked, the padding cut off (what ``default_collate`` gives for them)."""
+    t = batch if type(batch) is _TENSOR else torch.from_numpy(batch)
+    return (t[:, :longest] if side == "right" else t[:, t.shape[1] - longest:]).contiguous()
 
 
 def _row_leaf(x) -> bool:
