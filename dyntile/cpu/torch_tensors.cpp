@@ -645,6 +645,7 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   // no row key (the walk stacks numbers alone), or mask_from is not one: the Python route
   // collates, or names the leaves
   if (mark < 0) Py_RETURN_NONE;
+  const Py_ssize_t marked_key = marked == Py_None ? -1 : mark;
   uint64_t* bits = scratch.take<uint64_t>(nk);
   bool* always = scratch.take<bool>(nk);
   for (Py_ssize_t j = 0; j < nk; j++) {   // before the other samples are read: "p" may run __bool__
@@ -695,21 +696,42 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   std::vector<Padded> padded_more(nk > 4 ? nk : 0);
   Padded* padded = nk > 4 ? padded_more.data() : padded_local;
   int64_t* totals = scratch.take<int64_t>(nk);
+  Rows* rows = scratch.take<Rows>(nk);
+  bool* stacked = scratch.take<bool>(nk);   // a row key of one length, not a sequence: stacked
+  Layout exact;                             // a stacked key's: its rows' one length
+  exact.max_bytes = lay.max_bytes;
   try {
     // from here to the wrapping no Python object is made: no Python code runs
     for (Py_ssize_t j = 0; j < nk; j++) {
-      Rows rows;
       PyObject* const* items = &values[j * n];
+      stacked[j] = false;
       if (scalar[j] != ScalarKind::none) {
         if (!(scalar[j] == ScalarKind::tensor ? read_tensor_scalars(items, n, scalar_dtype[j], padded[j].batch)
                                                : read_scalars(items, n, scalar[j], padded[j].batch)))
           Py_RETURN_NONE;
         continue;
       }
-      if (!read_rows(items, n, rows, scratch)) Py_RETURN_NONE;
-      if (rows.longest * n == rows.total && !always[j]) Py_RETURN_NONE;   // one length, not a sequence: stacked
-      if (!pad_read_rows(items, n, rows, lay, bits[j], j == mark ? want : 0, padded[j])) Py_RETURN_NONE;
-      totals[j] = rows.total;
+      rows[j] = Rows{};
+      if (!read_rows(items, n, rows[j], scratch)) Py_RETURN_NONE;
+      if (rows[j].longest * n == rows[j].total && !always[j]) {
+        // stacked as the walk stacks it, once its length is within the plan (the walk
+        // applies the overflow policy to a row over it)
+        if (padded_length(rows[j].longest, lay.multiple, lay.bounds.data(), lay.nbounds) < 0) Py_RETURN_NONE;
+        stacked[j] = true;
+      }
+    }
+    // the mask and lengths: of mask_from (which must be padded: the walk names it), else
+    // of the first padded key (none: no mask, as the walk adds none)
+    mark = marked_key;
+    if (mark >= 0 && stacked[mark]) Py_RETURN_NONE;
+    for (Py_ssize_t j = 0; mark < 0 && j < nk; j++)
+      if (scalar[j] == ScalarKind::none && !stacked[j]) mark = j;
+    for (Py_ssize_t j = 0; j < nk; j++) {
+      if (scalar[j] != ScalarKind::none) continue;
+      if (!pad_read_rows(&values[j * n], n, rows[j], stacked[j] ? exact : lay, bits[j], j == mark ? want : 0,
+                         padded[j]))
+        Py_RETURN_NONE;
+      totals[j] = rows[j].total;
     }
   } catch (const std::bad_alloc&) {
     return PyErr_NoMemory();
@@ -717,7 +739,7 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     Py_RETURN_NONE;
   }
   Py_ssize_t nrows = 0;   // the padded keys, which the counts and shapes are of
-  for (Py_ssize_t j = 0; j < nk; j++) nrows += scalar[j] == ScalarKind::none;
+  for (Py_ssize_t j = 0; j < nk; j++) nrows += scalar[j] == ScalarKind::none && !stacked[j];
   PyObject* out = PyDict_New();
   PyObject* shapes = PyList_New(nrows);
   if (out == nullptr || shapes == nullptr) {
@@ -728,7 +750,7 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   long long real = 0, total = 0;
   bool ok = true;
   for (Py_ssize_t j = 0, r = 0; j < nk && ok; j++) {
-    if (scalar[j] == ScalarKind::none) {
+    if (scalar[j] == ScalarKind::none && !stacked[j]) {
       const int64_t T = padded[j].batch.size(1);
       real += totals[j];
       total += static_cast<long long>(n) * T;
@@ -751,7 +773,7 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     masked += name == mask_key && done;
     return done;
   };
-  ok = ok && add(mask_key, padded[mark].mask) && add(lengths_key, padded[mark].lengths);
+  ok = ok && (mark < 0 || (add(mask_key, padded[mark].mask) && add(lengths_key, padded[mark].lengths)));
   if (!ok) {
     Py_DECREF(out);
     Py_DECREF(shapes);

@@ -249,7 +249,6 @@ def test_collate_dicts_declines_what_the_python_routes_decide():
         [{"a": [1, 2]}, collections.OrderedDict(a=[3])],       # another mapping type
         [{"a": [1, 2]}, {"a": [3, True]}],                     # a bool among the ints
         [{"a": [1, 2]}, {"a": torch.tensor([3])}],             # a list, then a tensor
-        [{"a": [1, 2]}, {"a": [4, 5]}],                        # one length, not always padded: stacked
         [{"a": [1, 2]}, {"a": [4, 5, 2**63]}],                 # past int64
         [{0: [1, 2]}, {0: [3]}],                               # a key the walk names
         [{"a": []}, {"a": [3]}],                               # sample 0 shows no element kind
@@ -264,6 +263,23 @@ def test_collate_dicts_declines_what_the_python_routes_decide():
     assert _collate_dicts(one, specs, bounds=np.array([1], np.int64)) is None     # over the plan
     param = [{"a": torch.nn.Parameter(torch.ones(2))}, {"a": torch.nn.Parameter(torch.ones(1))}]
     assert _collate_dicts(param, {}) is None                       # exactly torch.Tensor only
+    equal = [{"a": [1, 2]}, {"a": [4, 5]}]
+    assert _collate_dicts(equal, specs, marked="a") is None        # mask_from names a key that is stacked
+    assert _collate_dicts(equal, specs, bounds=np.array([1], np.int64)) is None   # stacked, but over the plan
+
+
+def test_collate_dicts_stacks_a_key_of_one_length_that_is_no_sequence():
+    """A key whose rows share one length and that is not declared a sequence is stacked
+    (no padding, no counts, no shape), as the walk stacks it; the mask and lengths come
+    from the first padded key, and there are none when no key is padded."""
+    specs = {("a", -1): (0, False), ("b", -1): (0, True)}
+    out, real, total, shapes, masked = _collate_dicts([{"a": [1, 2], "b": [7]}, {"a": [4, 5], "b": [8, 9]}], specs,
+                                                      multiple=4)
+    assert out["a"].tolist() == [[1, 2], [4, 5]] and out["b"].tolist() == [[7, 0, 0, 0], [8, 9, 0, 0]]
+    assert out["lengths"].tolist() == [1, 2] and masked and (real, total, shapes) == (3, 8, [("b", (2, 4))])
+    out, real, total, shapes, masked = _collate_dicts([{"a": [1, 2]}, {"a": [4, 5]}], specs, multiple=4, left=True)
+    assert list(out) == ["a"] and out["a"].tolist() == [[1, 2], [4, 5]] and not masked
+    assert (real, total, shapes) == (0, 0, [])
 
 
 def test_collate_dicts_keeps_a_samples_own_mask_and_lengths_keys():
