@@ -326,9 +326,7 @@ class DynTileCollate:
         out, real, total, shapes, masked = got
         if masked and self.mask_dtype is not torch.bool:
             out[self.mask_key] = out[self.mask_key].to(self.mask_dtype)
-        if self.return_stats:                        # what _count does, one call fewer on the hot path
-            out[STATS_KEY] = _counts(real, total, shapes, 0, 0)
-        self.stats.add(real, total, shapes)
+        self._count(out, real, total, shapes)
         return out
 
     def _row_spec(self, key: str, value) -> tuple | None:

@@ -592,7 +592,8 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   PyObject** values = scratch.take<PyObject*>(nk * n);
   PyObject** spec_of = scratch.take<PyObject*>(nk);
   refs.hold(first);
-  Py_ssize_t mark = -1;   // the key of the mask and lengths: marked, else the first row key
+  Py_ssize_t marked_key = -1;   // the row key named marked (mask_from)
+  bool row_keys = false;
   {  // sample 0's keys (str only: the walk names other keys) and values, and each key's spec
     Py_ssize_t pos = 0, j = 0;
     PyObject *k, *v0;
@@ -640,12 +641,12 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     }
     if (spec == Py_None) Py_RETURN_NONE;   // a key the Python route takes
     spec_of[j] = refs.hold(spec);
-    if (mark < 0 && (marked == Py_None || PyUnicode_Compare(keys[j], marked) == 0)) mark = j;
+    row_keys = true;
+    if (marked != Py_None && marked_key < 0 && PyUnicode_Compare(keys[j], marked) == 0) marked_key = j;
   }
   // no row key (the walk stacks numbers alone), or mask_from is not one: the Python route
   // collates, or names the leaves
-  if (mark < 0) Py_RETURN_NONE;
-  const Py_ssize_t marked_key = marked == Py_None ? -1 : mark;
+  if (!row_keys || (marked != Py_None && marked_key < 0)) Py_RETURN_NONE;
   uint64_t* bits = scratch.take<uint64_t>(nk);
   bool* always = scratch.take<bool>(nk);
   for (Py_ssize_t j = 0; j < nk; j++) {   // before the other samples are read: "p" may run __bool__
@@ -700,6 +701,7 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   bool* stacked = scratch.take<bool>(nk);   // a row key of one length, not a sequence: stacked
   Layout exact;                             // a stacked key's: its rows' one length
   exact.max_bytes = lay.max_bytes;
+  Py_ssize_t mark = marked_key;             // the key of the mask and lengths (set below)
   try {
     // from here to the wrapping no Python object is made: no Python code runs
     for (Py_ssize_t j = 0; j < nk; j++) {
@@ -722,7 +724,6 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     }
     // the mask and lengths: of mask_from (which must be padded: the walk names it), else
     // of the first padded key (none: no mask, as the walk adds none)
-    mark = marked_key;
     if (mark >= 0 && stacked[mark]) Py_RETURN_NONE;
     for (Py_ssize_t j = 0; mark < 0 && j < nk; j++)
       if (scalar[j] == ScalarKind::none && !stacked[j]) mark = j;
