@@ -33,12 +33,19 @@ def openmp_flags():
     return [], []
 
 
+def header_depends(module: str) -> list[str]:
+    """The headers and .pxd files whose change rebuilds ``module``: a header named for a
+    module (``gemm_*.h``, ``attention*.h``) belongs to that module, the others to all."""
+    owned = ("gemm", "attention")
+    headers = glob.glob(os.path.join("dyntile", "cpu", "include", "*.h"))
+    mine = [h for h in headers
+            if not os.path.basename(h).startswith(owned) or os.path.basename(h).startswith(module)]
+    return sorted(mine + glob.glob(os.path.join("dyntile", "cpu", "*.pxd")))
+
+
 def extensions():
     omp_c, omp_l = openmp_flags()
     opt = ["-O3", "-fno-strict-aliasing"] if sys.platform != "win32" else ["/O2"]
-    # a change to a shared header or .pxd rebuilds every extension
-    depends = sorted(glob.glob(os.path.join("dyntile", "cpu", "include", "*.h"))
-                     + glob.glob(os.path.join("dyntile", "cpu", "*.pxd")))
     exts = []
     for pyx in sorted(glob.glob(os.path.join("dyntile", "cpu", "*.pyx"))):
         name = pyx[:-4].replace(os.sep, ".")
@@ -46,7 +53,7 @@ def extensions():
             Extension(
                 name,
                 [pyx],
-                depends=depends,
+                depends=header_depends(os.path.basename(pyx)[:-4]),
                 include_dirs=[np.get_include(), os.path.join("dyntile", "cpu", "include")],
                 define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
                 extra_compile_args=opt + omp_c,
