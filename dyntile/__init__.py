@@ -11,6 +11,7 @@ Public API (NumPy-style; NumPy arrays, lists, torch tensors and CUDA device arra
     t = dyntile.tile(x, (8, 128))                            # (..., M, N) -> (..., gm, gn, 8, 128)
     x = dyntile.untile(t, (M, N))
     c = dyntile.matmul(a, b)                                 # numpy.matmul semantics
+    o = dyntile.varlen_attention(q, k, v, segment_ids=seg)   # attention inside packed segments
     plan = dyntile.plan_buckets(lengths, max_buckets=8, multiple=8)
 
 Layers (each imports only those above it): :mod:`dyntile.shapes` (shape math),
@@ -45,6 +46,7 @@ _EXPORTS = {
     "tile": "dyntile.tiling",
     "untile": "dyntile.tiling",
     "matmul": "dyntile.linalg",
+    "varlen_attention": "dyntile.attention",
     "matmul_shapes": "dyntile.shapes",
     "plan_buckets": "dyntile.planning",
     "BucketPlan": "dyntile.planning",

@@ -1,0 +1,151 @@
+"""Varlen attention: exact softmax attention inside the segments of packed rows.
+
+:func:`varlen_attention` is the attention a packed ``[B, T]`` batch needs: each token
+attends only to the tokens of its own segment (and, with ``causal``, not to later
+ones), at the cost of its segments (sum of L^2), not of the row (T^2). Routes:
+
+* NumPy arrays: the CPU kernels (:mod:`dyntile.cpu.attention`), forward only;
+* torch tensors (CPU or CUDA): the custom op ``torch.ops.dyntile.varlen_attention_fwd``
+  with autograd (:mod:`dyntile.attention.torch_op`, loaded on first use);
+* CUDA device arrays (Numba's): the Numba kernels (:mod:`dyntile.cuda.attention`), forward only.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dyntile.attention.segments import from_cu_seqlens, from_segment_ids
+from dyntile.dispatch import backend_of, is_torch_tensor
+
+__all__ = ["varlen_attention", "segment_table", "kernel_dtype"]
+
+#: float dtypes the kernels compute in; float16 (and torch's bfloat16) compute in float32
+_KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def varlen_attention(q, k, v, *, segment_ids=None, cu_seqlens=None, causal: bool = True, scale: float | None = None):
+    """Softmax attention of ``q`` over ``k, v`` inside each segment; zeros on padding.
+
+    Layouts: ``q, k, v`` ``[B, T, H, D]`` with ``segment_ids`` ``[B, T]`` (0 = padding,
+    each run of one id in a row a segment, as ``DynTileCollate(pack=...)`` emits them),
+    or ``[total, H, D]`` with ``cu_seqlens`` ``(S + 1,)`` (segment ``s`` is tokens
+    ``cu_seqlens[s] .. cu_seqlens[s + 1] - 1``; tokens past ``cu_seqlens[-1]`` are
+    padding). ``scale`` defaults to ``1 / sqrt(D)``. float32 and float64 compute in
+    their dtype; float16 and bfloat16 in float32, returned in their dtype. Returns an
+    array like ``q`` (a torch tensor for torch inputs, differentiable).
+
+    >>> q = np.ones((1, 4, 1, 2), np.float32); seg = np.array([[1, 1, 2, 0]])
+    >>> v = np.arange(4, dtype=np.float32).reshape(1, 4, 1, 1) * q
+    >>> varlen_attention(q, q, v, segment_ids=seg)[0, :, 0, 0]
+    array([0. , 0.5, 2. , 0. ], dtype=float32)
+    """
+    index, segmented = _index(segment_ids, cu_seqlens)
+    _check_shapes(q, k, v, index, segmented)
+    scale = _scale(scale, q.shape[-1])
+    if is_torch_tensor(q) or is_torch_tensor(k) or is_torch_tensor(v):
+        from dyntile.attention.torch_op import varlen_attention_torch
+        return varlen_attention_torch(q, k, v, index, bool(causal), scale)
+    if backend_of((q, k, v, index), "q, k, v and the segments") == "cuda":
+        return _cuda_forward(q, k, v, index, segmented, bool(causal), scale)
+    return _cpu_forward(q, k, v, index, segmented, bool(causal), scale)
+
+
+def _index(segment_ids, cu_seqlens):
+    if (segment_ids is None) == (cu_seqlens is None):
+        raise TypeError("varlen_attention needs exactly one of segment_ids= ([B, T], with q [B, T, H, D]) "
+                        "or cu_seqlens= ((S + 1,), with q [total, H, D])")
+    return (segment_ids, True) if cu_seqlens is None else (cu_seqlens, False)
+
+
+def _check_shapes(q, k, v, index, segmented: bool) -> None:
+    """q, k, v of one shape with the layout's rank, and an index that fits them."""
+    shapes = [tuple(getattr(x, "shape", ())) for x in (q, k, v)]
+    rank = 4 if segmented else 3
+    layout = "[B, T, H, D] with segment_ids" if segmented else "[total, H, D] with cu_seqlens"
+    for name, shape in zip("qkv", shapes):
+        if len(shape) != rank:
+            raise ValueError(f"{name} should have shape {layout}, but got shape {shape}")
+    if shapes[1] != shapes[0] or shapes[2] != shapes[0]:
+        raise ValueError(f"q, k and v should have one shape, but got {shapes[0]}, {shapes[1]} and {shapes[2]}")
+    if shapes[0][-1] < 1:
+        raise ValueError(f"q, k, v should have a head dim D >= 1, but got shape {shapes[0]}")
+    ishape = tuple(getattr(index, "shape", ()))
+    if segmented and ishape != shapes[0][:2]:
+        raise ValueError(f"segment_ids should have shape [B, T] = {shapes[0][:2]} (q's first two dims), "
+                         f"but got shape {ishape}")
+    if not segmented and len(ishape) != 1:
+        raise ValueError(f"cu_seqlens should have shape (S + 1,), but got shape {ishape}")
+
+
+def _scale(scale, D: int) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(D)
+    scale = float(scale)
+    if not math.isfinite(scale):
+        raise ValueError(f"scale should be a finite number, but got {scale}")
+    return scale
+
+
+def kernel_dtype(dtype) -> np.dtype:
+    """The dtype the kernels compute ``dtype`` in: itself for float32/float64, float32 for
+    float16; ``TypeError`` for the rest."""
+    dtype = np.dtype(dtype)
+    if dtype in _KERNEL_DTYPES:
+        return dtype
+    if dtype == np.float16:
+        return np.dtype(np.float32)
+    raise TypeError(f"varlen_attention takes float32, float64, float16 (or torch bfloat16) arrays, "
+                    f"but got dtype {dtype}")
+
+
+def segment_table(index, segmented: bool, total: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(starts, lengths)`` (int64, host) of the segments over the flat stream of ``total`` tokens."""
+    index = np.asarray(index)
+    return from_segment_ids(index) if segmented else from_cu_seqlens(index, total)
+
+
+def kernel_threads(starts: np.ndarray, lengths: np.ndarray, heads: int, dim: int, cap: int | None = None) -> int:
+    """OpenMP threads for a call: one for small work (waking a team costs more), else the
+    cores available (``DYNTILE_NUM_THREADS``, ``cap``), never more than work items."""
+    from dyntile.threads import max_threads
+    work = int((lengths.astype(np.float64) ** 2).sum()) * heads * dim
+    if work < (1 << 18):
+        return 1
+    n = max_threads() if cap is None else min(max_threads(), cap)
+    return max(1, n)
+
+
+def _cpu_forward(q, k, v, index, segmented: bool, causal: bool, scale: float):
+    from dyntile.cpu import attention as kernel
+    dtype = np.result_type(*(np.asarray(x).dtype for x in (q, k, v)))
+    work = kernel_dtype(dtype)
+    shape = q.shape
+    q3, k3, v3 = (_kernel_view(x, work, shape) for x in (q, k, v))
+    starts, lengths = segment_table(index, segmented, q3.shape[0])
+    out, _ = kernel.forward(q3, k3, v3, starts, lengths, causal, scale,
+                            kernel_threads(starts, lengths, q3.shape[1], q3.shape[2]))
+    return out.reshape(shape).astype(dtype, copy=False)
+
+
+def _kernel_view(x, dtype: np.dtype, shape: tuple) -> np.ndarray:
+    """``x`` as ``[N, H, D]`` of ``dtype`` with a contiguous last axis (a view where it can be)."""
+    a = np.asarray(x)
+    a = a.astype(dtype, copy=False).reshape((-1,) + tuple(shape[-2:]))
+    if a.strides[-1] != a.itemsize:
+        a = np.ascontiguousarray(a)
+    return a
+
+
+def _cuda_forward(q, k, v, index, segmented: bool, causal: bool, scale: float):
+    from dyntile.cuda import attention as kernel
+    from dyntile.cuda.runtime import as_device, numpy_dtype
+    dtype = numpy_dtype(q.dtype)
+    if dtype not in _KERNEL_DTYPES or any(numpy_dtype(x.dtype) != dtype for x in (k, v)):
+        raise TypeError(f"varlen_attention on CUDA device arrays takes q, k, v of one dtype, float32 or "
+                        f"float64, but got {q.dtype}, {k.dtype} and {v.dtype}")
+    shape = q.shape
+    q3, k3, v3 = (as_device(x, name).reshape((-1,) + tuple(shape[-2:])) for x, name in zip((q, k, v), "qkv"))
+    starts, lengths = segment_table(as_device(index, "segments").copy_to_host(), segmented, q3.shape[0])
+    out, _ = kernel.varlen_attention_forward(q3, k3, v3, starts, lengths, causal=causal, scale=scale)
+    return out.reshape(shape)

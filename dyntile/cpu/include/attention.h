@@ -1,0 +1,439 @@
+/* attention.h: exact softmax attention inside segments of a token stream (varlen).
+ *
+ * q, k, v are [N, H, D] (token and head strides given, D contiguous); segment s is the
+ * tokens starts[s] .. starts[s] + lens[s] - 1 of the stream (segments disjoint). A token
+ * attends to the tokens of its own segment (with causal, to those not after it). The
+ * forward pass writes out [N, H, D] and the log-sum-exp lse [N, H] of every segment
+ * token; the backward pass recomputes the probabilities from lse (flash-attention 2) and
+ * writes dq, dk, dv. Tokens in no segment are never written (the caller zeroes them).
+ *
+ * Work is split into items (a segment, a head and a tile of queries or keys), sorted by
+ * their cost (query-key pairs they visit), largest first, and taken by OpenMP threads
+ * dynamically: the balance follows the cost, not the count, and a row of many short
+ * segments is one call. A backward item owns what it writes, so no two threads add
+ * into one value: a segment short enough is one item (dq, dk and dv in one pass), a long
+ * one is split into key-tile items (dk, dv) and query-tile items (dq), which visit its
+ * pairs twice but keep every thread busy.
+ */
+#ifndef DYNTILE_ATTENTION_H
+#define DYNTILE_ATTENTION_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dyntile_simd.h"
+
+/* vectors cross no call boundary (every tile routine is always_inline): no ABI to keep */
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+typedef struct {
+    int64_t H, D;
+    const void *q, *k, *v, *o, *dout, *lse_in;       /* o, dout, lse_in: backward only */
+    int64_t sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sd_t, sd_h;
+    void *out, *lse, *dq, *dk, *dv;                   /* contiguous [N, H, D] and [N, H] */
+    const int64_t *starts, *lens;
+    int64_t S;
+    int causal;
+    double scale;
+} dt_attn_args;
+
+/* ---- the tile routines, one instantiation per element type and ISA */
+
+#define AT_LOG2E 1.4426950408889634
+#define AT_LN2 0.69314718055994531
+
+/* 2^r = e^(r ln 2) on |r| <= 1/2: its Taylor terms (ln 2)^k / k!, Horner from the last */
+#define EXP_POLY_F32(p, r) \
+    p = p * r + (REAL)0.0013333558146428441; \
+    p = p * r + (REAL)0.009618129107628477; \
+    p = p * r + (REAL)0.055504108664821576; \
+    p = p * r + (REAL)0.2402265069591007; \
+    p = p * r + (REAL)0.6931471805599453; \
+    p = p * r + (REAL)1.0;
+#define EXP_POLY_F64(p, r) \
+    p = p * r + (REAL)4.44553827187081e-10; \
+    p = p * r + (REAL)7.054911620801121e-09; \
+    p = p * r + (REAL)1.0178086009239696e-07; \
+    p = p * r + (REAL)1.3215486790144305e-06; \
+    p = p * r + (REAL)1.5252733804059838e-05; \
+    p = p * r + (REAL)0.00015403530393381606; \
+    p = p * r + (REAL)0.0013333558146428441; \
+    p = p * r + (REAL)0.009618129107628477; \
+    p = p * r + (REAL)0.055504108664821576; \
+    p = p * r + (REAL)0.2402265069591007; \
+    p = p * r + (REAL)0.6931471805599453; \
+    p = p * r + (REAL)1.0;
+
+#define REAL float
+#define IREAL int32_t
+#define EXP_LO -126.0f
+#define EXP_MAGIC 12582912.0f
+#define EXP_C_LAST 0.00015403530393381606
+#define EXP_POLY EXP_POLY_F32
+#define EXP_BIAS 127
+#define EXP_SHIFT 23
+#if DT_HAVE_X86
+#define VBYTES 64
+#define MR 4
+#define SUF f32_avx512
+#define VMAX _mm512_max_ps
+#define VSET1 _mm512_set1_ps
+#define VMIN _mm512_min_ps
+#define TARGET DT_TARGET_AVX512
+#include "attention_tile.h"
+#undef VBYTES
+#undef MR
+#undef SUF
+#undef VMAX
+#undef VSET1
+#undef VMIN
+#undef TARGET
+#define VBYTES 32
+#define MR 3
+#define SUF f32_avx2
+#define VMAX _mm256_max_ps
+#define VSET1 _mm256_set1_ps
+#define VMIN _mm256_min_ps
+#define TARGET DT_TARGET_AVX2
+#include "attention_tile.h"
+#undef VBYTES
+#undef MR
+#undef SUF
+#undef VMAX
+#undef VSET1
+#undef VMIN
+#undef TARGET
+#endif
+#define VBYTES 16
+#define MR 3
+#define SUF f32_ref
+#if DT_HAVE_X86
+#define VMAX _mm_max_ps
+#define VSET1 _mm_set1_ps
+#define VMIN _mm_min_ps
+#endif
+#define TARGET
+#include "attention_tile.h"
+#undef VBYTES
+#undef MR
+#undef SUF
+#undef VMAX
+#undef VSET1
+#undef VMIN
+#undef TARGET
+#undef REAL
+#undef IREAL
+#undef EXP_LO
+#undef EXP_MAGIC
+#undef EXP_C_LAST
+#undef EXP_POLY
+#undef EXP_BIAS
+#undef EXP_SHIFT
+
+#define REAL double
+#define IREAL int64_t
+#define EXP_LO -1022.0
+#define EXP_MAGIC 6755399441055744.0
+#define EXP_C_LAST 2.5678435993488196e-11
+#define EXP_POLY EXP_POLY_F64
+#define EXP_BIAS 1023
+#define EXP_SHIFT 52
+#if DT_HAVE_X86
+#define VBYTES 64
+#define MR 4
+#define SUF f64_avx512
+#define VMAX _mm512_max_pd
+#define VSET1 _mm512_set1_pd
+#define VMIN _mm512_min_pd
+#define TARGET DT_TARGET_AVX512
+#include "attention_tile.h"
+#undef VBYTES
+#undef MR
+#undef SUF
+#undef VMAX
+#undef VSET1
+#undef VMIN
+#undef TARGET
+#define VBYTES 32
+#define MR 3
+#define SUF f64_avx2
+#define VMAX _mm256_max_pd
+#define VSET1 _mm256_set1_pd
+#define VMIN _mm256_min_pd
+#define TARGET DT_TARGET_AVX2
+#include "attention_tile.h"
+#undef VBYTES
+#undef MR
+#undef SUF
+#undef VMAX
+#undef VSET1
+#undef VMIN
+#undef TARGET
+#endif
+#define VBYTES 16
+#define MR 3
+#define SUF f64_ref
+#if DT_HAVE_X86
+#define VMAX _mm_max_pd
+#define VSET1 _mm_set1_pd
+#define VMIN _mm_min_pd
+#endif
+#define TARGET
+#include "attention_tile.h"
+#undef VBYTES
+#undef MR
+#undef SUF
+#undef VMAX
+#undef VSET1
+#undef VMIN
+#undef TARGET
+#undef REAL
+#undef IREAL
+#undef EXP_LO
+#undef EXP_MAGIC
+#undef EXP_C_LAST
+#undef EXP_POLY
+#undef EXP_BIAS
+#undef EXP_SHIFT
+
+/* ---- ISA choice (once) and the routines it selects */
+
+enum { DT_ATTN_REF = 0, DT_ATTN_AVX2 = 1, DT_ATTN_AVX512 = 2 };
+
+static int dt_attn_isa = -1;
+
+/* the widest ISA this CPU runs */
+static inline int dt_attn_cpu_isa(void)
+{
+    return dt_cpu_has_avx512() ? DT_ATTN_AVX512 : dt_cpu_has_avx2_fma() ? DT_ATTN_AVX2 : DT_ATTN_REF;
+}
+
+/* the ISA in use: the CPU's, or a narrower one set for tests (dt_attn_set_isa) */
+static inline int dt_attn_best_isa(void)
+{
+    if (dt_attn_isa < 0) dt_attn_isa = dt_attn_cpu_isa();
+    return dt_attn_isa;
+}
+
+/* use `isa` from now on (-1: the CPU's); 0 on success, -1 when the CPU lacks it */
+static inline int dt_attn_set_isa(int isa)
+{
+    if (isa > dt_attn_cpu_isa()) return -1;
+    dt_attn_isa = isa < 0 ? dt_attn_cpu_isa() : isa;
+    return 0;
+}
+
+typedef void (*dt_attn_fwd_fn)(const dt_attn_args *, void *, int64_t, int64_t, int64_t, int64_t, int64_t);
+typedef void (*dt_attn_bwd_fn)(const dt_attn_args *, void *, int64_t, int64_t, int64_t, int64_t, int64_t,
+                               int64_t, int64_t, int, int);
+
+typedef struct {
+    dt_attn_fwd_fn fwd;
+    dt_attn_bwd_fn bwd;
+    int tile, elem;
+} dt_attn_kernels;
+
+static dt_attn_kernels dt_attn_pick(int isa, int f64)
+{
+    dt_attn_kernels k;
+#define AT_PICK(suf, size)                                        \
+    k.fwd = fwd_item_##suf;                                       \
+    k.bwd = bwd_item_##suf;                                       \
+    k.tile = tile_##suf();                                        \
+    k.elem = size;
+#if DT_HAVE_X86
+    if (isa == DT_ATTN_AVX512) {
+        if (f64) { AT_PICK(f64_avx512, 8) } else { AT_PICK(f32_avx512, 4) }
+        return k;
+    }
+    if (isa == DT_ATTN_AVX2) {
+        if (f64) { AT_PICK(f64_avx2, 8) } else { AT_PICK(f32_avx2, 4) }
+        return k;
+    }
+#endif
+    if (f64) { AT_PICK(f64_ref, 8) } else { AT_PICK(f32_ref, 4) }
+#undef AT_PICK
+    (void)isa;
+    return k;
+}
+
+/* ---- work items */
+
+typedef struct {
+    int64_t cost, seg, head, ka, kb, qa, qb;
+    int dkdv, dq;
+} dt_attn_item;
+
+static int dt_attn_by_cost(const void *x, const void *y)
+{
+    const dt_attn_item *a = (const dt_attn_item *)x, *b = (const dt_attn_item *)y;
+    if (a->cost != b->cost) return a->cost < b->cost ? 1 : -1;
+    if (a->seg != b->seg) return a->seg < b->seg ? -1 : 1;      /* a fixed order: same work each run */
+    if (a->head != b->head) return a->head < b->head ? -1 : 1;
+    return a->ka + a->qa < b->ka + b->qa ? -1 : (a->ka + a->qa > b->ka + b->qa);
+}
+
+/* query-key pairs the queries [q0, q0 + nq) visit in a segment of L tokens */
+static inline int64_t dt_attn_pairs_q(int64_t q0, int64_t nq, int64_t L, int causal)
+{
+    return causal ? nq * q0 + nq * (nq + 1) / 2 : nq * L;
+}
+
+/* the scratch elements one thread needs for items over segments of at most `rows`
+   tokens: 7 segment-long buffers and 3 tiles of BT x DP, 2 of BT x BT, lse and delta */
+static inline int64_t dt_attn_scratch_elems(int tile, int64_t D, int64_t rows)
+{
+    int64_t lanes = tile / 4, DP = (D + lanes - 1) / lanes * lanes;
+    return 7 * (rows + tile) * DP + 3 * (int64_t)tile * DP + 3 * (int64_t)tile * tile + 2 * rows + 64;
+}
+
+/* A segment whose whole cost is at most `split_cost` is one item per head; a longer one
+   is split, so that no item holds up the others for long. */
+static inline int64_t dt_attn_split_cost(const dt_attn_args *a, int tile, int threads)
+{
+    int64_t total = 0, floor = (int64_t)tile * tile;
+    for (int64_t s = 0; s < a->S; s++) total += dt_attn_pairs_q(0, a->lens[s], a->lens[s], a->causal) * a->H;
+    int64_t cut = threads == 1 ? INT64_MAX : total / (4 * threads);
+    return cut < floor ? floor : cut;
+}
+
+/* Items of the forward pass: (segment, head, a run of query tiles of at most split_cost).
+   Returns how many (-1: out of memory); *items malloc'd; *rows: the longest segment. */
+static int64_t dt_attn_fwd_items(const dt_attn_args *a, int tile, int64_t split_cost, dt_attn_item **items,
+                                 int64_t *rows)
+{
+    int64_t n = 0, cap = 0;
+    *rows = 0;
+    for (int64_t s = 0; s < a->S; s++) cap += (a->lens[s] + tile - 1) / tile * a->H;
+    dt_attn_item *it = (dt_attn_item *)malloc((size_t)(cap ? cap : 1) * sizeof *it);
+    if (!it) return -1;
+    for (int64_t s = 0; s < a->S; s++) {
+        int64_t L = a->lens[s], nt = (L + tile - 1) / tile;
+        if (L > *rows) *rows = L;
+        for (int64_t qa = 0; qa < nt;) {
+            int64_t qb = qa + 1, cost = dt_attn_pairs_q(qa * tile, (qb * tile < L ? qb * tile : L) - qa * tile, L,
+                                                       a->causal);
+            while (qb < nt) {
+                int64_t hi = (qb + 1) * tile < L ? (qb + 1) * tile : L;
+                int64_t more = dt_attn_pairs_q(qa * tile, hi - qa * tile, L, a->causal);
+                if (more > split_cost) break;
+                cost = more;
+                qb++;
+            }
+            for (int64_t h = 0; h < a->H; h++) {
+                dt_attn_item x = {cost, s, h, 0, 0, qa, qb, 0, 0};
+                it[n++] = x;
+            }
+            qa = qb;
+        }
+    }
+    qsort(it, (size_t)n, sizeof *it, dt_attn_by_cost);
+    *items = it;
+    return n;
+}
+
+/* Items of the backward pass: a segment of cost at most split_cost is one item per head
+   (dq, dk, dv in one pass); a longer one an item per key tile (dk, dv) and per query
+   tile (dq). *rows: the longest segment. */
+static int64_t dt_attn_bwd_items(const dt_attn_args *a, int tile, int64_t split_cost, dt_attn_item **items,
+                                 int64_t *rows)
+{
+    int64_t n = 0;
+    *rows = 0;
+    for (int64_t s = 0; s < a->S; s++) {
+        int64_t L = a->lens[s], nt = (L + tile - 1) / tile;
+        if (L == 0) continue;
+        n += (dt_attn_pairs_q(0, L, L, a->causal) <= split_cost || nt == 1 ? 1 : 2 * nt) * a->H;
+    }
+    dt_attn_item *it = (dt_attn_item *)malloc((size_t)(n ? n : 1) * sizeof *it);
+    if (!it) return -1;
+    int64_t c = 0;
+    for (int64_t s = 0; s < a->S; s++) {
+        int64_t L = a->lens[s], nt = (L + tile - 1) / tile, whole = dt_attn_pairs_q(0, L, L, a->causal);
+        if (L == 0) continue;
+        if (L > *rows) *rows = L;
+        for (int64_t h = 0; h < a->H; h++) {
+            if (whole <= split_cost || nt == 1) {
+                dt_attn_item x = {whole, s, h, 0, nt, 0, nt, 1, 1};
+                it[c++] = x;
+                continue;
+            }
+            for (int64_t t = 0; t < nt; t++) {
+                int64_t lo = t * tile, nn = L - lo < tile ? L - lo : tile;
+                /* key tile t is seen by the queries from lo on (causal) or all */
+                int64_t kcost = a->causal ? nn * (L - lo) : nn * L;
+                dt_attn_item kx = {kcost, s, h, t, t + 1, 0, nt, 1, 0};
+                dt_attn_item qx = {dt_attn_pairs_q(lo, nn, L, a->causal), s, h, 0,
+                                   a->causal ? t + 1 : nt, t, t + 1, 0, 1};
+                it[c++] = kx;
+                it[c++] = qx;
+            }
+        }
+    }
+    qsort(it, (size_t)n, sizeof *it, dt_attn_by_cost);
+    *items = it;
+    return n;
+}
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* Runs `n` items on `threads` threads, each with its own scratch of `bytes`; 0 on
+   success, -1 when out of memory. */
+static int dt_attn_run(const dt_attn_args *a, const dt_attn_kernels *kern, const dt_attn_item *items, int64_t n,
+                       int64_t rows, size_t bytes, int threads, int backward)
+{
+    int failed = 0;
+    if (threads < 1 || n < 2) threads = 1;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+    {
+        void *work = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!work) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t i = 0; i < n; i++) {
+            const dt_attn_item *x = &items[i];
+            if (!work)
+                continue;
+            if (backward)
+                kern->bwd(a, work, rows, x->seg, x->head, x->ka, x->kb, x->qa, x->qb, x->dkdv, x->dq);
+            else
+                kern->fwd(a, work, rows, x->seg, x->head, x->qa, x->qb);
+        }
+        free(work);
+    }
+    return failed ? -1 : 0;
+}
+
+/* The forward pass (backward = 0) or the backward pass (a->o, a->dout, a->lse_in set). */
+static int dt_attn_pass(const dt_attn_args *a, int f64, int threads, int backward)
+{
+    dt_attn_kernels kern = dt_attn_pick(dt_attn_best_isa(), f64);
+    if (threads < 1) threads = 1;
+    int64_t split = dt_attn_split_cost(a, kern.tile, threads), rows;
+    dt_attn_item *items;
+    int64_t n = backward ? dt_attn_bwd_items(a, kern.tile, split, &items, &rows)
+                         : dt_attn_fwd_items(a, kern.tile, split, &items, &rows);
+    if (n < 0) return -1;
+    rows = (rows + kern.tile - 1) / kern.tile * kern.tile;
+    size_t bytes = (size_t)dt_attn_scratch_elems(kern.tile, a->D, rows) * kern.elem;
+    int rc = dt_attn_run(a, &kern, items, n, rows, bytes, threads, backward);
+    free(items);
+    return rc;
+}
+
+static int dt_attn_forward(const dt_attn_args *a, int f64, int threads) { return dt_attn_pass(a, f64, threads, 0); }
+static int dt_attn_backward(const dt_attn_args *a, int f64, int threads) { return dt_attn_pass(a, f64, threads, 1); }
+
+static inline const char *dt_attn_isa_name(void)
+{
+    int isa = dt_attn_best_isa();
+    return isa == DT_ATTN_AVX512 ? "avx512" : isa == DT_ATTN_AVX2 ? "avx2" : "ref";
+}
+
+#endif /* DYNTILE_ATTENTION_H */
