@@ -141,6 +141,8 @@ def test_deterministic_and_reported():
     L = lognormal_lengths(4000, 2)
     a, b = choose_seq_len(L, max_tokens=4096), choose_seq_len(L, max_tokens=4096)
     assert a == b and a.candidates == b.candidates
+    strided = np.repeat(L.astype(np.int32), 2)[::2]            # another dtype, not contiguous
+    assert not strided.flags.c_contiguous and choose_seq_len(strided, max_tokens=np.int64(4096)) == a
     text = a.describe()
     assert "x" in text and "cost" in text and "varlen attention" in text and "longest-sample rule" in text
     parts = a.chosen
