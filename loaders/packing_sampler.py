@@ -41,9 +41,14 @@ class PackingBatchSampler(EpochBatchSampler):
     """A ``batch_sampler`` of packed batches: ``B`` rows of ``T`` tokens each step.
 
     ``lengths``: int ``(n,)``, tokens per sample of the dataset. The budget is
-    ``max_tokens`` per batch (or ``batch_rows``); ``seq_len`` (``T``) defaults to the
-    longest sample rounded up to ``multiple`` (or ``plan``'s largest boundary),
-    capped by the budget. Samples longer than ``T`` follow ``overflow``
+    ``max_tokens`` per batch (or ``batch_rows``); ``seq_len`` (``T``) defaults to
+    ``plan``'s largest boundary, else (with ``max_tokens``) to the row length of least
+    training cost for the model's ``attention`` (``"varlen"``: a kernel that attends
+    within segments; ``"dense"``: a ``[B, 1, T, T]`` mask over the whole row), counting
+    slots, attention scores and steps (``causal``, ``d_model`` or
+    ``attention_weight``, ``step_cost``: see :mod:`dyntile.planning.packing_cost`,
+    whose ``choose_seq_len`` reports the cost), else to the longest sample rounded up
+    to ``multiple``; capped by the budget. Samples longer than ``T`` follow ``overflow``
     (``"second_shape"``, ``"split"`` or ``"error"``, see
     :mod:`dyntile.planning.packing`). :attr:`shapes` lists the batch shapes
     (one or two ``(B, T)``); pass them to the collate. Deterministic per ``seed``
@@ -61,11 +66,15 @@ class PackingBatchSampler(EpochBatchSampler):
     def __init__(self, lengths, *, max_tokens: int | None = None, seq_len: int | None = None,
                  batch_rows: int | None = None, multiple: int = 8, overflow: str = "second_shape",
                  pool_size: int | None = 65536, shuffle: bool = True, seed: int = 0, plan=None,
-                 num_replicas: int | None = None, rank: int | None = None):
+                 num_replicas: int | None = None, rank: int | None = None, attention: str = "varlen",
+                 causal: bool = True, d_model: int | None = None, attention_weight: float | None = None,
+                 step_cost: float | None = None):
         self.lengths = np.asarray(lengths)
         self._shape_args = dict(seq_len=seq_len, max_tokens=max_tokens, batch_rows=batch_rows,
-                                multiple=multiple, overflow=overflow, plan=plan)
+                                multiple=multiple, overflow=overflow, plan=plan, attention=attention, causal=causal,
+                                d_model=d_model, attention_weight=attention_weight, step_cost=step_cost)
         self.shapes = packing_shapes(self.lengths, **self._shape_args)
+        self._shape_args["seq_len"] = self.shapes[0][1]   # the same shapes, not chosen again every epoch
         if self.lengths.size == 0:
             raise ValueError(f"lengths should be non-empty, but got shape {self.lengths.shape}")
         self.lengths = self.lengths.astype(np.int64)

@@ -5,7 +5,9 @@
   per-bucket batch sizes from a token budget;
 * :mod:`dyntile.planning.packing` -- ``pack_lengths`` / ``PackedBatch``: whole
   samples packed into fixed ``[B, T]`` tiles; ``pack_rows`` recovers a batch's rows
-  from its lengths (the one source of truth shared by sampler and collate).
+  from its lengths (the one source of truth shared by sampler and collate);
+* :mod:`dyntile.planning.packing_cost` -- ``choose_seq_len``: the packed row length
+  of least training cost (slots, attention scores, steps), the packer's default.
 
 NumPy only, no torch. Packing's best-fit loop is the small Cython kernel
 :mod:`dyntile.cpu.packing`, imported when a packing function first runs.
@@ -21,6 +23,8 @@ _EXPORTS = {
     "PackedBatch": "dyntile.planning.packing",
     "pack_rows": "dyntile.planning.packing",
     "packing_shapes": "dyntile.planning.packing",
+    "choose_seq_len": "dyntile.planning.packing_cost",
+    "SeqLenChoice": "dyntile.planning.packing_cost",
 }
 
 __all__ = sorted(_EXPORTS)

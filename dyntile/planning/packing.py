@@ -22,10 +22,12 @@ that opens row ``k+1`` did not fit in row ``k``: listing each row's opener first
 a next-fit scan (:func:`pack_rows`) splits the rows exactly where the packer did.
 Rows, in creation order, are then dealt into batches of at most ``B`` rows.
 
-Shapes. ``T = seq_len`` (a multiple of ``multiple``; by default the longest
-sample rounded up, or the plan's largest boundary, capped by the budget);
-``B = max_tokens // T`` (or ``batch_rows``). Samples longer than ``T``
-(``overflow=``):
+Shapes. ``T = seq_len`` (a multiple of ``multiple``), by default the plan's largest
+boundary, else, with a ``max_tokens`` budget, the row length of least training cost
+(slots, attention scores under the model's ``attention``, steps:
+:func:`dyntile.planning.packing_cost.choose_seq_len`), else the longest sample
+rounded up; capped by the budget. ``B = max_tokens // T`` (or ``batch_rows``).
+Samples longer than ``T`` (``overflow=``):
 
 * ``"second_shape"`` (default): rows of ``T2 = round_up(max length, multiple)``,
   batches ``[B2, T2]`` with ``B2 = max_tokens // T2`` (or ``B * T // T2``); each such
@@ -190,28 +192,53 @@ def _check_shapes(shapes) -> tuple[tuple[int, int], ...]:
 
 def packing_shapes(lengths, seq_len: int | None = None, *, max_tokens: int | None = None,
                    batch_rows: int | None = None, multiple: int = 8, overflow: str = "second_shape",
-                   plan=None) -> tuple[tuple[int, int], ...]:
+                   plan=None, attention: str = "varlen", causal: bool = True, d_model: int | None = None,
+                   attention_weight: float | None = None,
+                   step_cost: float | None = None) -> tuple[tuple[int, int], ...]:
     """The batch shapes ``((B, T),)`` or ``((B, T), (B2, T2))`` that packing ``lengths`` uses.
 
     ``T``: ``seq_len`` (must be a multiple of ``multiple``), else the largest
-    boundary of ``plan``, else the longest sample rounded up to ``multiple`` (or a
-    little more, when that wastes less of the last batch); capped by ``max_tokens``. ``B``: ``batch_rows``, else ``max_tokens // T``. A second
-    shape appears only with ``overflow="second_shape"`` and samples longer than
-    ``T``. Errors name the sample that does not fit.
+    boundary of ``plan``, else (with ``max_tokens`` and no ``batch_rows``) the row
+    length of least cost for the model's ``attention``, see
+    :func:`dyntile.planning.packing_cost.choose_seq_len` (the cost options are only
+    used there), else the longest sample rounded up to ``multiple``; capped by
+    ``max_tokens``. ``B``: ``batch_rows``, else ``max_tokens // T``. A second shape
+    appears only with ``overflow="second_shape"`` and samples longer than ``T``.
+    Errors name the sample that does not fit.
 
     >>> packing_shapes([3, 17, 40], max_tokens=128)   # one row of 72 holds all 60 tokens
     ((1, 72),)
     >>> packing_shapes([3, 17, 40], 16, max_tokens=128)
     ((8, 16), (3, 40))
     """
+    from dyntile.planning.packing_cost import choose_seq_len, row_cost
+
     L = _as_lengths(lengths)
     m = check_multiple(multiple)
     _check_overflow(overflow)
+    budget = _check_budget(max_tokens, batch_rows)
+    cost = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight,
+                step_cost=step_cost)
+    if seq_len is None and plan is None and batch_rows is None:
+        return choose_seq_len(L, max_tokens=budget, multiple=m, overflow=overflow, **cost).shapes
+    row_cost(**cost, max_tokens=budget)  # unused with these shapes, but refused when malformed
+    return _shapes_for(L, seq_len, budget, batch_rows, m, overflow, plan)
+
+
+def _check_budget(max_tokens, batch_rows) -> int | None:
+    """``max_tokens`` as a positive ``int`` (``None`` when only ``batch_rows`` is given)."""
     if max_tokens is None and batch_rows is None:
         raise ValueError("packing needs a token budget: pass max_tokens (tokens per batch) or batch_rows")
     budget = None if max_tokens is None else _as_index(max_tokens, "max_tokens")
     if budget is not None and budget < 1:
         raise ValueError(f"max_tokens should be a positive integer, but got {budget}")
+    return budget
+
+
+def _shapes_for(L: np.ndarray, seq_len: int | None, budget: int | None, batch_rows, m: int, overflow: str,
+                plan=None) -> tuple[tuple[int, int], ...]:
+    """:func:`packing_shapes` for validated ``L``, ``m`` and ``overflow`` and a given ``seq_len``
+    (``None``: the plan's largest boundary, else the longest sample's rule)."""
     longest = int(L.max()) if L.size else 0
     if seq_len is not None:
         T = _as_index(seq_len, "seq_len")
@@ -439,13 +466,16 @@ def _deal_shape(lay: _Layout, shape: tuple, long: bool, T: int, R: int, lengths:
 def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None = None,
                  batch_rows: int | None = None, multiple: int = 8, overflow: str = "second_shape",
                  pool_size: int | None = 65536, shuffle: bool = True, seed: int = 0, epoch: int = 0,
-                 num_replicas: int = 1, plan=None) -> list[PackedBatch]:
+                 num_replicas: int = 1, plan=None, attention: str = "varlen", causal: bool = True,
+                 d_model: int | None = None, attention_weight: float | None = None,
+                 step_cost: float | None = None) -> list[PackedBatch]:
     """Pack every sample of an epoch into ``[B, T]`` batches (``[B2, T2]`` for long ones).
 
     ``lengths`` int ``(n,)``: tokens per sample. Shapes come from
-    :func:`packing_shapes` (same arguments). Returns the epoch's batches in step
-    order: with ``num_replicas=R``, batch ``k`` is rank ``k % R``'s batch at step
-    ``k // R``, and the ``R`` batches of a step share one shape. Every sample
+    :func:`packing_shapes` (same arguments: without ``seq_len``, ``plan`` or
+    ``batch_rows``, the row length of least cost for ``attention``). Returns the
+    epoch's batches in step order: with ``num_replicas=R``, batch ``k`` is rank
+    ``k % R``'s batch at step ``k // R``, and the ``R`` batches of a step share one shape. Every sample
     appears in one batch (in several rows of it when split), apart from at most
     ``num_replicas - 1`` repeats per shape that keep the ranks in step (see the
     module docstring); deterministic per ``(seed, epoch)``. ``pool_size``: samples sorted together (``None``: the
@@ -459,7 +489,9 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
 
     L = _as_lengths(lengths)
     shapes = packing_shapes(L, seq_len, max_tokens=max_tokens, batch_rows=batch_rows,
-                            multiple=multiple, overflow=overflow, plan=plan)
+                            multiple=multiple, overflow=overflow, plan=plan, attention=attention,
+                            causal=causal, d_model=d_model, attention_weight=attention_weight,
+                            step_cost=step_cost)
     R = _as_index(num_replicas, "num_replicas")
     if R < 1:
         raise ValueError(f"num_replicas should be a positive integer, but got {R}")

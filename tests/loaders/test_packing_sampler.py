@@ -196,3 +196,28 @@ def test_loading_another_seed_rebuilds_the_epoch():
     assert list(a) != list(b)          # a's epoch 0 is now built (and cached) for seed 0
     a.load_state_dict(b.state_dict(batches_done=0))
     assert list(a) == list(b)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(attention="dense"), dict(attention="dense", d_model=64, step_cost=0),
+                                dict(overflow="split", attention="varlen", causal=False)])
+def test_default_row_length_is_the_cost_choice(kw):
+    from dyntile.planning import choose_seq_len, pack_lengths
+
+    L = np.random.default_rng(3).lognormal(3.5, 1.0, 3000).astype(np.int64) + 1
+    s = PackingBatchSampler(L, max_tokens=2048, seed=4, **kw)
+    choice = choose_seq_len(L, max_tokens=2048, **kw)
+    assert s.shapes == choice.shapes and s.shapes[0][1] < L.max()
+    s.set_epoch(1)
+    expected = pack_lengths(L, max_tokens=2048, seed=4, epoch=1, **kw)
+    assert len(s.packed_batches()) == len(expected)
+    assert all(a.same_as(b) for a, b in zip(s.packed_batches(), expected))
+
+
+def test_explicit_seq_len_ignores_the_cost_options():
+    a = PackingBatchSampler(LENGTHS, max_tokens=512, seq_len=64, seed=3)
+    b = PackingBatchSampler(LENGTHS, max_tokens=512, seq_len=64, seed=3, attention="dense", d_model=16)
+    assert a.shapes == b.shapes == ((8, 64), (5, 96)) and list(a) == list(b)
+    with pytest.raises(ValueError, match="attention should be one of"):
+        PackingBatchSampler(LENGTHS, max_tokens=512, seq_len=64, attention="sdpa")
+    with pytest.raises(ValueError, match="pass d_model or attention_weight, not both"):
+        PackingBatchSampler(LENGTHS, max_tokens=512, d_model=64, attention_weight=0.1)

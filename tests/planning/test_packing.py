@@ -314,13 +314,14 @@ def test_real_lengths_padding_and_shapes():
     if not path.exists():
         pytest.skip(f"real data not found at {path}")
     L = np.load(path)
-    batches = pack_lengths(L, max_tokens=8192, seed=0)
-    shapes = packing_shapes(L, max_tokens=8192)
-    check_epoch(L, batches, shapes)
-    tokens = sum(b.num_tokens for b in batches)
-    slots = sum(b.shape[0] * b.shape[1] for b in batches)
-    assert tokens == L.sum()
-    assert 1 - tokens / slots < 0.02 and len({b.shape for b in batches}) == 1
+    for seq_len, n_shapes in ((1600, 1), (None, 2)):   # the longest sample's T; the T of least cost
+        batches = pack_lengths(L, seq_len, max_tokens=8192, seed=0)
+        shapes = packing_shapes(L, seq_len, max_tokens=8192)
+        check_epoch(L, batches, shapes)
+        tokens = sum(b.num_tokens for b in batches)
+        slots = sum(b.shape[0] * b.shape[1] for b in batches)
+        assert tokens == L.sum()
+        assert 1 - tokens / slots < 0.02 and len({b.shape for b in batches}) == len(shapes) == n_shapes
     two = pack_lengths(L, 512, max_tokens=16384, seed=0)
     assert len({b.shape for b in two}) == 2
     seen = np.concatenate([b.sample_order for b in two])
