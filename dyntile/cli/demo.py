@@ -9,7 +9,9 @@ For each batching method (:mod:`dyntile.cli.methods`) the demo runs
    ``torch.compile`` (:func:`~dyntile.cli.train.train`) on the same batches: real
    (non-padding) tokens/s, steps that compiled, graphs compiled.
 
-Every method gets the same token budget per batch and the same model and seed.
+Every method gets the same token budget per batch and the same model and seed; each
+trains with its attention (``--attention``: by default SDPA with the mask for the
+baselines, :func:`dyntile.varlen_attention` for dyntile's rows).
 """
 from __future__ import annotations
 
@@ -54,6 +56,11 @@ class LoaderStats:
     def batches_per_s(self) -> float:
         return self.batches / self.seconds if self.seconds else 0.0
 
+    @property
+    def tokens_per_s(self) -> float:
+        """Real tokens per second (batches differ in size between methods)."""
+        return self.real / self.seconds if self.seconds else 0.0
+
 
 def loader_pass(loader, max_batches: int | None, desc: str, show: bool) -> LoaderStats:
     """Iterate ``loader`` (at most ``max_batches``) and measure every batch it yields."""
@@ -78,21 +85,28 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-tokens", type=int, default=2048,
                    help="token budget per batch, padding included, the same for every method (default 2048)")
     g.add_argument("--pack-len", type=int, default=None,
-                   help="row length T of packed batches (default: the longest sample, rounded up to "
-                        "--multiple and capped by --batch-tokens: one packed shape)")
+                   help="row length T of packed batches (default: the T of least training cost for the "
+                        "packing row's attention, see `dyntile plan`)")
     g.add_argument("--pack-overflow", choices=("second_shape", "split"), default="second_shape",
                    help="samples longer than --pack-len: whole, in a second packed shape (default), "
                         "or split into chunks over consecutive rows (one shape)")
     g.add_argument("--methods", default="random,sorted,buckets,packing",
                    help="comma-separated subset of random,sorted,buckets,packing")
+    g.add_argument("--attention", default="auto", metavar="KIND|METHOD=KIND,...",
+                   help="attention each method trains with: dense (SDPA over the row with a block-diagonal "
+                        "causal mask) or varlen (dyntile.varlen_attention on the segments); one kind for "
+                        "every method, or METHOD=KIND pairs over the default (auto: dense for random and "
+                        "sorted, varlen for buckets and packing)")
     g.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
     g.add_argument("--backend", default="aot_eager", choices=("inductor", "aot_eager", "eager"),
                    help="torch.compile backend (default aot_eager: Dynamo traces and recompiles on every "
                         "new shape exactly as with Inductor, without Inductor's code generation, so the "
                         "demo runs in about a minute on 2 cores; inductor adds ~15 s of compiling per graph)")
-    g.add_argument("--d-model", type=int, default=64, help="model width (default 64)")
+    # BERT-Tiny's shape (2 layers, width 128, 2 heads of 64): the smallest model trained
+    # and used in practice, and one that trains in about a minute per method here
+    g.add_argument("--d-model", type=int, default=128, help="model width (default 128, as BERT-Tiny)")
     g.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
-    g.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
+    g.add_argument("--heads", type=int, default=2, help="attention heads (default 2: head dim 64)")
     g.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads (default: torch's choice); 1 is steadier on a busy machine")
     g.add_argument("--max-batches", type=int, default=None, help="cap on batches in the loader pass")
@@ -107,6 +121,24 @@ def _parse_methods(text: str) -> list[str]:
     if bad or not names or len(set(names)) != len(names):
         raise CLIError(f"--methods should list some of {','.join(METHODS)}, each once, but got {text!r}")
     return names
+
+
+def _parse_attention(text: str, methods: list[str]) -> dict[str, str]:
+    """``--attention``: one kind for every method, or ``METHOD=KIND`` pairs over the default."""
+    from dyntile.cli.methods import DEFAULT_ATTENTION, METHODS
+    from dyntile.cli.model import ATTENTIONS
+    kinds = dict(DEFAULT_ATTENTION)
+    text = text.strip()
+    if text in ATTENTIONS:
+        return {m: text for m in methods}
+    if text != "auto":
+        for pair in text.split(","):
+            method, _, kind = pair.strip().partition("=")
+            if method not in METHODS or kind not in ATTENTIONS:
+                raise CLIError(f"--attention should be auto, {' or '.join(ATTENTIONS)}, or METHOD=KIND pairs "
+                               f"(METHOD in {','.join(METHODS)}, KIND in {','.join(ATTENTIONS)}), but got {text!r}")
+            kinds[method] = kind
+    return {m: kinds[m] for m in methods}
 
 
 def _check_positive(args, *names: str) -> None:
@@ -125,13 +157,14 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     from dyntile.cli.torch_import import require_torch
     torch = require_torch()
     methods = _parse_methods(args.methods)
+    attention = _parse_attention(args.attention, methods)
     if args.plot:
         from dyntile.cli.plot import require_matplotlib
         require_matplotlib()                  # before the run, not after it
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     import dyntile
-    from dyntile.cli.methods import TokenDataset, build_batching, pack_seq_len
+    from dyntile.cli.methods import TokenDataset, build_batching
     from dyntile.cli.model import TinyTransformer
     from dyntile.cli.train import train, warm_up_compiler
 
@@ -155,64 +188,69 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     show = not args.no_progress
     compile_backend = None if args.no_compile else args.backend
     warm_up = 0.0 if compile_backend is None else warm_up_compiler(compile_backend)
-    rows, stats = [], []
+    rows, stats, packing = [], {}, None
     for name in methods:
-        batching = build_batching(name, corpus, plan, max_tokens=args.batch_tokens, pack_len=args.pack_len,
-                                  pack_overflow=args.pack_overflow, seed=args.seed)
+        build = dict(max_tokens=args.batch_tokens, pack_len=args.pack_len, pack_overflow=args.pack_overflow,
+                     seed=args.seed, attention=attention[name], d_model=args.d_model)
+        batching = build_batching(name, corpus, plan, **build)
         ls = loader_pass(batching.loader(dataset), args.max_batches, f"{name}: loader", show)
-        stats.append(ls)
-        batching = build_batching(name, corpus, plan, max_tokens=args.batch_tokens, pack_len=args.pack_len,
-                                  pack_overflow=args.pack_overflow, seed=args.seed)
+        stats[name] = ls
+        packing = batching if name == "packing" else packing
+        batching = build_batching(name, corpus, plan, **build)
         torch.manual_seed(args.seed)
         # every batch has B * T <= budget, so positions stay below it
-        model = TinyTransformer(corpus.vocab_size, args.batch_tokens, args.d_model, args.heads, args.layers)
+        model = TinyTransformer(corpus.vocab_size, args.batch_tokens, args.d_model, args.heads, args.layers,
+                                attention=batching.attention)
         steps = min(args.steps, len(batching.batch_sampler))
         bar = progress(range(steps), steps, f"{name}: train", show)
         tr = train(model, batching.loader(dataset), steps=steps, backend=compile_backend,
                    dynamic=batching.dynamic, recompile_limit=len(plan.boundaries) + 2, on_step=lambda: next(bar, None))
         for _ in bar:
             pass
-        rows.append(_row(batching.label, ls, tr))
-    headers = ["method", "batches", "shapes", "padded %", "loader b/s", "steps",
+        rows.append(_row(batching.label, batching.attention, ls, tr))
+    headers = ["method", "attention", "batches", "shapes", "padded %", "loader tok/s", "steps",
                "graphs", "compile s", "tok/s", "steady tok/s", "loss"]
     print(file=out)
     print(format_table(headers, rows), file=out)
     print(file=out)
-    seq_len = pack_seq_len(lengths, args.pack_len, args.batch_tokens, plan.multiple)
-    for note in _notes(args, compile_backend, dict(zip(methods, stats)), plan.padding_ratio(lengths, cost="linear"),
-                       warm_up, seq_len, int((lengths > seq_len).sum())):
+    for note in _notes(args, compile_backend, stats, plan.padding_ratio(lengths, cost="linear"), warm_up,
+                       packing, lengths):
         print(note, file=out)
     if args.plot:
         from dyntile.cli.methods import LABELS
         from dyntile.cli.plot import plot_demo
         path = plot_demo(args.plot, lengths, plan.boundaries, [LABELS[m] for m in methods],
-                         [s.padded_fraction for s in stats])
+                         [stats[m].padded_fraction for m in methods])
         print(f"plot written to {path}", file=out)
     print(f"wall time {time.perf_counter() - t_start:.1f} s", file=out)
     return 0
 
 
-def _row(label: str, ls: LoaderStats, tr) -> list:
+def _row(label: str, attention: str, ls: LoaderStats, tr) -> list:
     graphs = "-" if tr.graphs is None else tr.graphs
-    return [label, f"{ls.batches}" + ("" if ls.complete else "+"), len(ls.shapes), f"{100 * ls.padded_fraction:.1f}",
-            f"{ls.batches_per_s:.0f}", tr.steps, graphs, f"{tr.compile_seconds:.1f}",
+    return [label, attention, f"{ls.batches}" + ("" if ls.complete else "+"), len(ls.shapes),
+            f"{100 * ls.padded_fraction:.1f}", f"{ls.tokens_per_s:.0f}", tr.steps, graphs, f"{tr.compile_seconds:.1f}",
             f"{tr.tokens_per_s:.0f}", f"{tr.steady_tokens_per_s:.0f}", f"{tr.first_loss:.2f}->{tr.last_loss:.2f}"]
 
 
-def _packing_note(shapes, seq_len: int, longer: int, overflow: str) -> str:
-    """What the packed shapes ``(B, T)`` mean, for rows of ``seq_len`` tokens of which
-    ``longer`` samples do not fit."""
-    named = ", ".join(f"{b}x{t}" for b, t in sorted(shapes, key=lambda bt: bt[1]))
+def _packing_note(shapes, batching, lengths: np.ndarray, overflow: str) -> str:
+    """What the packed shapes ``(B, T)`` are and what chose them."""
+    from dyntile.planning.packing_cost import format_shapes
+    T = batching.batch_sampler.shapes[0][1]
+    longer = int((lengths > T).sum())
+    seen = format_shapes(sorted(shapes, key=lambda bt: bt[1]))
+    if batching.packing is None:
+        why = f"T={T} from --pack-len"
+    else:
+        why = (f"T={T} of least training cost for {batching.attention} attention: "
+               f"{batching.packing.describe().replace(chr(10), '; ')}")
     if longer == 0:
-        return f"dyntile packing: shape {named} (B x T): rows of T={seq_len} tokens hold every sample whole."
-    if overflow == "split":
-        return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} are split "
-                f"into chunks over consecutive rows, each chunk its own segment (--pack-overflow).")
-    if len(shapes) == 1:
-        return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} (--pack-len) "
-                f"are kept whole in its rows, and the shorter ones share those rows (--pack-overflow).")
-    return (f"dyntile packing: shapes {named} (B x T); the {longer} samples longer than T={seq_len} (--pack-len) "
-            f"are kept whole in rows of the second shape (--pack-overflow).")
+        rest = "every sample fits a row whole"
+    elif overflow == "split":
+        rest = f"the {longer} samples longer than T are split into chunks over consecutive rows (--pack-overflow)"
+    else:
+        rest = f"the {longer} samples longer than T stay whole in rows of the second shape (--pack-overflow)"
+    return f"dyntile packing: shapes {seen} (B x T); {why}; {rest}."
 
 
 def _torch_threads() -> int:
@@ -220,17 +258,18 @@ def _torch_threads() -> int:
     return torch.get_num_threads()
 
 
-def _notes(args, backend, stats: dict, planned: float, warm_up: float, seq_len: int = 0,
-           longer: int = 0) -> list[str]:
-    """The lines under the table; ``seq_len``: the packed rows' ``T``, ``longer``: the
-    samples longer than it."""
+def _notes(args, backend, stats: dict, planned: float, warm_up: float, packing=None,
+           lengths: np.ndarray | None = None) -> list[str]:
+    """The lines under the table; ``packing``: the packing method's batching, if it ran."""
     how = "eager (--no-compile)" if backend is None else f"torch.compile(backend={backend!r})"
     notes = [
-        "batches, shapes, padded %, loader b/s: one pass of the DataLoader over the epoch"
+        "batches, shapes, padded %, loader tok/s (real tokens/s): one pass of the DataLoader over the epoch"
         + ("" if all(s.complete for s in stats.values()) else " ('+': capped by --max-batches)") + ".",
         f"training: the first {args.steps} batches of each method (--steps), budget {args.batch_tokens} "
         f"tokens/batch, TinyTransformer d_model={args.d_model} layers={args.layers} heads={args.heads}, "
-        f"next-token loss with a block-diagonal causal mask, {how}, {_torch_threads()} torch threads.",
+        f"next-token loss inside each sample, {how}, {_torch_threads()} torch threads.",
+        "attention: dense = SDPA over the whole row with a block-diagonal causal mask (every score computed); "
+        "varlen = dyntile.varlen_attention on the segments (only the scores inside samples).",
         "tok/s counts real (non-padding) tokens; steady tok/s leaves out the steps that compiled.",
     ]
     if "buckets" in stats:
@@ -238,8 +277,8 @@ def _notes(args, backend, stats: dict, planned: float, warm_up: float, seq_len: 
         notes.insert(1, f"dyntile buckets: {100 * b.sample_padded_fraction:.1f}% padding inside samples' rows "
                         f"(planned {100 * planned:.1f}%) + {100 * b.empty_row_slots / max(b.slots, 1):.1f}% in empty "
                         "rows that top up each bucket's last batch (one shape per bucket).")
-    if "packing" in stats:
-        notes.insert(1, _packing_note(stats["packing"].shapes, seq_len, longer, args.pack_overflow))
+    if packing is not None:
+        notes.insert(1, _packing_note(stats["packing"].shapes, packing, lengths, args.pack_overflow))
     if backend is not None:
         notes.append("graphs: graphs torch.compile built (first compile + every recompilation); "
                      "the baselines use torch.compile's defaults (a static graph, then one dynamic graph "

@@ -8,7 +8,12 @@ Every collate returns int64 ``[B, T]`` ``input_ids``, ``position_ids`` and
 * ``sorted``  -- the same from length-sorted pools;
 * ``buckets`` -- dyntile's plan, ``loaders.BucketBatchSampler`` + ``loaders.DynTileCollate``;
 * ``packing`` -- ``loaders.PackingBatchSampler`` + ``loaders.DynTileCollate(pack=sampler)``
-  (``loaders.packed_collate.collate_packed``).
+  (``loaders.packed_collate.collate_packed``), rows of the length
+  :func:`dyntile.planning.choose_seq_len` picks for the method's attention.
+
+Each method trains with an attention (:data:`~dyntile.cli.model.ATTENTIONS`): by
+default (:data:`DEFAULT_ATTENTION`) the baselines keep what a user has without dyntile
+(SDPA with the padding mask), dyntile's rows use :func:`dyntile.varlen_attention`.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from dyntile.cli.baselines import BudgetBatchSampler, pad_sequence_collate
 from dyntile.cli.corpus import Corpus
 from dyntile.shapes import round_up
 
-__all__ = ["METHODS", "LABELS", "Batching", "TokenDataset", "build_batching"]
+__all__ = ["METHODS", "LABELS", "DEFAULT_ATTENTION", "Batching", "TokenDataset", "build_batching"]
 
 METHODS = ("random", "sorted", "buckets", "packing")
 LABELS = {
@@ -31,6 +36,7 @@ LABELS = {
     "buckets": "dyntile buckets",
     "packing": "dyntile packing",
 }
+DEFAULT_ATTENTION = {"random": "dense", "sorted": "dense", "buckets": "varlen", "packing": "varlen"}
 
 
 class TokenDataset(torch.utils.data.Dataset):
@@ -60,6 +66,9 @@ class Batching:
     batch_sampler: torch.utils.data.Sampler
     collate_fn: Callable[[list], dict]
     dynamic: bool | None = None
+    attention: str = "dense"
+    #: the row length choice of packed batches (:class:`dyntile.planning.SeqLenChoice`), else None
+    packing: object = None
 
     @property
     def label(self) -> str:
@@ -71,8 +80,8 @@ class Batching:
 
 
 def pack_seq_len(lengths: np.ndarray, pack_len: int | None, max_tokens: int, multiple: int = 8) -> int:
-    """Row length ``T`` of packed batches: ``pack_len`` (default: the longest sample, so
-    every sample fits one shape), no longer than the longest sample needs, within the budget.
+    """Row length ``T`` of packed batches for an explicit ``--pack-len`` (``None``: the
+    longest sample), no longer than the longest sample needs, within the budget.
 
     >>> pack_seq_len(np.array([3, 40]), 512, 4096), pack_seq_len(np.array([3, 900]), 512, 4096)
     (40, 512)
@@ -84,24 +93,35 @@ def pack_seq_len(lengths: np.ndarray, pack_len: int | None, max_tokens: int, mul
     return min(wanted, longest, max_tokens // multiple * multiple)
 
 
-def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len: int, seed: int,
-                   pack_overflow: str = "second_shape") -> Batching:
-    """Fresh sampler + collate for method ``name`` (one of :data:`METHODS`)."""
+def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len: int | None, seed: int,
+                   pack_overflow: str = "second_shape", attention: str | None = None, d_model: int = 64) -> Batching:
+    """Fresh sampler + collate for method ``name`` (one of :data:`METHODS`), trained with
+    ``attention`` (default :data:`DEFAULT_ATTENTION`); ``d_model`` weighs attention in
+    the packed row length's cost."""
     lengths = corpus.lengths
+    attention = DEFAULT_ATTENTION[name] if attention is None else attention
     if name in ("random", "sorted"):
-        return Batching(name, BudgetBatchSampler(lengths, max_tokens, order=name, seed=seed), pad_sequence_collate)
+        return Batching(name, BudgetBatchSampler(lengths, max_tokens, order=name, seed=seed), pad_sequence_collate,
+                        attention=attention)
     from loaders import BucketBatchSampler, DynTileCollate, PackingBatchSampler
     if name == "buckets":
         # batch_multiple=1: every bucket uses the whole token budget, like the baselines
         sampler = BucketBatchSampler(lengths, plan=plan, max_tokens=max_tokens, batch_multiple=1, shuffle=True, seed=seed)
         # bucket_rows: a bucket's last, partial batch keeps the bucket's shape (empty rows)
         collate = DynTileCollate(plan=plan, pad_values={"input_ids": 0}, bucket_rows=sampler.batch_sizes)
-        return Batching(name, sampler, _BucketCollate(collate), dynamic=False)
+        return Batching(name, sampler, _BucketCollate(collate), dynamic=False, attention=attention)
     if name == "packing":
-        seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
+        choice = None
+        if pack_len is None:
+            from dyntile.planning import choose_seq_len
+            choice = choose_seq_len(lengths, max_tokens=max_tokens, multiple=plan.multiple, overflow=pack_overflow,
+                                    attention=attention, d_model=d_model)
+            seq_len = choice.seq_len
+        else:
+            seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
         sampler = PackingBatchSampler(lengths, max_tokens=max_tokens, seq_len=seq_len, overflow=pack_overflow, seed=seed)
         return Batching(name, sampler, _PackedCollate(DynTileCollate(pack=sampler, pad_values={"input_ids": 0})),
-                        dynamic=False)
+                        dynamic=False, attention=attention, packing=choice)
     raise ValueError(f"method should be one of {METHODS}, but got {name!r}")
 
 

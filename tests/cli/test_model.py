@@ -48,3 +48,21 @@ def test_loss_is_finite_when_no_token_has_a_label():
     loss = model(torch.tensor([[5, 0]]), torch.tensor([[0, 0]]), torch.tensor([[1, 0]]))
     assert torch.isfinite(loss) and loss.item() == 0.0
     loss.backward()
+
+
+def test_varlen_attention_gives_the_dense_model_loss_and_gradients():
+    """The same weights under the two attentions: one loss, one gradient (padding included)."""
+    torch.manual_seed(1)
+    dense = TinyTransformer(vocab_size=40, max_positions=24, d_model=32, n_heads=4, attention="dense").double()
+    varlen = TinyTransformer(vocab_size=40, max_positions=24, d_model=32, n_heads=4, attention="varlen").double()
+    varlen.load_state_dict(dense.state_dict())
+    ids = torch.randint(1, 40, (2, 24))
+    seg = torch.tensor([[1] * 5 + [2] * 12 + [3] * 3 + [0] * 4, [1] * 24])
+    pos = torch.cat([torch.arange(5), torch.arange(12), torch.arange(3), torch.zeros(4, dtype=torch.long)])
+    pos = torch.stack([pos, torch.arange(24)])
+    losses = [m(ids, pos, seg) for m in (dense, varlen)]
+    torch.testing.assert_close(losses[1], losses[0], rtol=1e-10, atol=1e-10)
+    for loss in losses:
+        loss.backward()
+    for (name, a), b in zip(dense.named_parameters(), varlen.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-8, atol=1e-10, msg=name)
