@@ -16,8 +16,8 @@ import numpy as np
 
 from dyntile import shapes as _shapes
 from dyntile import tensor_reader
-from dyntile.arrays import (as_numpy, bit_out, bit_view, carrier_fill, check_out, memory_view, torch_numpy_dtype,
-                            wrap_like)
+from dyntile.arrays import (as_numpy, bit_out, bit_view, carrier_fill, check_out, check_out_grad, memory_view,
+                            torch_numpy_dtype, wrap_like)
 from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_torch_tensor
@@ -631,6 +631,7 @@ def _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out):
     """CUDA route: validate shapes and dtypes on the host, then one device kernel."""
     from dyntile import cuda as _cuda  # imports numba only now
 
+    check_out_grad(out)
     token = next(filter(None, (bit_view(x)[1] for x in samples)), None)   # bfloat16, float8 tensors
     if token is not None:
         return _pad_cuda_bits(samples, multiple, axes, shape, plan, fill, left, dtype, out, token)

@@ -89,6 +89,24 @@ def test_torch_out_and_errors():
         dt.pad_batch([torch.ones(3).to_sparse()])
 
 
+def test_out_requiring_grad_is_refused():
+    """An out= that requires grad would be written in place behind autograd's back
+    (matmul refuses it too): every route says so, and leaves out untouched."""
+    out = torch.zeros(2, 8, requires_grad=True)
+    calls = [lambda: dt.pad_batch([torch.ones(3), torch.ones(5)], out=out),            # the tensor route
+             lambda: dt.pad_batch([torch.ones(3, 1), torch.ones(5, 1)], out=torch.zeros(2, 8, 1, requires_grad=True)),
+             lambda: dt.pad_batch([np.ones(3, np.float32), np.ones(5, np.float32)], out=out),
+             lambda: dt.pad_batch([[1.0, 2.0], [3.0]], out=out),                       # lists of numbers
+             lambda: dt.pad_to(torch.ones(3), (8,), out=out[0]),
+             lambda: dt.tile(torch.ones(2, 3), (2, 4), out=torch.zeros(1, 1, 2, 4, requires_grad=True))]
+    for call in calls:
+        with pytest.raises(TypeError, match=r"out requires grad; .*out\.detach\(\)"):
+            call()
+    assert not out.detach().any()
+    batch, _ = dt.pad_batch([torch.ones(3), torch.ones(5)], out=out.detach())   # a detached view is fine
+    assert batch.sum() == 8
+
+
 def test_token_rows_never_promote_or_hide_samples():
     """1-D tensors take a torch.cat route; cat promotes dtypes and skips empty 1-D
     tensors, so the route must hand those batches to the checks of the general path."""
