@@ -1,4 +1,6 @@
 """CPU torch tensors in -> torch tensors out, compared with torch's own pad_sequence."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -105,6 +107,25 @@ def test_out_requiring_grad_is_refused():
     assert not out.detach().any()
     batch, _ = dt.pad_batch([torch.ones(3), torch.ones(5)], out=out.detach())   # a detached view is fine
     assert batch.sum() == 8
+
+
+@pytest.mark.parametrize("make", [lambda x: x.to_sparse(), lambda x: x.to_sparse_csr(),
+                                  lambda x: torch.empty(x.shape, device="meta")], ids=["coo", "csr", "meta"])
+def test_matmul_names_sparse_and_meta_tensors(make):
+    """matmul takes dense CPU tensors; sparse and meta ones get a TypeError naming the
+    operand (or out), as pad_batch names its samples, not torch's own conversion error."""
+    x = torch.ones(3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                      # sparse CSR support is in beta
+        odd = make(x)
+    with pytest.raises(TypeError, match="matmul: operand a is a .*(sparse|device 'meta')"):
+        dt.matmul(odd, x)
+    with pytest.raises(TypeError, match="matmul: operand b is a .*(sparse|device 'meta')"):
+        dt.matmul(np.ones((3, 3), np.float32), odd)
+    with pytest.raises(TypeError, match="matmul: out is a .*(sparse|device 'meta')"):
+        dt.matmul(x, x, out=odd)
+    with pytest.raises(TypeError, match="matmul: out is a .*(sparse|device 'meta')"):
+        dt.matmul(x.bfloat16(), x.bfloat16(), out=odd.to(torch.bfloat16))        # torch's own product
 
 
 def test_token_rows_never_promote_or_hide_samples():
