@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise CLIError(f"--seed should be a non-negative integer, but got {args.seed}")
         return _dispatch(args)
     except (CLIError, ValueError) as exc:
-        print(f"dyntile: error: {exc}", file=sys.stderr)
+        print(f"dyntile: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)   # one line, as argparse's
         return 2
     except KeyboardInterrupt:
         print("dyntile: interrupted", file=sys.stderr)
