@@ -121,6 +121,15 @@ BAD_INPUTS = {
     "garbage": ("g.npz", lambda t: b"hello, no zip at all" * 5, ["plan"], "not a NumPy .npz file (no zip archive"),
     "objects in an .npz": ("o.npz", lambda t: _npz_bytes(t, lengths=np.array([[1], [2, 3]], object)), ["plan"],
                            "array 'lengths' holds Python objects; .npz files are read without unpickling"),
+    "uint64 ids of 2**64-1": ("u.npz", lambda t: _npz_bytes(t, ids=np.array([1, 2, 2**64 - 1], np.uint64),
+                                                           offsets=np.array([0, 1, 3])),
+                              ["demo", "--no-compile", "--data"],
+                              "token ids should be below 1048576 (2**20: a model has one embedding row per id), but "
+                              "the largest is 18446744073709551615 (sequence 1); renumber the ids densely"),
+    "ids near 10**11": ("b.npz", lambda t: _npz_bytes(t, ids=np.array([1, 10**11, 2]), offsets=np.array([0, 2, 3])),
+                        ["demo", "--no-compile", "--data"], "the largest is 100000000000 (sequence 0)"),
+    "ids near 10**8": ("m.npz", lambda t: _npz_bytes(t, ids=np.array([10**8 + 3]), offsets=np.array([0, 1])),
+                       ["plan"], "the largest is 100000003 (sequence 0); renumber"),
     "float offsets": ("f.npz", lambda t: _npz_bytes(t, ids=np.arange(10), offsets=np.array([0, 5.5, 10])), ["plan"],
                       "'offsets' should be integers (positions in 'ids'), but got dtype float64"),
 }
