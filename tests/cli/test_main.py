@@ -145,6 +145,15 @@ def test_bad_files_exit_2_with_one_line_naming_the_file(case, capsys, tmp_path):
     assert err.count("\n") == 1 and err.startswith(f"dyntile: error: {name}: ") and message in err, err
 
 
+@pytest.mark.parametrize("command", ["plan", "demo"])
+def test_batch_tokens_out_of_range_are_named(command, capsys):
+    for budget in ("99999999999999999999", str(2**20 + 1), "0"):
+        rc = main([command, "--batch-tokens", budget, "--limit", "20"])
+        err = capsys.readouterr().err
+        assert rc == 2 and err == (f"dyntile: error: --batch-tokens should be a positive number of tokens up to "
+                                   f"1048576 (2**20), but got {budget}\n"), err
+
+
 def test_plan_prints_and_saves_a_loadable_plan(capsys, tmp_path):
     lengths = np.random.default_rng(0).integers(1, 300, 500)
     src = tmp_path / "l.npy"
