@@ -261,13 +261,15 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
         Where padding goes along each padded axis ("left": data at the end).
     dtype : dtype, optional
         Output dtype (samples cast with ``same_kind``). Default: the samples' common
-        dtype; mixed dtypes must promote without rounding.
+        dtype; mixed dtypes must promote without rounding (datetimes and timedeltas
+        join only their own unit, records their own layout; see :mod:`dyntile.dtypes`).
     promote : bool
         ``False``: array samples of different dtypes, or torch tensors beside NumPy
         arrays, raise ``TypeError`` naming the sample instead of promoting (lists of
         numbers still take the batch dtype).
     out : array, optional
-        Destination of shape ``(B, *padded)`` and the batch dtype.
+        Destination of shape ``(B, *padded)`` and the batch dtype (a tensor that does
+        not require grad: it is written in place).
     device : "cuda" or "cpu", optional
         ``"cuda"``: pad host arrays straight into a CUDA buffer (one host-to-device
         transfer); ``"cpu"`` (as ``None``): on the host, unless the samples are CUDA arrays.
