@@ -14,8 +14,8 @@ import numpy as np
 
 from dyntile.dispatch import is_torch_tensor
 
-__all__ = ["as_numpy", "check_out", "wrap_like", "torch_dtype_token", "torch_numpy_dtype", "torch_fill_bits",
-           "bit_view", "bit_out", "carrier_fill"]
+__all__ = ["as_numpy", "check_host_tensor", "check_out", "check_out_grad", "wrap_like", "torch_dtype_token",
+           "torch_numpy_dtype", "torch_fill_bits", "bit_view", "bit_out", "carrier_fill"]
 
 _BIT_VIEWS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
@@ -107,6 +107,19 @@ def carrier_fill(fill, token) -> int:
     return int(np.array(torch_fill_bits(fill, token), f"u{width}").view(_BIT_VIEWS[width])[()])
 
 
+def check_host_tensor(x, what: str) -> None:
+    """``TypeError`` naming ``what`` unless the torch tensor ``x`` is a dense CPU tensor
+    (one whose memory NumPy can view)."""
+    if x.is_cuda:
+        raise TypeError(f"{what} is a CUDA tensor; use CUDA arrays for every input of the call")
+    if not x.is_cpu:
+        raise TypeError(f"{what} is a tensor on device {x.device.type!r}; dyntile takes CPU tensors, "
+                        f"NumPy arrays and CUDA arrays")
+    if x.layout != sys.modules["torch"].strided:
+        raise TypeError(f"{what} is a {x.layout} tensor; only dense (strided) tensors are accepted "
+                        f"(x.to_dense() makes one)")
+
+
 def as_numpy(x, what: str = "array"):
     """View ``x`` as a NumPy array without copying where possible.
 
@@ -116,13 +129,7 @@ def as_numpy(x, what: str = "array"):
     if type(x) is np.ndarray:
         return x, None
     if is_torch_tensor(x):
-        if x.is_cuda:
-            raise TypeError(f"{what} is a CUDA tensor; use CUDA arrays for every input of the call")
-        if not x.is_cpu:
-            raise TypeError(f"{what} is a tensor on device {x.device.type!r}; dyntile takes CPU tensors, "
-                            f"NumPy arrays and CUDA arrays")
-        if x.layout != sys.modules["torch"].strided:
-            raise TypeError(f"{what} is a {x.layout} torch tensor; only dense (strided) tensors are accepted")
+        check_host_tensor(x, what)
         x, token = bit_view(x.detach())
         return x.resolve_conj().resolve_neg().numpy(), token
     if isinstance(x, np.ndarray):  # subclasses (masked arrays...) lose their subclass
@@ -171,6 +178,14 @@ def wrap_like(result: np.ndarray, torch_like: bool, token=None):
     return t.view(token) if token is not None else t
 
 
+def check_out_grad(out) -> None:
+    """``TypeError`` for a torch ``out=`` that requires grad: the kernels write it in
+    place, which autograd would not see (as ``matmul`` and torch's own ``out=`` refuse)."""
+    if is_torch_tensor(out) and out.requires_grad:
+        raise TypeError("out requires grad; dyntile writes out in place without recording autograd, so pass "
+                        "out.detach() (or a tensor that does not require grad)")
+
+
 def check_out(out, shape: tuple, dtype: np.dtype, what: str = "the result", token=None,
               inputs: tuple = ()) -> np.ndarray:
     """The NumPy view of a user's ``out=`` (NumPy array or CPU torch tensor), checked
@@ -179,6 +194,7 @@ def check_out(out, shape: tuple, dtype: np.dtype, what: str = "the result", toke
     result's torch-only dtype (bfloat16...), which ``dtype`` carries as integers."""
     out_token = None
     if is_torch_tensor(out):
+        check_out_grad(out)
         if out.is_conj() or out.is_neg():
             raise ValueError("out is a conjugate or negative view, whose memory holds other values than it "
                              "shows; pass a tensor without the bit (e.g. torch.empty_like(out))")

@@ -5,6 +5,8 @@ as Python lists are *weakly* typed and must fit that dtype exactly. Mixed array
 dtypes promote only when every value of every input is representable in the result
 (int16 + float32 -> float32 is fine; int64 + float64, or int64 + uint64, is not:
 large integers would be rounded) -- stricter than NumPy's ``can_cast(..., "safe")``.
+Datetimes and timedeltas join only their own kind and unit (a unit change can
+overflow: days in seconds), records only their own layout, and neither joins numbers.
 """
 from __future__ import annotations
 
@@ -31,6 +33,11 @@ def _mantissa_bits(dtype: np.dtype) -> int:
 def exactly_representable(src: np.dtype, dst: np.dtype) -> bool:
     """True if every value of ``src`` is stored exactly in ``dst``."""
     src, dst = np.dtype(src), np.dtype(dst)
+    if src.kind in "mM" or dst.kind in "mM":
+        if src.kind != dst.kind:
+            return False
+        unit = np.datetime_data(src)                 # (unit, count); a generic unit holds no unit to change
+        return unit[0] == "generic" or unit == np.datetime_data(dst)
     if src == dst or src.kind == "b":
         return dst.kind in "biufc" if src.kind == "b" else True
     if src.kind in "iu" and dst.kind in "iu":
@@ -67,19 +74,43 @@ def promote_samples(strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np
             _check_list_fits(a, dtype, i)
         return dtype
     if strong:
-        result = np.result_type(*[d for _, d in strong])
+        result = _result_type(strong)
         for i, d in strong:
             if not exactly_representable(d, result):
                 others = sorted({str(x) for _, x in strong})
                 raise TypeError(
                     f"samples have dtypes {others} that do not promote safely: sample {i} ({d}) "
-                    f"would be rounded in {result}; cast the samples to one dtype or pass dtype=")
+                    f"{_change(d, result)}; cast the samples to one dtype or pass dtype=")
     else:  # lists only: empty lists carry no type; a batch of only empty lists is int64
         result = np.result_type(*[a.dtype for _, a in weak if a.size] or [np.int64])
     for i, a in weak:
         if a.dtype != result:
             check_exact_cast(a, result, f"sample {i} (a list)")
     return result
+
+
+def _result_type(strong: list[tuple[int, np.dtype]]) -> np.dtype:
+    """NumPy's common dtype of the samples ``strong`` (index, dtype); ``TypeError``
+    naming the first sample that has none with the samples before it."""
+    result = strong[0][1]
+    for i, d in strong[1:]:
+        try:
+            result = np.result_type(result, d)
+        except (TypeError, OverflowError):   # DTypePromotionError; time units without a common one (years
+            # and days; picoseconds and two days, whose divisor overflows)
+            before = sorted({str(x) for j, x in strong if j < i})
+            raise TypeError(f"sample {i} has dtype {d}, which has no common dtype with the samples before it "
+                            f"({', '.join(before)}); cast the samples to one dtype or pass dtype=") from None
+    return result
+
+
+def _change(src: np.dtype, dst: np.dtype) -> str:
+    """What storing ``src`` values in ``dst`` would do to them, for a message."""
+    if src.kind in "mM" and dst.kind == src.kind:
+        return f"would change unit to {dst}, which can overflow or round its values"
+    if src.kind in "mMV" or dst.kind in "mMV":
+        return f"would become {dst}, another kind of value (records and times join only their own dtype)"
+    return f"would be rounded in {dst}"
 
 
 def as_int64(arr: np.ndarray, name: str = "lengths") -> np.ndarray:

@@ -22,7 +22,7 @@ from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_cuda_array, is_torch_tensor
 from dyntile.fill import kernel_fill_bits
-from dyntile.padding import _as_list, _check_side, _normalize, cat_token_rows, pad_batch
+from dyntile.padding import _as_list, _check_side, _normalize, cat_token_rows, check_plan, pad_batch
 from dyntile.threads import copy_threads
 
 __all__ = ["concat_rows", "pad_jagged"]
@@ -106,6 +106,7 @@ def _padded_length(longest: int, multiple, shape, plan, rest: tuple) -> int:
                              f"pad_jagged never cuts")
         return target[0]
     if plan is not None:
+        check_plan(plan)
         if plan.ndim != 1:
             raise ValueError(f"pad_jagged pads one axis, but the plan has {plan.ndim} axes")
         return plan.round_up(longest)[0]

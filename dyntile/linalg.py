@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from dyntile.arrays import memory_view, overlaps, torch_dtype_token
+from dyntile.arrays import check_host_tensor, memory_view, overlaps, torch_dtype_token
 from dyntile.cpu import gemm as _GEMM
 from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.shapes import MatmulShapes, broadcast_batch, matmul_shapes
@@ -104,6 +104,7 @@ def matmul(a, b, out=None, *, threads: int | None = None):
 def _host_array(x, name: str) -> np.ndarray:
     """A NumPy view of a host operand (torch tensors share memory; lists convert)."""
     if is_torch_tensor(x):
+        check_host_tensor(x, f"matmul: operand {name}")
         if x.requires_grad:
             raise TypeError(
                 f"matmul: operand {name} requires grad; dyntile.matmul does not record "
@@ -142,6 +143,7 @@ def _check_out(out, shapes: MatmulShapes, res_dtype: np.dtype, a: np.ndarray, b:
     dtype and overlap. As in NumPy, ``out`` may have more leading axes than the operands'
     batch: they broadcast to it (``shapes`` then has out's batch)."""
     if is_torch_tensor(out):
+        check_host_tensor(out, "matmul: out")
         _check_out_grad(out)
         out_np = memory_view(out)
     elif isinstance(out, np.ndarray):
@@ -344,4 +346,5 @@ def _check_torch_out(out, dtype, shapes: MatmulShapes, a_t, b_t) -> None:
             raise ValueError("matmul: out overlaps an operand in device memory; the result cannot be "
                              "written over an input (pass a separate out)")
     else:
+        check_host_tensor(out, "matmul: out")
         _check_disjoint(memory_view(out), memory_view(a_t), memory_view(b_t))

@@ -16,13 +16,14 @@ import numpy as np
 
 from dyntile import shapes as _shapes
 from dyntile import tensor_reader
-from dyntile.arrays import (as_numpy, bit_out, bit_view, carrier_fill, check_out, memory_view, torch_numpy_dtype,
-                            wrap_like)
+from dyntile.arrays import (as_numpy, bit_out, bit_view, carrier_fill, check_out, check_out_grad, memory_view,
+                            torch_numpy_dtype, wrap_like)
 from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.dtypes import check_round_trip, promote_samples
 from dyntile.fill import check_fill, fill_bits, fill_key, kernel_fill_bits
+from dyntile.planning.buckets import BucketPlan
 from dyntile.threads import PARALLEL_COPY_BYTES as _PARALLEL_COPY_BYTES
 from dyntile.threads import copy_threads
 
@@ -36,6 +37,21 @@ def _check_side(side) -> bool:
     if side not in ("right", "left"):
         raise ValueError(f"side should be 'right' or 'left', but got {side!r}")
     return side == "left"
+
+
+def check_plan(plan) -> None:
+    """``TypeError`` unless ``plan`` (not ``None``) is a
+    :class:`~dyntile.planning.buckets.BucketPlan`, or an object with its ``ndim`` and
+    ``round_up`` (all the general path uses; the one-call row routes take only
+    BucketPlans and leave other plans to it)."""
+    if type(plan) is BucketPlan or hasattr(plan, "round_up") and hasattr(plan, "ndim"):
+        return
+    hint = ""
+    if isinstance(plan, (tuple, list)) and plan and all(isinstance(b, int) for b in plan):
+        hint = f"; for the boundaries {tuple(plan)} pass plan=BucketPlan({tuple(plan)})"
+    text = repr(plan)
+    raise TypeError(f"plan should be a dyntile BucketPlan (BucketPlan(boundaries), or dyntile.plan_buckets(lengths)), "
+                    f"but got {type(plan).__name__} {text if len(text) <= 60 else text[:57] + '...'}{hint}")
 
 
 def _as_list(arrays) -> list:
@@ -245,13 +261,15 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
         Where padding goes along each padded axis ("left": data at the end).
     dtype : dtype, optional
         Output dtype (samples cast with ``same_kind``). Default: the samples' common
-        dtype; mixed dtypes must promote without rounding.
+        dtype; mixed dtypes must promote without rounding (datetimes and timedeltas
+        join only their own unit, records their own layout; see :mod:`dyntile.dtypes`).
     promote : bool
         ``False``: array samples of different dtypes, or torch tensors beside NumPy
         arrays, raise ``TypeError`` naming the sample instead of promoting (lists of
         numbers still take the batch dtype).
     out : array, optional
-        Destination of shape ``(B, *padded)`` and the batch dtype.
+        Destination of shape ``(B, *padded)`` and the batch dtype (a tensor that does
+        not require grad: it is written in place).
     device : "cuda" or "cpu", optional
         ``"cuda"``: pad host arrays straight into a CUDA buffer (one host-to-device
         transfer); ``"cpu"`` (as ``None``): on the host, unless the samples are CUDA arrays.
@@ -269,6 +287,8 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
     array([3, 5])
     """
     left = _check_side(side)
+    if plan is not None:
+        check_plan(plan)
     samples = _as_list(arrays)
     if not samples:
         raise ValueError("pad_batch needs at least one array, but got an empty sequence")
@@ -367,6 +387,8 @@ def _row_setup(dt: np.dtype, token, multiple, plan, fill):
     """``(fill bits, size_of, layout)`` for rows of ``dt`` (``token``: a torch-only
     dtype it carries): ``size_of(longest)`` gives the padded length, ``layout`` is
     :func:`native_row_layout`'s. ``None`` for dtypes the kernels do not move."""
+    if plan is not None and type(plan) is not BucketPlan and not isinstance(plan, BucketPlan):
+        return None               # a plan of the protocol only: the general path asks its round_up
     key = (dt, token, fill_key(fill), type(multiple),       # 8.0 == 8, but only 8 is a multiple
            multiple if plan is None else plan.boundaries)     # a plan's hash costs more
     try:
@@ -453,6 +475,8 @@ def pad_rows(samples: list, *, multiple: int = 8, plan=None, fill=0, side: str =
     left = _SIDES.get(side) if type(side) is str else None
     if left is None:
         left = _check_side(side)                  # raises, naming what is accepted
+    if plan is not None:
+        check_plan(plan)
     if type(samples) is not list or not samples:
         return None
     x0 = samples[0]
@@ -490,6 +514,8 @@ def pad_rows_torch(samples: list, *, multiple: int = 8, plan=None, fill=0, side:
     left = _SIDES.get(side) if type(side) is str else None
     if left is None:
         left = _check_side(side)                  # raises, naming what is accepted
+    if plan is not None:
+        check_plan(plan)
     native = tensor_reader.native_module()
     if native is None or type(samples) is not list or not samples:
         return None
@@ -573,11 +599,11 @@ def _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out):
     the general path (other element types, ints beyond int64), which explains any error."""
     if axes is None and shape is None and out is None and (plan is None or plan.ndim == 1):
         try:
-            bits, size_of, _ = _row_setup(_INT64, None, multiple, plan, fill)
+            setup = _row_setup(_INT64, None, multiple, plan, fill)
         except (TypeError, ValueError):   # e.g. fill=0.5 (fine for float lists): the two-pass route checks
-            bits = None
-        if bits is not None:
-            result = _number_lists.pad_ints(samples, size_of, bits, left)    # token ids: one pass
+            setup = None
+        if setup is not None:
+            result = _number_lists.pad_ints(samples, setup[1], setup[0], left)    # token ids: one pass
             if result is not None:
                 return result
     lengths, dt = _number_lists.scan(samples)
@@ -607,6 +633,7 @@ def _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out):
     """CUDA route: validate shapes and dtypes on the host, then one device kernel."""
     from dyntile import cuda as _cuda  # imports numba only now
 
+    check_out_grad(out)
     token = next(filter(None, (bit_view(x)[1] for x in samples)), None)   # bfloat16, float8 tensors
     if token is not None:
         return _pad_cuda_bits(samples, multiple, axes, shape, plan, fill, left, dtype, out, token)

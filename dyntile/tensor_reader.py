@@ -22,11 +22,11 @@ import numpy as np
 from dyntile.cpu import pad as _pad
 
 __all__ = ["describe_tensors", "describe_native", "describe_rows", "native_module", "native_reader",
-           "native_status"]
+           "native_status", "requires_grad"]
 
 _UNSET = object()
 _native = _UNSET
-NATIVE_API = 2      # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
+NATIVE_API = 3      # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
 
 
 def native_module():
@@ -118,6 +118,15 @@ def describe_rows(samples: list):
         return None
     shapes, strides, ptrs, maxes, total = read
     return shapes, strides, ptrs, int(maxes[0]), total
+
+
+def requires_grad(samples: list) -> bool:
+    """Whether a torch tensor of the list ``samples`` requires grad (natively, one call,
+    where the native module is built; through the bindings else)."""
+    native = native_module()
+    if native is not None:
+        return native.first_requiring_grad(samples) >= 0
+    return any(getattr(x, "requires_grad", False) for x in samples)
 
 
 def _read(native, samples: list, nd: int):

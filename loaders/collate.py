@@ -284,7 +284,7 @@ class DynTileCollate:
                 return None
             batch, lengths, longest, n = rows
             if longest * B == n and not self.always_pads(name, 1):
-                out[k] = _stacked_rows(batch, longest, self.side)   # one length, not a sequence: as the walk
+                out[k] = _stacked_rows(batch, longest, self.side, column)   # one length, not a sequence: as the walk
                 continue
             shape = tuple(batch.shape)
             out[k] = batch if type(batch) is _TENSOR else torch.from_numpy(batch)
@@ -584,7 +584,7 @@ class _Batch:
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
         if longest * len(items) == total and not c.always_pads(key, 1):  # one length: the samples, stacked
-            return _stacked_rows(batch, longest, c.side)
+            return _stacked_rows(batch, longest, c.side, items)
         self._note(key, lengths, (0,), shape, total)
         return batch
 
@@ -725,9 +725,13 @@ def _writable(options: Mapping | None) -> dict | None:
     return _remap(options, dict)
 
 
-def _stacked_rows(batch, longest: int, side: str) -> torch.Tensor:
+def _stacked_rows(batch, longest: int, side: str, rows: list) -> torch.Tensor:
     """B rows of one length ``longest``, padded into ``batch`` (NumPy or torch): the
-    samples stacked, the padding cut off (what ``default_collate`` gives for them)."""
+    samples stacked, the padding cut off (what ``default_collate`` gives for them).
+    Tensor ``rows`` of which one requires grad are stacked by ``torch.stack``, which
+    records autograd, as ``default_collate`` does (the padded copy holds no grad_fn)."""
+    if isinstance(rows[0], _TENSOR) and tensor_reader.requires_grad(rows):
+        return torch.stack([r if isinstance(r, _TENSOR) else torch.as_tensor(r, dtype=batch.dtype) for r in rows])
     t = batch if type(batch) is _TENSOR else torch.from_numpy(batch)
     return (t[:, :longest] if side == "right" else t[:, t.shape[1] - longest:]).contiguous()
 

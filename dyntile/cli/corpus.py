@@ -13,6 +13,9 @@ from dyntile.dtypes import as_int64
 __all__ = ["Corpus"]
 
 _SYNTHETIC_VOCAB = 4096
+#: token ids a corpus may hold: a model has one embedding row per id (the demo's 2**20 rows of width 64
+#: are 256 MiB, four times that with the optimizer's state), so larger ids are refused before any run
+MAX_VOCAB = 2**20
 
 
 @dataclass(frozen=True)
@@ -55,11 +58,17 @@ class Corpus:
 
     @classmethod
     def from_sequences(cls, sequences: Sequence, name: str) -> "Corpus":
-        """Token id sequences (non-negative integers); the vocabulary is ``max id + 1``."""
+        """Token id sequences (non-negative integers below ``MAX_VOCAB``); the vocabulary
+        is ``max id + 1``."""
         seqs = [_check_ids(s, i, name) for i, s in enumerate(sequences)]
         lengths = _check_lengths([len(s) for s in seqs], name)
-        top = max((int(s.max()) for s in seqs if s.size), default=0)
-        return cls(name, lengths, max(top + 1, len(SPECIALS) + 1), seqs)
+        tops = [int(s.max()) if s.size else 0 for s in seqs]    # before the int64 cast: uint64 ids stay as they are
+        top = max(tops, default=0)
+        if top >= MAX_VOCAB:
+            raise CLIError(f"{name}: token ids should be below {MAX_VOCAB} (2**20: a model has one embedding row "
+                           f"per id), but the largest is {top} (sequence {tops.index(top)}); renumber the ids "
+                           f"densely first, e.g. numpy.unique(ids, return_inverse=True)[1]")
+        return cls(name, lengths, max(top + 1, len(SPECIALS) + 1), [s.astype(np.int64) for s in seqs])
 
     @classmethod
     def from_texts(cls, texts: Sequence[str], name: str, vocab_size: int = 4096) -> "Corpus":
@@ -100,4 +109,4 @@ def _check_ids(seq, i: int, name: str) -> np.ndarray:
         raise CLIError(f"{name}: sequence {i} should be a 1-D list of integer token ids, but got shape {arr.shape} dtype {arr.dtype}")
     if arr.size and arr.min() < 0:
         raise CLIError(f"{name}: token ids should be non-negative, but sequence {i} holds {arr.min()}")
-    return arr.astype(np.int64)
+    return arr

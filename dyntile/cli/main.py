@@ -13,7 +13,12 @@ from typing import Sequence
 from dyntile import __version__
 from dyntile.cli.errors import CLIError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "MAX_BATCH_TOKENS"]
+
+#: the largest --batch-tokens: the demo's model has one position embedding row per token of a
+#: batch (2**20 rows of width 64: 256 MiB); budgets past it would allocate gigabytes, and past
+#: int64 they overflow the planned batch sizes
+MAX_BATCH_TOKENS = 2**20
 
 _EPILOG = """examples:
   dyntile demo                                  # stdlib docstrings, four batching methods, one table
@@ -90,6 +95,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     return run_bench(args)
 
 
+def _check_batch_tokens(budget: int | None) -> None:
+    """``CLIError`` for a ``--batch-tokens`` (of demo or plan) outside 1..MAX_BATCH_TOKENS."""
+    if budget is not None and not 1 <= budget <= MAX_BATCH_TOKENS:
+        raise CLIError(f"--batch-tokens should be a positive number of tokens up to {MAX_BATCH_TOKENS} (2**20), "
+                       f"but got {budget}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse ``argv`` (default ``sys.argv[1:]``), run, return the exit status."""
     parser = build_parser()
@@ -104,9 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if getattr(args, "seed", 0) < 0:
             raise CLIError(f"--seed should be a non-negative integer, but got {args.seed}")
+        _check_batch_tokens(getattr(args, "batch_tokens", None))
         return _dispatch(args)
     except (CLIError, ValueError) as exc:
-        print(f"dyntile: error: {exc}", file=sys.stderr)
+        print(f"dyntile: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)   # one line, as argparse's
         return 2
     except KeyboardInterrupt:
         print("dyntile: interrupted", file=sys.stderr)

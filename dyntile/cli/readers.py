@@ -15,12 +15,16 @@ Every error names the file and, where there is one, the line or sample.
 from __future__ import annotations
 
 import json
+import pickle
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from dyntile.cli.corpus import Corpus
 from dyntile.cli.errors import CLIError
+from dyntile.dtypes import as_int64
 
 __all__ = ["read_corpus", "SUFFIXES"]
 
@@ -100,20 +104,67 @@ def _jsonl(path: Path, field: str) -> Corpus:
     raise CLIError(f"{path.name}: field {field!r} mixes strings and lists; use one kind for every line")
 
 
+#: how a zip archive (an .npz) begins: its first entry, or the end record of an empty one
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+#: what a damaged archive raises while it is opened or an entry is read
+_DAMAGED = (zipfile.BadZipFile, EOFError, zlib.error, ValueError)
+
+
 def _npz(path: Path, seed: int) -> Corpus:
-    with np.load(path, allow_pickle=False) as data:
+    with path.open("rb") as fh:
+        head = fh.read(4)
+    if head not in _ZIP_MAGIC:      # np.load would take it for a pickle ("allow_pickle=") or fail on EOF
+        raise CLIError(f"{path.name}: not a NumPy .npz file ({'an empty file' if not head else 'no zip archive'}; "
+                       f"numpy.savez writes one)")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except _DAMAGED as exc:
+        raise CLIError(f"{path.name}: a damaged .npz file, cut short or corrupt ({_reason(exc)})") from None
+    with data:
         keys = set(data.files)
         if {"ids", "offsets"} <= keys:
-            ids, offsets = data["ids"], np.asarray(data["offsets"], dtype=np.int64)
+            ids, offsets = _entry(data, "ids", path), _entry(data, "offsets", path)
+            if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
+                raise CLIError(f"{path.name}: 'ids' should be 1-D integer token ids, but got shape {ids.shape} "
+                               f"dtype {ids.dtype}")
+            if offsets.dtype.kind not in "iu":     # 5.5 would be cut to 5: a sequence boundary moved
+                raise CLIError(f"{path.name}: 'offsets' should be integers (positions in 'ids'), but got dtype "
+                               f"{offsets.dtype}")
+            try:
+                offsets = as_int64(offsets, "offsets")
+            except ValueError as exc:
+                raise CLIError(f"{path.name}: {exc}") from None
             if offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or offsets[-1] != len(ids) or np.any(np.diff(offsets) < 0):
                 raise CLIError(f"{path.name}: 'offsets' should rise from 0 to len(ids)={len(ids)}")
             return Corpus.from_sequences([ids[a:b] for a, b in zip(offsets[:-1], offsets[1:])], path.name)
         if "lengths" in keys:
-            return Corpus.from_lengths(data["lengths"], path.name, seed)
+            return Corpus.from_lengths(_entry(data, "lengths", path), path.name, seed)
         if keys == {"arr_0"}:                     # np.savez(f, lengths): one unnamed array
-            return Corpus.from_lengths(data["arr_0"], path.name, seed)
+            return Corpus.from_lengths(_entry(data, "arr_0", path), path.name, seed)
     raise CLIError(f"{path.name}: expected arrays 'ids' and 'offsets', or 'lengths' (or one unnamed "
                    f"array of lengths); found {sorted(keys)}")
+
+
+def _entry(data, key: str, path: Path) -> np.ndarray:
+    """The array ``key`` of an open .npz, or a ``CLIError`` naming the file and the entry."""
+    try:
+        arr = data[key]
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise CLIError(f"{path.name}: array {key!r} holds Python objects; .npz files are read without "
+                           f"unpickling (--allow-pickle applies to .npy files only): save it as integers") from None
+        raise CLIError(f"{path.name}: array {key!r} is damaged ({_reason(exc)})") from None
+    except _DAMAGED as exc:
+        raise CLIError(f"{path.name}: array {key!r} is damaged, cut short or corrupt ({_reason(exc)})") from None
+    if not isinstance(arr, np.ndarray):                # an entry that is no .npy: np.load gives its bytes
+        raise CLIError(f"{path.name}: entry {key!r} is not a NumPy array")
+    return arr
+
+
+def _reason(exc: Exception) -> str:
+    """``module.Type: message`` of an exception, for a one-line error."""
+    kind = type(exc).__qualname__ if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{type(exc).__qualname__}"
+    return f"{kind}: {exc}" if str(exc) else kind
 
 
 def _npy(path: Path, pad_id: int | None, allow_pickle: bool, seed: int) -> Corpus:
@@ -127,6 +178,8 @@ def _npy(path: Path, pad_id: int | None, allow_pickle: bool, seed: int) -> Corpu
             raise CLIError(f"{path.name}: holds Python objects; pass --allow-pickle to load it "
                            "(only for files you trust: unpickling can run code)") from None
         raise CLIError(f"cannot read {path.name}: {exc}") from None
+    except (EOFError, pickle.UnpicklingError) as exc:     # pickled objects (--allow-pickle) cut short or corrupt
+        raise CLIError(f"cannot read {path.name}: its pickled objects are damaged ({_reason(exc)})") from None
     if arr.dtype == object and arr.ndim == 1:
         return Corpus.from_sequences(list(arr), path.name)
     if arr.ndim == 1:

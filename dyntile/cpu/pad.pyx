@@ -13,6 +13,7 @@ except for the cheap checks in ``describe`` that decide the fast path.
 cimport numpy as cnp
 from cython.parallel cimport prange
 from cpython.list cimport PyList_GET_ITEM
+from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int64_t, intptr_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
@@ -20,6 +21,9 @@ from libc.string cimport memcpy, memset
 import numpy as np
 
 from dyntile.cpu.elements cimport elem_t, fill_n
+
+cdef extern from "numpy/arrayobject.h":
+    object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.dtype descr, int fortran)   # steals descr
 
 cnp.import_array()
 
@@ -33,17 +37,21 @@ def describe(list samples):
     common dtype or ``None`` if the dtypes differ; ``bad`` = -1 when every item is
     an ``ndarray`` of the first item's rank, else the index of the first item that
     is not (the caller then takes its slow, explaining path).
+
+    Dtypes are compared as dtype objects, not type numbers: datetimes of two units,
+    or records of two layouts, share a type number but not their values' meaning.
     """
     cdef Py_ssize_t n = len(samples), i, k
     cdef int nd
     cdef cnp.ndarray a
-    cdef int t0
+    cdef cnp.PyArray_Descr* d0
+    cdef cnp.PyArray_Descr* d
     cdef bint same_dtype = True
     if n == 0 or type(samples[0]) is not np.ndarray:
         return None, None, 0
     a = <cnp.ndarray>samples[0]
     nd = cnp.PyArray_NDIM(a)
-    t0 = cnp.PyArray_TYPE(a)
+    d0 = cnp.PyArray_DESCR(a)
     shapes = np.empty((n, nd), dtype=np.int64)
     cdef int64_t[:, ::1] sh = shapes
     for i in range(n):
@@ -53,7 +61,9 @@ def describe(list samples):
         a = <cnp.ndarray>obj
         if cnp.PyArray_NDIM(a) != nd or not cnp.PyArray_ISNOTSWAPPED(a):
             return shapes, None, i
-        if cnp.PyArray_TYPE(a) != t0:
+        d = cnp.PyArray_DESCR(a)
+        # one descriptor object is the common case (builtin dtypes are singletons)
+        if same_dtype and d != d0 and not cnp.PyArray_EquivTypes(<cnp.dtype>d, <cnp.dtype>d0):
             same_dtype = False
         for k in range(nd):
             sh[i, k] = cnp.PyArray_DIMS(a)[k]
@@ -363,7 +373,8 @@ def pad_flat_rows(intptr_t flat, Py_ssize_t flat_size, list lengths, cnp.dtype d
         if T < maxlen:
             raise ValueError(f"padded length {T} is shorter than the longest sample ({maxlen})")
         dims[1] = T
-        out = cnp.PyArray_EMPTY(2, dims, dtype.num, 0)
+        Py_INCREF(dtype)                         # PyArray_Empty steals it; the dtype, not its
+        out = PyArray_Empty(2, dims, dtype, 0)    # number: datetimes keep their unit
         if n and T:
             _pad_rows_any(cnp.PyArray_DATA(out), T, n, lens, starts, <const char*>flat, left, fill_bits, width,
                           threads_for(n * T * width))

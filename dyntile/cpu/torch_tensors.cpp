@@ -42,7 +42,8 @@
 // module of its own NATIVE_API only, so that a build left from older sources (an
 // editable install after a pull) is not used rather than failing. Bump both with any
 // new function or changed signature. 2: stack_numbers, scalar keys in collate_dicts.
-#define DYNTILE_NATIVE_API 2
+// 3: first_requiring_grad; collate_dicts declines to stack rows that require grad.
+#define DYNTILE_NATIVE_API 3
 
 namespace {
 
@@ -250,6 +251,7 @@ struct Rows {
   int64_t longest = 0, total = 0, width = 8;
   c10::ScalarType dtype = c10::ScalarType::Long;
   bool lists = true;
+  bool grad = false;                // tensors: one of them requires grad
 };
 
 // pass 1 over exact lists: their lengths (the ints are checked while copied)
@@ -276,6 +278,7 @@ bool read_tensors(PyObject* const* items, Py_ssize_t n, Rows& rows, Scratch& scr
       rows.width = static_cast<int64_t>(t.element_size());
       if (rows.width != 1 && rows.width != 2 && rows.width != 4 && rows.width != 8) return false;
     }
+    rows.grad = rows.grad || t.requires_grad();
     rows.lens[i] = t.sizes()[0];
     rows.steps[i] = t.strides()[0] * rows.width;
     rows.ptrs[i] = static_cast<const char*>(t.const_data_ptr());
@@ -547,6 +550,19 @@ PyObject* stack_numbers(PyObject*, PyObject* args) {
   return wrap(t);
 }
 
+// first_requiring_grad(items) -> the index of the first tensor of the list that requires
+// grad, or -1 (other objects are skipped): what torch's bindings answer at ~90 ns a tensor
+PyObject* first_requiring_grad(PyObject*, PyObject* args) {
+  PyObject* items;
+  if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return nullptr;
+  const Py_ssize_t n = PyList_GET_SIZE(items);
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject* obj = PyList_GET_ITEM(items, i);
+    if (THPVariable_Check(obj) && THPVariable_Unpack(obj).requires_grad()) return PyLong_FromSsize_t(i);
+  }
+  return PyLong_FromSsize_t(-1);
+}
+
 // strong references (at most `capacity`, in the call's Scratch), released on scope exit
 class Refs {
  public:
@@ -719,6 +735,9 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
         // stacked as the walk stacks it, once its length is within the plan (the walk
         // applies the overflow policy to a row over it)
         if (padded_length(rows[j].longest, lay.multiple, lay.bounds.data(), lay.nbounds) < 0) Py_RETURN_NONE;
+        // rows that require grad: the Python route stacks them with torch.stack, which
+        // records autograd (as default_collate does); padded rows are detached, as pad_batch pads
+        if (rows[j].grad) Py_RETURN_NONE;
         stacked[j] = true;
       }
     }
@@ -829,12 +848,17 @@ PyMethodDef methods[] = {
      "masked says whether the mask was added. specs maps (key, code) to (fill_bits,\n"
      "always) (always: pad even when every row has one length) or None; code is -1 for lists, else the\n"
      "tensors' scalar type. A (key, code) missing from specs is answered (key, code, value of sample 0):\n"
-     "the caller adds it and asks again. None for anything else: the Python route decides."},
+     "the caller adds it and asks again. None for anything else, rows of one length that would be\n"
+     "stacked while one requires grad among them: the Python route decides."},
     {"stack_numbers", guarded<stack_numbers>, METH_VARARGS,
      "stack_numbers(items) -> None | tensor\n\n"
      "A list of B Python numbers of one kind (exact ints in int64, floats, or bools) as the (B,) int64,\n"
      "float64 or bool tensor torch.tensor(items) makes of them; None for anything else (mixed kinds,\n"
      "an int past int64, other objects, no items)."},
+    {"first_requiring_grad", guarded<first_requiring_grad>, METH_VARARGS,
+     "first_requiring_grad(items) -> int\n\n"
+     "The index of the first torch tensor in the list items that requires grad, or -1 (other objects\n"
+     "are skipped)."},
     {"dict_columns", guarded<dict_columns>, METH_VARARGS,
      "dict_columns(samples) -> None | (keys, columns)\n\n"
      "For a list of exact dicts with sample 0's key set: its keys (in its order) and per key the list of\n"

@@ -177,6 +177,31 @@ def test_plan_and_shape_targets():
         dt.pad_batch([np.ones(65)], plan=Plan())
     batch, _ = dt.pad_batch([np.ones(3), np.ones(5)], shape=(10,))
     assert batch.shape == (2, 10)
+    torch = pytest.importorskip("torch")       # the one-call row routes leave a protocol plan to round_up
+    batch, _ = dt.pad_batch([torch.ones(3), torch.ones(17)], plan=Plan())
+    assert batch.shape == (2, 64)
+    assert dt.pad_rows([[1, 2], [3]], plan=Plan())[0].shape == (2, 16)
+    assert dt.pad_rows_torch([[1, 2], [3]], plan=Plan()) is None
+
+
+def test_a_plan_that_is_no_plan_is_named():
+    """plan=(8, 16) (boundaries, not a BucketPlan): a TypeError saying what to pass,
+    on every padding call, as DynTileCollate says it (not an AttributeError)."""
+    torch = pytest.importorskip("torch")
+    calls = [lambda: dt.pad_batch([np.ones(3)], plan=(8, 16)),
+             lambda: dt.pad_batch([torch.ones(3)], plan=(8, 16)),
+             lambda: dt.pad_batch([[1, 2]], plan=(8, 16)),
+             lambda: dt.pad_jagged(np.ones(3), [3], plan=(8, 16)),
+             lambda: dt.pad_rows([[1, 2]], plan=(8, 16)),
+             lambda: dt.pad_rows([torch.ones(3)], plan=(8, 16)),
+             lambda: dt.pad_rows_torch([torch.ones(3)], plan=(8, 16)),
+             lambda: dt.pad_rows_torch([[1]], plan=[8, 16])]
+    for call in calls:
+        with pytest.raises(TypeError, match=r"plan should be a dyntile BucketPlan .*but got (tuple|list) .*"
+                                            r"pass plan=BucketPlan\(\(8, 16\)\)"):
+            call()
+    with pytest.raises(TypeError, match="plan should be a dyntile BucketPlan .*but got str 'buckets'$"):
+        dt.pad_batch([np.ones(3)], plan="buckets")
 
 
 def test_out_argument():

@@ -203,3 +203,12 @@ def test_native_refuses_a_batch_mixing_tensor_and_parameter():
     bufs = [np.empty((2, 1), np.int64), np.empty((2, 1), np.int64), np.empty(2, np.intp), np.empty(1, np.int64)]
     assert native([x, torch.nn.Parameter(x.clone())], 1, *bufs)[0] == 1
     assert native([torch.nn.Parameter(x.clone()), torch.nn.Parameter(x.clone())], 1, *bufs)[0] == -1
+
+
+def test_requires_grad_finds_any_tensor_requiring_grad_on_both_routes(route):
+    x = torch.ones(3)
+    assert not tensor_reader.requires_grad([x, x[:2], [1, 2], 5])
+    assert tensor_reader.requires_grad([x, [1], torch.ones(2, requires_grad=True)])
+    assert tensor_reader.requires_grad([x * 1, torch.nn.Parameter(x.clone())])   # a subclass too
+    assert tensor_reader.requires_grad([torch.ones(2, requires_grad=True)[:1]])   # a view of one
+    assert not tensor_reader.requires_grad([])

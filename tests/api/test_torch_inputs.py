@@ -1,4 +1,6 @@
 """CPU torch tensors in -> torch tensors out, compared with torch's own pad_sequence."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -87,6 +89,43 @@ def test_torch_out_and_errors():
         dt.pad_batch([torch.ones(3), torch.ones(2, 2)])
     with pytest.raises(TypeError, match="sparse|strided"):
         dt.pad_batch([torch.ones(3).to_sparse()])
+
+
+def test_out_requiring_grad_is_refused():
+    """An out= that requires grad would be written in place behind autograd's back
+    (matmul refuses it too): every route says so, and leaves out untouched."""
+    out = torch.zeros(2, 8, requires_grad=True)
+    calls = [lambda: dt.pad_batch([torch.ones(3), torch.ones(5)], out=out),            # the tensor route
+             lambda: dt.pad_batch([torch.ones(3, 1), torch.ones(5, 1)], out=torch.zeros(2, 8, 1, requires_grad=True)),
+             lambda: dt.pad_batch([np.ones(3, np.float32), np.ones(5, np.float32)], out=out),
+             lambda: dt.pad_batch([[1.0, 2.0], [3.0]], out=out),                       # lists of numbers
+             lambda: dt.pad_to(torch.ones(3), (8,), out=out[0]),
+             lambda: dt.tile(torch.ones(2, 3), (2, 4), out=torch.zeros(1, 1, 2, 4, requires_grad=True))]
+    for call in calls:
+        with pytest.raises(TypeError, match=r"out requires grad; .*out\.detach\(\)"):
+            call()
+    assert not out.detach().any()
+    batch, _ = dt.pad_batch([torch.ones(3), torch.ones(5)], out=out.detach())   # a detached view is fine
+    assert batch.sum() == 8
+
+
+@pytest.mark.parametrize("make", [lambda x: x.to_sparse(), lambda x: x.to_sparse_csr(),
+                                  lambda x: torch.empty(x.shape, device="meta")], ids=["coo", "csr", "meta"])
+def test_matmul_names_sparse_and_meta_tensors(make):
+    """matmul takes dense CPU tensors; sparse and meta ones get a TypeError naming the
+    operand (or out), as pad_batch names its samples, not torch's own conversion error."""
+    x = torch.ones(3, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")                      # sparse CSR support is in beta
+        odd = make(x)
+    with pytest.raises(TypeError, match="matmul: operand a is a .*(sparse|device 'meta')"):
+        dt.matmul(odd, x)
+    with pytest.raises(TypeError, match="matmul: operand b is a .*(sparse|device 'meta')"):
+        dt.matmul(np.ones((3, 3), np.float32), odd)
+    with pytest.raises(TypeError, match="matmul: out is a .*(sparse|device 'meta')"):
+        dt.matmul(x, x, out=odd)
+    with pytest.raises(TypeError, match="matmul: out is a .*(sparse|device 'meta')"):
+        dt.matmul(x.bfloat16(), x.bfloat16(), out=odd.to(torch.bfloat16))        # torch's own product
 
 
 def test_token_rows_never_promote_or_hide_samples():

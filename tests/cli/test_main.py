@@ -106,6 +106,54 @@ def test_bad_input_exits_nonzero_with_a_clear_message(capsys, tmp_path):
     assert "unrecognized arguments" in capsys.readouterr().err
 
 
+def _npz_bytes(tmp_path, **arrays) -> bytes:
+    np.savez(tmp_path / "src.npz", **arrays)
+    return (tmp_path / "src.npz").read_bytes()
+
+
+# the inputs: (file name, its bytes from tmp_path, the command, what the one line must say)
+BAD_INPUTS = {
+    "empty .npz": ("empty.npz", lambda t: b"", ["plan"], "not a NumPy .npz file (an empty file"),
+    "half an .npz": ("half.npz", lambda t: _npz_bytes(t, ids=np.arange(100), offsets=np.array([0, 50, 100]))[:300],
+                     ["plan"], "a damaged .npz file, cut short or corrupt"),
+    "a zip header only": ("z.npz", lambda t: b"PK\x03\x04x", ["demo", "--no-compile", "--data"],
+                          "a damaged .npz file"),
+    "garbage": ("g.npz", lambda t: b"hello, no zip at all" * 5, ["plan"], "not a NumPy .npz file (no zip archive"),
+    "objects in an .npz": ("o.npz", lambda t: _npz_bytes(t, lengths=np.array([[1], [2, 3]], object)), ["plan"],
+                           "array 'lengths' holds Python objects; .npz files are read without unpickling"),
+    "uint64 ids of 2**64-1": ("u.npz", lambda t: _npz_bytes(t, ids=np.array([1, 2, 2**64 - 1], np.uint64),
+                                                           offsets=np.array([0, 1, 3])),
+                              ["demo", "--no-compile", "--data"],
+                              "token ids should be below 1048576 (2**20: a model has one embedding row per id), but "
+                              "the largest is 18446744073709551615 (sequence 1); renumber the ids densely"),
+    "ids near 10**11": ("b.npz", lambda t: _npz_bytes(t, ids=np.array([1, 10**11, 2]), offsets=np.array([0, 2, 3])),
+                        ["demo", "--no-compile", "--data"], "the largest is 100000000000 (sequence 0)"),
+    "ids near 10**8": ("m.npz", lambda t: _npz_bytes(t, ids=np.array([10**8 + 3]), offsets=np.array([0, 1])),
+                       ["plan"], "the largest is 100000003 (sequence 0); renumber"),
+    "float offsets": ("f.npz", lambda t: _npz_bytes(t, ids=np.arange(10), offsets=np.array([0, 5.5, 10])), ["plan"],
+                      "'offsets' should be integers (positions in 'ids'), but got dtype float64"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+def test_bad_files_exit_2_with_one_line_naming_the_file(case, capsys, tmp_path):
+    name, make, command, message = BAD_INPUTS[case]
+    (tmp_path / name).write_bytes(make(tmp_path))
+    rc = main([*command, str(tmp_path / name)])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    assert err.count("\n") == 1 and err.startswith(f"dyntile: error: {name}: ") and message in err, err
+
+
+@pytest.mark.parametrize("command", ["plan", "demo"])
+def test_batch_tokens_out_of_range_are_named(command, capsys):
+    for budget in ("99999999999999999999", str(2**20 + 1), "0"):
+        rc = main([command, "--batch-tokens", budget, "--limit", "20"])
+        err = capsys.readouterr().err
+        assert rc == 2 and err == (f"dyntile: error: --batch-tokens should be a positive number of tokens up to "
+                                   f"1048576 (2**20), but got {budget}\n"), err
+
+
 def test_plan_prints_and_saves_a_loadable_plan(capsys, tmp_path):
     lengths = np.random.default_rng(0).integers(1, 300, 500)
     src = tmp_path / "l.npy"

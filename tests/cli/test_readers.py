@@ -1,5 +1,6 @@
 """User files: every accepted format, and a clear error for each kind of bad input."""
 import json
+import zipfile
 
 import numpy as np
 import pytest
@@ -91,3 +92,30 @@ def test_missing_file_and_bad_arrays(tmp_path):
     (tmp_path / "junk.npy").write_bytes(b"not an npy file")
     with pytest.raises(CLIError, match="junk.npy: not a NumPy .npy file"):
         read_corpus(tmp_path / "junk.npy")
+
+
+def test_damaged_archives_and_pickles_name_the_file(tmp_path):
+    """What np.load raises for a damaged file (EOFError, BadZipFile, zlib.error, a pickle
+    cut short) becomes a CLIError naming the file (and the entry)."""
+    np.savez_compressed(tmp_path / "c.npz", ids=np.arange(2000), offsets=np.array([0, 1000, 2000]))
+    data = bytearray((tmp_path / "c.npz").read_bytes())
+    data[200:260] = b"x" * 60                                     # inside the compressed 'ids'
+    (tmp_path / "c.npz").write_bytes(bytes(data))
+    with pytest.raises(CLIError, match=r"c.npz: array 'ids' is damaged, cut short or corrupt \(zlib.error"):
+        read_corpus(tmp_path / "c.npz")
+    with zipfile.ZipFile(tmp_path / "t.npz", "w") as z:          # a zip whose entries are no .npy files
+        z.writestr("lengths", "3 4 5")
+    with pytest.raises(CLIError, match="t.npz: entry 'lengths' is not a NumPy array"):
+        read_corpus(tmp_path / "t.npz")
+    np.savez(tmp_path / "u.npz", ids=np.arange(4), offsets=np.array([0, 2**64 - 1], np.uint64))
+    with pytest.raises(CLIError, match=r"u.npz: offsets should be below 2\*\*63, but got offsets\[1\]"):
+        read_corpus(tmp_path / "u.npz")
+    np.savez(tmp_path / "f.npz", ids=np.arange(4.0), offsets=np.array([0, 4]))
+    with pytest.raises(CLIError, match=r"f.npz: 'ids' should be 1-D integer token ids, but got shape \(4,\) dtype float64"):
+        read_corpus(tmp_path / "f.npz")
+    objects = np.empty(2, object)
+    objects[0], objects[1] = [1, 2], list(range(40))
+    np.save(tmp_path / "o.npy", objects, allow_pickle=True)
+    (tmp_path / "o.npy").write_bytes((tmp_path / "o.npy").read_bytes()[:-20])
+    with pytest.raises(CLIError, match="cannot read o.npy: its pickled objects are damaged"):
+        read_corpus(tmp_path / "o.npy", allow_pickle=True)

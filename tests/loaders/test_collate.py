@@ -595,6 +595,36 @@ def _walk_only(collate: DynTileCollate, samples):
         collate._collate_rows, collate._native_args = fast, args
 
 
+@pytest.mark.parametrize("route", ["native", "bindings", "walk"])
+def test_equal_rows_that_require_grad_keep_their_grad_fn(route, monkeypatch):
+    """1-D tensors of one length that require grad are stacked as default_collate
+    stacks them: the batch records autograd (0-d tensors already did); gradients reach
+    every sample. Rows of other lengths are padded, as pad_batch pads them (detached)."""
+    from dyntile import tensor_reader
+    if route == "bindings":
+        monkeypatch.setattr(tensor_reader, "_native", None)
+    leaves = [torch.arange(3.0, requires_grad=True), torch.ones(3), torch.full((3,), 2.0, requires_grad=True)]
+    collate = DynTileCollate()
+    run = (lambda s: _walk_only(collate, s)) if route == "walk" else collate
+    params = [torch.nn.Parameter(t.detach().clone()) for t in leaves]
+    for samples, leaf, pick in [
+            ([{"x": t, "ids": [1] * (i + 1)} for i, t in enumerate(leaves)], lambda s: s["x"], lambda o: o["x"]),
+            ([{"x": t} for t in leaves], lambda s: s["x"], lambda o: o["x"]),
+            ([(t,) for t in leaves], lambda s: s[0], lambda o: o[0]),
+            (leaves, lambda s: s, lambda o: o),
+            (params, lambda s: s, lambda o: o)]:
+        out = pick(run(samples))
+        assert out.grad_fn is not None
+        assert torch.equal(out.detach(), default_collate([leaf(s) for s in samples]).detach())
+        (out * torch.arange(1.0, 4.0)).sum().backward()
+        for t in map(leaf, samples):
+            if t.requires_grad:
+                assert t.grad.tolist() == [1.0, 2.0, 3.0]
+                t.grad = None
+    padded = collate([torch.ones(2, requires_grad=True), torch.ones(3)])
+    assert padded.grad_fn is None and padded.shape == (2, 8)
+
+
 # a "label" key of numbers beside the rows: name -> the value of sample i (one kind, or mixed)
 NUMBER_KEYS = {None: None, "int": lambda i: 3 * i - 2, "float": lambda i: i / 4, "bool": lambda i: i % 2 == 0,
                "int then bool": lambda i: True if i else 5, "float then int": lambda i: i if i else 0.5,
