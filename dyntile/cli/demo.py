@@ -233,24 +233,30 @@ def _row(label: str, attention: str, ls: LoaderStats, tr) -> list:
             f"{tr.tokens_per_s:.0f}", f"{tr.steady_tokens_per_s:.0f}", f"{tr.first_loss:.2f}->{tr.last_loss:.2f}"]
 
 
-def _packing_note(shapes, batching, lengths: np.ndarray, overflow: str) -> str:
-    """What the packed shapes ``(B, T)`` are and what chose them."""
-    from dyntile.planning.packing_cost import format_shapes
-    T = batching.batch_sampler.shapes[0][1]
-    longer = int((lengths > T).sum())
-    seen = format_shapes(sorted(shapes, key=lambda bt: bt[1]))
-    if batching.packing is None:
-        why = f"T={T} from --pack-len"
-    else:
-        why = (f"T={T} of least training cost for {batching.attention} attention: "
-               f"{batching.packing.describe().replace(chr(10), '; ')}")
+def _packing_note(shapes, seq_len: int, longer: int, overflow: str) -> str:
+    """What the packed shapes ``(B, T)`` mean, for rows of ``seq_len`` tokens of which
+    ``longer`` samples do not fit."""
+    named = ", ".join(f"{b}x{t}" for b, t in sorted(shapes, key=lambda bt: bt[1]))
     if longer == 0:
-        rest = "every sample fits a row whole"
-    elif overflow == "split":
-        rest = f"the {longer} samples longer than T are split into chunks over consecutive rows (--pack-overflow)"
-    else:
-        rest = f"the {longer} samples longer than T stay whole in rows of the second shape (--pack-overflow)"
-    return f"dyntile packing: shapes {seen} (B x T); {why}; {rest}."
+        return f"dyntile packing: shape {named} (B x T): rows of T={seq_len} tokens hold every sample whole."
+    if overflow == "split":
+        return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} are split "
+                f"into chunks over consecutive rows, each chunk its own segment (--pack-overflow).")
+    if len(shapes) == 1:
+        return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} (--pack-len) "
+                f"are kept whole in its rows, and the shorter ones share those rows (--pack-overflow).")
+    return (f"dyntile packing: shapes {named} (B x T); the {longer} samples longer than T={seq_len} (--pack-len) "
+            f"are kept whole in rows of the second shape (--pack-overflow).")
+
+
+def _choice_note(batching) -> str:
+    """What chose the packed row length: ``--pack-len``, or the cost of each candidate."""
+    T = batching.batch_sampler.shapes[0][1]
+    if batching.packing is None:
+        return f"dyntile packing: T={T} from --pack-len."
+    lines = batching.packing.describe().split("\n")
+    return (f"dyntile packing: T={T}, the least training cost for {batching.attention} attention: "
+            f"{lines[0]}; against the {lines[1]}.")
 
 
 def _torch_threads() -> int:
@@ -278,7 +284,9 @@ def _notes(args, backend, stats: dict, planned: float, warm_up: float, packing=N
                         f"(planned {100 * planned:.1f}%) + {100 * b.empty_row_slots / max(b.slots, 1):.1f}% in empty "
                         "rows that top up each bucket's last batch (one shape per bucket).")
     if packing is not None:
-        notes.insert(1, _packing_note(stats["packing"].shapes, packing, lengths, args.pack_overflow))
+        T = packing.batch_sampler.shapes[0][1]
+        notes.insert(1, _choice_note(packing))
+        notes.insert(1, _packing_note(stats["packing"].shapes, T, int((lengths > T).sum()), args.pack_overflow))
     if backend is not None:
         notes.append("graphs: graphs torch.compile built (first compile + every recompilation); "
                      "the baselines use torch.compile's defaults (a static graph, then one dynamic graph "

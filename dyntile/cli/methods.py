@@ -98,6 +98,8 @@ def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len
     """Fresh sampler + collate for method ``name`` (one of :data:`METHODS`), trained with
     ``attention`` (default :data:`DEFAULT_ATTENTION`); ``d_model`` weighs attention in
     the packed row length's cost."""
+    if name not in METHODS:
+        raise ValueError(f"method should be one of {METHODS}, but got {name!r}")
     lengths = corpus.lengths
     attention = DEFAULT_ATTENTION[name] if attention is None else attention
     if name in ("random", "sorted"):

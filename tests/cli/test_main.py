@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import dyntile
+from dyntile.cli.errors import CLIError
 from dyntile.cli.main import main
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
@@ -73,6 +74,8 @@ def test_demo_compiled_counts_graphs(capsys, table):
     assert 1 <= int(packing["graphs"]) <= int(packing["shapes"]) <= 2    # one static graph per packed shape
     assert int(rand["graphs"]) >= 2                                      # 3 random shapes -> recompiles
     assert float(rand["compile s"]) > 0 and "backend='aot_eager'" in out
+    assert (rand["attention"], packing["attention"]) == ("dense", "varlen")
+    assert "the least training cost for varlen attention" in out
 
 
 def _fails(capsys, argv, message):
@@ -211,3 +214,15 @@ def test_packing_note_says_what_the_shapes_mean():
     only_long = _packing_note([(2, 784)], 8, 200, "second_shape")
     assert "kept whole in its rows, and the shorter ones share those rows" in only_long
     assert "split into chunks" in _packing_note([(4, 64)], 64, 3, "split")
+
+
+def test_attention_option_picks_each_methods_attention():
+    from dyntile.cli.demo import _parse_attention
+    methods = ["random", "sorted", "buckets", "packing"]
+    assert _parse_attention("auto", methods) == {"random": "dense", "sorted": "dense", "buckets": "varlen",
+                                                 "packing": "varlen"}
+    assert set(_parse_attention("dense", methods).values()) == {"dense"}
+    assert _parse_attention("packing=dense,random=varlen", methods)["packing"] == "dense"
+    assert _parse_attention("packing=dense,random=varlen", methods)["random"] == "varlen"
+    with pytest.raises(CLIError, match="--attention should be auto"):
+        _parse_attention("packing=flash", methods)
