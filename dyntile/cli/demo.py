@@ -163,6 +163,8 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
         require_matplotlib()                  # before the run, not after it
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    from dyntile.cli.allocator import keep_freed_memory
+    kept = keep_freed_memory()
     import dyntile
     from dyntile.cli.methods import TokenDataset, build_batching
     from dyntile.cli.model import TinyTransformer
@@ -216,6 +218,9 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     for note in _notes(args, compile_backend, stats, plan.padding_ratio(lengths, cost="linear"), warm_up,
                        packing, lengths):
         print(note, file=out)
+    if kept:
+        print("memory: freed blocks stay in the process (glibc mallopt), so no step pays page faults for "
+              "re-allocating its activations (as with jemalloc or tcmalloc).", file=out)
     if args.plot:
         from dyntile.cli.methods import LABELS
         from dyntile.cli.plot import plot_demo
