@@ -96,6 +96,31 @@ def test_dispatch_routes_the_cuda_interface():
         backend_of([_FakeDeviceArray(), np.zeros(3)])
 
 
+def test_dispatch_routes_simulator_arrays_only_under_the_simulator():
+    r = _run("""
+        from numba import cuda
+        import numpy as np
+        from dyntile.dispatch import backend_of
+        print(backend_of([cuda.to_device(np.zeros(3))]), type(cuda.to_device(np.zeros(3))).__name__)
+
+        class Marked:                 # a simulator-like array while the simulator is off
+            __cuda_ndarray__ = True
+        print(backend_of([Marked()]))
+    """, NUMBA_ENABLE_CUDASIM="1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["cuda", "FakeCUDAArray", "cuda"]
+    r = _run("""
+        import numba.cuda
+        from dyntile.dispatch import backend_of
+
+        class Marked:
+            __cuda_ndarray__ = True
+        print(backend_of([Marked()]))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "cpu"
+
+
 def _run(code: str, **env):
     import os
 
@@ -107,9 +132,10 @@ def _run(code: str, **env):
 
 def test_import_is_free_of_numba_and_torch():
     r = _run("""
-        import sys, dyntile, dyntile.cuda
+        import sys, numpy, dyntile, dyntile.cuda, dyntile.dispatch
         dir(dyntile.cuda)
         from dyntile.cuda import config, launch
+        dyntile.dispatch.backend_of([numpy.zeros(3), [1.0]])     # dispatch looks numba up, never imports it
         print(sorted(m for m in ("numba", "torch") if m in sys.modules))
     """)
     assert r.returncode == 0, r.stderr
