@@ -33,20 +33,15 @@ def is_cuda_array(x) -> bool:
     """
     if is_torch_tensor(x):
         return bool(x.is_cuda)
-    return hasattr(type(x), "__cuda_array_interface__") or hasattr(x, "__cuda_array_interface__") \
-        or _simulated_device_array(x)
-
-
-def _simulated_device_array(x) -> bool:
-    """True for a device array of Numba's CUDA simulator, while the simulator is on.
-
-    Such an array marks itself ``__cuda_ndarray__`` as Numba's real ones do; it can
-    exist only once numba is loaded, so numba is looked up, never imported.
-    """
-    if not getattr(type(x), "__cuda_ndarray__", False):
-        return False
+    if hasattr(type(x), "__cuda_array_interface__") or hasattr(x, "__cuda_array_interface__"):
+        return True
+    # Under Numba's CUDA simulator its device arrays (marked __cuda_ndarray__, as Numba's
+    # real ones are) wrap host arrays and lack the interface. They exist only once
+    # numba.cuda is loaded, so it is looked up, never imported (and the common host
+    # call pays one dict lookup).
     numba_cuda = sys.modules.get("numba.cuda")
-    return numba_cuda is not None and bool(numba_cuda.config.ENABLE_CUDASIM)
+    return numba_cuda is not None and bool(numba_cuda.config.ENABLE_CUDASIM) \
+        and getattr(type(x), "__cuda_ndarray__", False) is True
 
 
 def backend_of(arrays: Iterable, what: str = "arrays") -> str:
