@@ -3,7 +3,9 @@
 * NumPy arrays, CPU torch tensors, Python lists and scalars -> ``"cpu"``
   (Cython kernels in :mod:`dyntile.cpu`, NumPy fallback for other dtypes);
 * anything exposing ``__cuda_array_interface__`` (Numba device arrays, CUDA torch
-  tensors, CuPy arrays) -> ``"cuda"`` (Numba kernels in :mod:`dyntile.cuda`).
+  tensors, CuPy arrays) -> ``"cuda"`` (Numba kernels in :mod:`dyntile.cuda`);
+* under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``), its device arrays too:
+  they wrap host arrays and lack the interface, yet the simulated kernels take them.
 
 Kernels never inspect types: the API functions call :func:`backend_of` once and
 hand plain arrays to one kernel. torch is never imported here: a tensor is
@@ -31,7 +33,15 @@ def is_cuda_array(x) -> bool:
     """
     if is_torch_tensor(x):
         return bool(x.is_cuda)
-    return hasattr(type(x), "__cuda_array_interface__") or hasattr(x, "__cuda_array_interface__")
+    if hasattr(type(x), "__cuda_array_interface__") or hasattr(x, "__cuda_array_interface__"):
+        return True
+    # Under Numba's CUDA simulator its device arrays (marked __cuda_ndarray__, as Numba's
+    # real ones are) wrap host arrays and lack the interface. They exist only once
+    # numba.cuda is loaded, so it is looked up, never imported (and the common host
+    # call pays one dict lookup).
+    numba_cuda = sys.modules.get("numba.cuda")
+    return numba_cuda is not None and bool(numba_cuda.config.ENABLE_CUDASIM) \
+        and getattr(type(x), "__cuda_ndarray__", False) is True
 
 
 def backend_of(arrays: Iterable, what: str = "arrays") -> str:

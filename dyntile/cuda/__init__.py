@@ -5,18 +5,22 @@
 * :mod:`.tile`   : ``(B, M, N) <-> (B, gm, gn, tm, tn)`` tiled layout, fill at the edges;
 * :mod:`.gemm`   : shared-memory, register-blocked, double-buffered GEMM kernel;
   :mod:`.matmul` wraps it with ``numpy.matmul`` semantics (batched, broadcast);
-* :mod:`.config` : the block-size table (real GPU and simulator profiles);
-  :mod:`.launch` : launch configurations from the shape; :mod:`.runtime` : numba glue;
-  :mod:`.ptx` : compile every kernel to PTX for a given compute capability.
+* :mod:`.attention` : varlen (segment-masked) softmax attention, forward and
+  backward, flash-attention-2 tiles with an online softmax;
+* :mod:`.config` : the block-size tables (real GPU and simulator profiles);
+  :mod:`.launch` : launch configurations and attention work items from the shape;
+  :mod:`.runtime` : numba glue; :mod:`.ptx` : compile every kernel to PTX for a given compute capability.
 
 Entry points, called by the API modules after validation: :func:`pad_into`,
-:func:`tile_into`, :func:`untile_from`, :func:`matmul`, plus :func:`numpy_dtype`.
+:func:`tile_into`, :func:`untile_from`, :func:`matmul`, :func:`varlen_attention_forward`,
+:func:`varlen_attention_backward`, plus :func:`numpy_dtype`.
 Importing this package is free: numba is imported on first use of an entry point,
 with a clear ``ImportError`` when numba-cuda is missing.
 
 >>> from dyntile import cuda as dc
->>> sorted(dc._EXPORTS)
-['matmul', 'numpy_dtype', 'pad_into', 'tile_into', 'untile_from']
+>>> sorted(dc._EXPORTS)  # doctest: +NORMALIZE_WHITESPACE
+['matmul', 'numpy_dtype', 'pad_into', 'tile_into', 'untile_from', 'varlen_attention_backward',
+ 'varlen_attention_forward']
 """
 from __future__ import annotations
 
@@ -28,6 +32,8 @@ _EXPORTS = {
     "tile_into": "dyntile.cuda.tile",
     "untile_from": "dyntile.cuda.tile",
     "matmul": "dyntile.cuda.products",
+    "varlen_attention_forward": "dyntile.cuda.attention",
+    "varlen_attention_backward": "dyntile.cuda.attention",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -7,6 +7,9 @@ Two profiles share the kernel code:
 * ``"simulator"``: tiny tiles for Numba's CUDA simulator, where every thread is a
   Python thread, so tests of edge tiles stay fast.
 
+The attention kernels (:mod:`.attention`) have their own table,
+:data:`ATTENTION_BLOCKING`, per profile, pass (forward, backward) and dtype.
+
 The active profile is chosen from ``NUMBA_ENABLE_CUDASIM`` when a kernel is first
 built (:func:`active_profile`). This module imports nothing from numba.
 """
@@ -16,7 +19,10 @@ import os
 import sys
 from dataclasses import dataclass
 
-__all__ = ["GemmBlocking", "GEMM_BLOCKING", "COPY_BLOCK", "active_profile", "gemm_blocking", "copy_block"]
+__all__ = ["GemmBlocking", "GEMM_BLOCKING", "COPY_BLOCK", "AttentionBlocking", "ATTENTION_BLOCKING",
+           "SHARED_MEMORY_LIMIT", "active_profile", "gemm_blocking", "copy_block", "attention_blocking"]
+
+SHARED_MEMORY_LIMIT = 48 * 1024     # bytes of static shared memory a block may declare
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,103 @@ GEMM_BLOCKING: dict[str, dict[str, GemmBlocking]] = {
     },
 }
 
+@dataclass(frozen=True)
+class AttentionBlocking:
+    """Blocking of the attention kernels (flash-attention-2 tiles).
+
+    A block owns ``bm`` rows (queries in the forward and dQ kernels, keys in the dK/dV
+    kernel) of one segment and head, and walks the other side ``bn`` tokens at a
+    step; head dimensions are loaded ``dc`` at a time (one chunk when ``D <= dc``, and
+    the row tile then stays in shared memory for the whole walk). Thread ``(tx, ty)``
+    of the ``ntx x nty`` block owns score rows ``ty + i * nty`` (``i < tm``) and
+    columns ``tx + j * ntx`` (``j < tn``), and output columns ``tx + j * ntx`` of each
+    chunk (``j < dj``). Every tile is stored transposed, ``[dc, tokens + pad]``.
+
+    >>> AttentionBlocking(64, 32, 64, 16, 16, 1).tm, AttentionBlocking(64, 32, 64, 16, 16, 1).dj
+    (4, 4)
+    """
+
+    bm: int
+    bn: int
+    dc: int
+    ntx: int
+    nty: int
+    pad: int
+
+    @property
+    def threads(self) -> tuple[int, int]:
+        return self.ntx, self.nty
+
+    @property
+    def nthreads(self) -> int:
+        return self.ntx * self.nty
+
+    @property
+    def tm(self) -> int:
+        return self.bm // self.nty
+
+    @property
+    def tn(self) -> int:
+        return self.bn // self.ntx
+
+    @property
+    def dj(self) -> int:
+        return self.dc // self.ntx
+
+    def shared_bytes(self, itemsize: int, backward: bool) -> int:
+        """Static shared memory of the forward kernel, or of the larger backward one (dK/dV)."""
+        row, col = self.dc * (self.bm + self.pad), self.dc * (self.bn + self.pad)
+        scores = self.bm * (self.bn + self.pad)
+        if backward:                      # K, V rows; Q, dO columns; P and dS
+            return itemsize * (2 * row + 2 * col + 2 * scores)
+        return itemsize * (row + col + scores + self.bm * self.ntx)     # Q rows, K/V columns, P, row partials
+
+    def check(self, itemsize: int = 4, backward: bool = False, limit: int | None = None) -> "AttentionBlocking":
+        """Raise ``ValueError`` unless the tiles split evenly over the threads (scores,
+        output columns and tile loads) and fit ``limit`` bytes of shared memory."""
+        for name in ("bm", "bn", "dc", "ntx", "nty"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"attention blocking {name} should be positive, but got {self}")
+        if self.pad < 0:
+            raise ValueError(f"attention blocking pad should be non-negative, but got {self}")
+        if self.bm % self.nty or self.bn % self.ntx or self.dc % self.ntx:
+            raise ValueError(f"bm should be a multiple of nty, bn and dc multiples of ntx, but got {self}")
+        nt = self.nthreads
+        if nt > 1024:
+            raise ValueError(f"attention blocking needs {nt} threads per block, over CUDA's 1024: {self}")
+        if (self.bm * self.dc) % nt or (self.bn * self.dc) % nt:
+            raise ValueError(f"the row ({self.bm}x{self.dc}) and column ({self.bn}x{self.dc}) tiles should "
+                             f"split evenly over {nt} threads, but got {self}")
+        nbytes = self.shared_bytes(itemsize, backward)
+        if limit is not None and nbytes > limit:
+            raise ValueError(f"attention blocking needs {nbytes} bytes of shared memory, over {limit}: {self}")
+        return self
+
+
+# profile -> pass -> dtype. The backward pass holds six tiles, so its tiles are smaller.
+ATTENTION_BLOCKING: dict[str, dict[str, dict[str, AttentionBlocking]]] = {
+    "gpu": {
+        "forward": {
+            "float32": AttentionBlocking(bm=64, bn=32, dc=64, ntx=16, nty=16, pad=1),
+            "float64": AttentionBlocking(bm=32, bn=32, dc=32, ntx=16, nty=8, pad=1),
+        },
+        "backward": {
+            "float32": AttentionBlocking(bm=32, bn=32, dc=64, ntx=16, nty=8, pad=1),
+            "float64": AttentionBlocking(bm=32, bn=16, dc=32, ntx=8, nty=16, pad=1),
+        },
+    },
+    "simulator": {                        # rows and columns of unequal tiles, so no geometry slip hides
+        "forward": {
+            "float32": AttentionBlocking(bm=4, bn=2, dc=8, ntx=2, nty=2, pad=1),
+            "float64": AttentionBlocking(bm=4, bn=2, dc=8, ntx=2, nty=2, pad=1),
+        },
+        "backward": {
+            "float32": AttentionBlocking(bm=2, bn=4, dc=8, ntx=2, nty=2, pad=1),
+            "float64": AttentionBlocking(bm=2, bn=4, dc=8, ntx=2, nty=2, pad=1),
+        },
+    },
+}
+
 # (x, y) threads per block of the copy kernels (pad, tile, untile): x runs along
 # the contiguous last axis so loads and stores coalesce.
 COPY_BLOCK: dict[str, tuple[int, int]] = {
@@ -112,3 +215,13 @@ def gemm_blocking(dtype_name: str, profile: str | None = None) -> GemmBlocking:
 def copy_block(profile: str | None = None) -> tuple[int, int]:
     """Threads per block ``(x, y)`` of the copy kernels in ``profile`` (default: active)."""
     return COPY_BLOCK[profile or active_profile()]
+
+
+def attention_blocking(dtype_name: str, backward: bool, profile: str | None = None) -> AttentionBlocking:
+    """The attention blocking of the forward or backward pass for ``"float32"`` or
+    ``"float64"`` in ``profile`` (default: active)."""
+    table = ATTENTION_BLOCKING[profile or active_profile()]["backward" if backward else "forward"]
+    try:
+        return table[dtype_name]
+    except KeyError:
+        raise TypeError(f"the CUDA attention kernels support {sorted(table)}, but got {dtype_name}") from None

@@ -114,21 +114,22 @@ def byte_bounds(x) -> tuple[int, int]:
     return lo, hi
 
 
-def output(out, out_shape: tuple, dtype, like=None, what: str = "the result", inputs: tuple = ()):
+def output(out, out_shape: tuple, dtype, like=None, what: str = "the result", inputs: tuple = (),
+           name: str = "out"):
     """``(result, device view)`` to write a result of ``out_shape``/``dtype`` into: the
     user's ``out`` (checked, and refused where its bytes meet those of a device array of
     ``inputs``: the kernels read their inputs while they write) or a fresh allocation
-    of ``like``'s kind."""
+    of ``like``'s kind. ``name``: what errors call the argument."""
     if out is None:
         return allocate(out_shape, dtype, like)
-    dest = as_device(out, "out")
+    dest = as_device(out, name)
     if tuple(dest.shape) != tuple(out_shape):          # NumPy's kinds: a wrong shape ValueError, a wrong dtype TypeError
-        raise ValueError(f"out should have shape {tuple(out_shape)} for {what}, but got {tuple(dest.shape)}")
+        raise ValueError(f"{name} should have shape {tuple(out_shape)} for {what}, but got {tuple(dest.shape)}")
     if numpy_dtype(dest.dtype) != dtype:
-        raise TypeError(f"out should have dtype {dtype} for {what}, but got {numpy_dtype(dest.dtype)}")
+        raise TypeError(f"{name} should have dtype {dtype} for {what}, but got {numpy_dtype(dest.dtype)}")
     if bounds_meet(dest, inputs):
-        raise ValueError(f"out overlaps an input in device memory; {what} cannot be written over "
-                         f"its inputs (pass a separate out)")
+        raise ValueError(f"{name} overlaps an input in device memory; {what} cannot be written over "
+                         f"its inputs (pass a separate {name})")
     return out, dest
 
 

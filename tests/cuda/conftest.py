@@ -2,7 +2,10 @@
 
 The variable is set here, at import, before numba is imported by these tests; if
 another module imported numba first without it, the kernel tests skip with that
-reason. Sizes are small: every simulated thread is a Python thread.
+reason. Sizes are small: every simulated thread is a Python thread. While a test
+runs on the simulator, the interpreter switches threads every 10 us instead of
+every 5 ms: the simulator's block manager polls its threads in a loop, so each
+``syncthreads`` would otherwise wait out a switch interval.
 """
 from __future__ import annotations
 
@@ -42,6 +45,19 @@ def cuda_device():
 @pytest.fixture(scope="session")
 def simulated(cuda_device) -> bool:
     return bool(cuda_device.config.ENABLE_CUDASIM)
+
+
+@pytest.fixture(autouse=True)
+def _quick_thread_switches():
+    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):
+        yield
+        return
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
 
 
 @pytest.fixture

@@ -7,8 +7,12 @@ import textwrap
 
 import pytest
 
-from dyntile.cuda.config import COPY_BLOCK, GEMM_BLOCKING, GemmBlocking, gemm_blocking
-from dyntile.cuda.launch import MAX_GRID_YZ, copy_launch, gemm_launch
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from dyntile.cuda.config import (ATTENTION_BLOCKING, COPY_BLOCK, GEMM_BLOCKING, SHARED_MEMORY_LIMIT,
+                                 AttentionBlocking, GemmBlocking, attention_blocking, gemm_blocking)
+from dyntile.cuda.launch import MAX_GRID_YZ, attention_items, copy_launch, gemm_launch
 from dyntile.dispatch import backend_of
 
 
@@ -78,6 +82,69 @@ def test_copy_launch_clips_grid():
     assert block == (128, 4) and grid == (1, MAX_GRID_YZ, MAX_GRID_YZ)
 
 
+@pytest.mark.parametrize("profile", sorted(ATTENTION_BLOCKING))
+@pytest.mark.parametrize("backward", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_attention_blocking_table_is_consistent(profile, backward, dtype):
+    itemsize = np.dtype(dtype).itemsize
+    blk = attention_blocking(dtype, backward, profile).check(itemsize, backward, SHARED_MEMORY_LIMIT)
+    assert blk.tm * blk.nty == blk.bm and blk.tn * blk.ntx == blk.bn and blk.dj * blk.ntx == blk.dc
+    if profile == "gpu":
+        assert blk.nthreads >= 128 and blk.bm >= 32 and blk.dc >= 32
+
+
+def test_attention_shared_bytes_match_the_kernels_arrays():
+    blk = AttentionBlocking(bm=64, bn=32, dc=64, ntx=16, nty=16, pad=1)
+    # forward: Q^T (64 x 65), K/V^T (64 x 33), P (64 x 33), row partials (64 x 16)
+    assert blk.shared_bytes(4, backward=False) == 4 * (64 * 65 + 64 * 33 + 64 * 33 + 64 * 16)
+    # backward: K^T, V^T (64 x 65), Q^T, dO^T (64 x 33), P^T, dS^T (64 x 33)
+    assert blk.shared_bytes(4, backward=True) == 4 * (2 * 64 * 65 + 2 * 64 * 33 + 2 * 64 * 33)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (AttentionBlocking(64, 32, 64, 16, 12, 1), "multiple"),
+    (AttentionBlocking(64, 30, 64, 16, 16, 1), "multiple"),
+    (AttentionBlocking(64, 64, 64, 32, 64, 1), "1024"),
+    (AttentionBlocking(4, 2, 2, 2, 4, 1), "split evenly"),
+    (AttentionBlocking(64, 32, 64, 16, 16, -1), "pad"),
+    (AttentionBlocking(128, 64, 128, 16, 16, 1), "shared memory"),
+])
+def test_attention_blocking_check_rejects(bad, match):
+    with pytest.raises(ValueError, match=match):
+        bad.check(4, True, SHARED_MEMORY_LIMIT)
+
+
+def _steps(length, r0, rows, cols, causal, keys_are_rows):
+    """Brute force: the column tiles holding a pair the tile's rows attend (or are attended by)."""
+    tiles = set()
+    for r in range(r0, min(length, r0 + rows)):
+        for c in range(length):
+            if not causal or (r <= c if keys_are_rows else c <= r):
+                tiles.add(c // cols)
+    return len(tiles)
+
+
+@settings(max_examples=40, deadline=None)
+@given(lengths=st.lists(st.integers(0, 23), max_size=6), rows=st.integers(1, 5), cols=st.integers(1, 5),
+       causal=st.booleans(), keys_are_rows=st.booleans())
+def test_attention_items_cover_each_segment_once_heaviest_first(lengths, rows, cols, causal, keys_are_rows):
+    lengths = np.array(lengths, np.int64)
+    starts = np.cumsum(lengths + 2) - lengths - 2        # two padding tokens before each segment
+    items = attention_items(starts, lengths, rows, cols, causal, keys_are_rows)
+    assert items.dtype == np.int64 and items.shape == (int((-(-lengths // rows)).sum()), 3)
+    seen = {(int(s), int(n)): [] for s, n in zip(starts, lengths) if n}
+    for s, n, r0 in items.tolist():
+        seen[(s, n)].append(r0)
+    for (s, n), r0s in seen.items():
+        assert sorted(r0s) == list(range(0, n, rows))
+    steps = [_steps(n, r0, rows, cols, causal, keys_are_rows) for _, n, r0 in items.tolist()]
+    assert steps == sorted(steps, reverse=True)
+    for (_, n, r0), k in zip(items.tolist(), steps):       # the kernels walk exactly these column tiles
+        first = r0 // cols if causal and keys_are_rows else 0
+        last = min(n, r0 + rows) if causal and not keys_are_rows else n
+        assert -(-last // cols) - first == k
+
+
 class _FakeDeviceArray:
     """Exposes the CUDA array interface the way CuPy or a device buffer does."""
 
@@ -96,6 +163,31 @@ def test_dispatch_routes_the_cuda_interface():
         backend_of([_FakeDeviceArray(), np.zeros(3)])
 
 
+def test_dispatch_routes_simulator_arrays_only_under_the_simulator():
+    r = _run("""
+        from numba import cuda
+        import numpy as np
+        from dyntile.dispatch import backend_of
+        print(backend_of([cuda.to_device(np.zeros(3))]), type(cuda.to_device(np.zeros(3))).__name__)
+
+        class Marked:                 # a simulator-like array while the simulator is off
+            __cuda_ndarray__ = True
+        print(backend_of([Marked()]))
+    """, NUMBA_ENABLE_CUDASIM="1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["cuda", "FakeCUDAArray", "cuda"]
+    r = _run("""
+        import numba.cuda
+        from dyntile.dispatch import backend_of
+
+        class Marked:
+            __cuda_ndarray__ = True
+        print(backend_of([Marked()]))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "cpu"
+
+
 def _run(code: str, **env):
     import os
 
@@ -107,9 +199,10 @@ def _run(code: str, **env):
 
 def test_import_is_free_of_numba_and_torch():
     r = _run("""
-        import sys, dyntile, dyntile.cuda
+        import sys, numpy, dyntile, dyntile.cuda, dyntile.dispatch
         dir(dyntile.cuda)
         from dyntile.cuda import config, launch
+        dyntile.dispatch.backend_of([numpy.zeros(3), [1.0]])     # dispatch looks numba up, never imports it
         print(sorted(m for m in ("numba", "torch") if m in sys.modules))
     """)
     assert r.returncode == 0, r.stderr

@@ -54,3 +54,13 @@ def test_gemm_keeps_its_tiles_in_registers(ptx_summary):
         assert info["local"] == 0, f"{name} uses local memory: the register tile spilled"
         assert info["bar"] >= 2, f"{name} should sync around each shared-memory tile"
         assert info["fma"] >= 16, f"{name} micro-kernel loop was not unrolled into FMAs"
+
+
+def test_attention_kernels_sync_tiles_and_keep_accumulators_in_registers(ptx_summary):
+    names = [n for n in ptx_summary if n.startswith("attention_") and n.split("_")[1] in ("forward", "dq", "dkdv")]
+    assert {n.split("_")[2] for n in names} == {"float32", "float64"}
+    for name in names:
+        info = ptx_summary[name]
+        assert info["local"] == 0, f"{name} uses local memory: an accumulator tile spilled"
+        assert info["bar"] >= 4, f"{name} should sync around each shared-memory tile"
+        assert info["fma"] >= 16, f"{name} tile products were not unrolled into FMAs"

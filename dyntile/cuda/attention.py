@@ -1,0 +1,655 @@
+"""Varlen (segment-masked) softmax attention on the GPU, flash-attention-2 style.
+
+Tokens ``[N, H, D]`` are packed segments: segment ``s`` is tokens ``starts[s] ..
+starts[s] + lengths[s] - 1``, and a token attends to the tokens of its own segment
+(with ``causal``, those at or before it). Tokens in no segment are padding: zeros out,
+zero gradients.
+
+* forward: one block per (query tile, head) walks its segment's keys a tile at a
+  time: ``S = scale * Q K^T`` in registers, an online softmax (running row max ``m``
+  and sum ``l``; earlier output rescaled by ``exp(m_old - m_new)``), ``O += P V``; it
+  writes ``O / l`` and the log-sum-exp ``lse = m + log l``. No score matrix is kept
+  beyond one ``bm x bn`` tile.
+* backward: ``delta = rowsum(dO * O)`` first; then one block per (key tile, head)
+  recomputes ``P = exp(scale * K Q^T - lse)`` for each query tile and accumulates
+  ``dV += P^T dO`` and ``dK += scale * dS^T Q`` (``dS = P * (dO V^T - delta)``), and
+  one block per (query tile, head) accumulates ``dQ += scale * dS K``. Each output
+  row has one writer: no atomics, and the result is deterministic.
+
+Blocking comes from :data:`dyntile.cuda.config.ATTENTION_BLOCKING`. A kernel is built
+per dtype and number of head-dimension chunks (``ceil(D / dc)``); with one chunk the
+row tile stays in shared memory for the whole walk. Entry points:
+:func:`varlen_attention_forward`, :func:`varlen_attention_backward`.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from .config import AttentionBlocking, attention_blocking, copy_block
+from .launch import MAX_GRID_X, MAX_GRID_YZ, attention_items, copy_launch
+from .runtime import as_device, bounds_meet, cuda, numpy_dtype, output
+
+__all__ = ["varlen_attention_forward", "varlen_attention_backward", "make_forward_pyfunc",
+           "make_dq_pyfunc", "make_dkdv_pyfunc", "make_delta_pyfunc", "zero_rows3_pyfunc", "zero_rows2_pyfunc"]
+
+_DTYPES = ("float32", "float64")
+
+
+def _tile_ops(blk: AttentionBlocking, dtype_name: str):
+    """Device functions shared by the three kernels (block sizes are closure constants).
+
+    * ``load_rows(x, h, base, r0, L, d0, buf)`` / ``load_cols``: ``buf[dd, r] =
+      x[base + r0 + r, h, d0 + dd]`` for a tile of ``bm`` / ``bn`` tokens, zero past the
+      segment's ``L`` tokens or past ``D``; consecutive threads read consecutive ``d``
+      (coalesced) and store down a padded column (no bank conflicts);
+    * ``dot_acc(a, b, acc)``: ``acc[i, j] += sum_dd a[dd, row i] * b[dd, col j]``
+      (a score tile from two transposed tiles);
+    * ``pv_acc(p, b, acc, c)``: ``acc[i, c * dj + j] += sum_k p[row i, k] * b[col j, k]``
+      (chunk ``c`` of an output tile from a score tile and a transposed value tile).
+    """
+    from numba import types
+
+    dtype = getattr(types, dtype_name)
+    ZERO = np.dtype(dtype_name).type(0)
+    BM, BN, DC, NTX, NTY = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty
+    TM, TN, DJ = blk.tm, blk.tn, blk.dj
+    NT = NTX * NTY
+    u64 = types.uint64          # unsigned shared-memory indices: no negative-index wraparound code
+    # Numba-level inlining: a separately compiled device function would ask the current
+    # device for its compute capability, which compile_ptx on a machine without one lacks
+    jit = cuda.jit(device=True) if cuda.config.ENABLE_CUDASIM else cuda.jit(device=True, inline="always")
+
+    def make_load(tokens: int):
+        LOADS = tokens * DC // NT                 # elements per thread (the check makes it exact)
+
+        @jit
+        def load(x, h, base, r0, L, d0, buf):
+            tid = cuda.threadIdx.y * NTX + cuda.threadIdx.x
+            D = x.shape[2]
+            for e in range(LOADS):
+                r = (tid + e * NT) // DC
+                dd = (tid + e * NT) % DC
+                row = r0 + r
+                d = d0 + dd
+                buf[u64(dd), u64(r)] = x[base + row, h, d] if row < L and d < D else ZERO
+
+        return load
+
+    load_rows, load_cols = make_load(BM), make_load(BN)
+
+    @jit
+    def dot_acc(a, b, acc):
+        tx = u64(cuda.threadIdx.x)
+        ty = u64(cuda.threadIdx.y)
+        af = cuda.local.array(TM, dtype)
+        bf = cuda.local.array(TN, dtype)
+        for dd in range(DC):
+            k = u64(dd)
+            for i in range(TM):
+                af[i] = a[k, ty + u64(i * NTY)]
+            for j in range(TN):
+                bf[j] = b[k, tx + u64(j * NTX)]
+            for i in range(TM):
+                for j in range(TN):
+                    acc[i, j] += af[i] * bf[j]
+
+    @jit
+    def pv_acc(p, b, acc, c):
+        tx = u64(cuda.threadIdx.x)
+        ty = u64(cuda.threadIdx.y)
+        pf = cuda.local.array(TM, dtype)
+        bf = cuda.local.array(DJ, dtype)
+        for kk in range(BN):
+            k = u64(kk)
+            for i in range(TM):
+                pf[i] = p[ty + u64(i * NTY), k]
+            for j in range(DJ):
+                bf[j] = b[tx + u64(j * NTX), k]
+            for i in range(TM):
+                for j in range(DJ):
+                    acc[i, c * DJ + j] += pf[i] * bf[j]
+
+    return load_rows, load_cols, dot_acc, pv_acc
+
+
+def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
+    """The forward kernel for ``blk``, ``dtype_name`` and ``nchunks = ceil(D / dc)``.
+
+    ``kernel(items, q, k, v, out, lse, scale, causal)``, grid ``(len(items), H)``:
+    block ``(item, h)`` writes ``out`` and ``lse`` of the item's query tile and head.
+    """
+    from numba import types
+
+    dtype = getattr(types, dtype_name)
+    ZERO = np.dtype(dtype_name).type(0)
+    ONE = np.dtype(dtype_name).type(1)
+    NEG_INF = np.dtype(dtype_name).type(-np.inf)
+    BM, BN, DC, NTX, NTY, PAD = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.pad
+    TM, TN, DJ = blk.tm, blk.tn, blk.dj
+    NCH = nchunks
+    OCOLS = NCH * DJ                # output columns per thread
+    RESIDENT = NCH == 1             # the query tile is loaded once, before the walk
+    ROW_T, COL_T = BM + PAD, BN + PAD          # padded shared rows of the row and column tiles
+    load_rows, load_cols, dot_acc, pv_acc = _tile_ops(blk, dtype_name)
+
+    def forward_kernel(items, q, k, v, out, lse, scale, causal):
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        h = cuda.blockIdx.y
+        base = items[cuda.blockIdx.x, 0]
+        L = items[cuda.blockIdx.x, 1]
+        r0 = items[cuda.blockIdx.x, 2]
+        D = q.shape[2]
+
+        q_t = cuda.shared.array((DC, ROW_T), dtype)       # query chunk, transposed
+        kv_t = cuda.shared.array((DC, COL_T), dtype)      # key chunk, then value chunk
+        p_s = cuda.shared.array((BM, COL_T), dtype)       # probabilities of the step
+        part = cuda.shared.array((BM, NTX), dtype)           # per-thread row maxima, then row sums
+        s_acc = cuda.local.array((TM, TN), dtype)
+        o_acc = cuda.local.array((TM, OCOLS), dtype)
+        m_i = cuda.local.array(TM, dtype)
+        l_i = cuda.local.array(TM, dtype)
+        for i in range(TM):
+            m_i[i] = NEG_INF
+            l_i[i] = ZERO
+            for j in range(OCOLS):
+                o_acc[i, j] = ZERO
+        if RESIDENT:
+            load_rows(q, h, base, r0, L, 0, q_t)
+
+        last = min(L, r0 + BM) if causal else L                    # keys up to the tile's last query
+        for step in range((last + BN - 1) // BN):
+            c0 = step * BN
+            # invariant: m_i, l_i, o_acc hold the softmax state of keys [0, c0) for this thread's rows
+            for i in range(TM):
+                for j in range(TN):
+                    s_acc[i, j] = ZERO
+            for c in range(NCH):
+                if not RESIDENT:
+                    load_rows(q, h, base, r0, L, c * DC, q_t)
+                load_cols(k, h, base, c0, L, c * DC, kv_t)
+                cuda.syncthreads()
+                dot_acc(q_t, kv_t, s_acc)
+                cuda.syncthreads()
+            for i in range(TM):
+                row = r0 + ty + i * NTY
+                mx = NEG_INF
+                for j in range(TN):
+                    col = c0 + tx + j * NTX
+                    s = s_acc[i, j] * scale if col < L and (not causal or col <= row) else NEG_INF
+                    s_acc[i, j] = s
+                    mx = max(mx, s)
+                part[ty + i * NTY, tx] = mx
+            cuda.syncthreads()
+            for i in range(TM):
+                m_new = m_i[i]
+                for x in range(NTX):
+                    m_new = max(m_new, part[ty + i * NTY, x])
+                m_use = m_new if m_new != NEG_INF else ZERO       # a row with no key yet stays at 0
+                alpha = math.exp(m_i[i] - m_use)
+                m_i[i] = m_new
+                psum = ZERO
+                for j in range(TN):
+                    p = math.exp(s_acc[i, j] - m_use)
+                    p_s[ty + i * NTY, tx + j * NTX] = p
+                    psum += p
+                l_i[i] = l_i[i] * alpha + psum
+                for j in range(OCOLS):
+                    o_acc[i, j] *= alpha
+            for c in range(NCH):
+                load_cols(v, h, base, c0, L, c * DC, kv_t)
+                cuda.syncthreads()                                 # also publishes p_s, and frees part
+                pv_acc(p_s, kv_t, o_acc, c)
+                cuda.syncthreads()
+
+        for i in range(TM):
+            part[ty + i * NTY, tx] = l_i[i]
+        cuda.syncthreads()
+        for i in range(TM):
+            row = r0 + ty + i * NTY
+            if row < L:
+                l_row = ZERO
+                for x in range(NTX):
+                    l_row += part[ty + i * NTY, x]
+                inv = ONE / l_row
+                t = base + row
+                for c in range(NCH):
+                    for j in range(DJ):
+                        d = c * DC + tx + j * NTX
+                        if d < D:
+                            out[t, h, d] = o_acc[i, c * DJ + j] * inv
+                if tx == 0:
+                    lse[t, h] = m_i[i] + math.log(l_row)
+
+    forward_kernel.__name__ = f"attention_forward_{dtype_name}_{BM}x{BN}x{DC}x{NCH}"
+    forward_kernel.__qualname__ = forward_kernel.__name__
+    return forward_kernel
+
+
+def make_dq_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
+    """The dQ kernel: ``kernel(items, q, k, v, dout, lse, delta, dq, scale, causal)``,
+    grid ``(len(items), H)`` over query tiles."""
+    from numba import types
+
+    dtype = getattr(types, dtype_name)
+    ZERO = np.dtype(dtype_name).type(0)
+    BM, BN, DC, NTX, NTY, PAD = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.pad
+    TM, TN, DJ = blk.tm, blk.tn, blk.dj
+    NCH = nchunks
+    OCOLS = NCH * DJ                # output columns per thread
+    RESIDENT = NCH == 1
+    ROW_T, COL_T = BM + PAD, BN + PAD          # padded shared rows of the row and column tiles
+    load_rows, load_cols, dot_acc, pv_acc = _tile_ops(blk, dtype_name)
+
+    def dq_kernel(items, q, k, v, dout, lse, delta, dq, scale, causal):
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        h = cuda.blockIdx.y
+        base = items[cuda.blockIdx.x, 0]
+        L = items[cuda.blockIdx.x, 1]
+        r0 = items[cuda.blockIdx.x, 2]
+        D = q.shape[2]
+
+        q_t = cuda.shared.array((DC, ROW_T), dtype)
+        do_t = cuda.shared.array((DC, ROW_T), dtype)
+        k_t = cuda.shared.array((DC, COL_T), dtype)
+        v_t = cuda.shared.array((DC, COL_T), dtype)
+        ds_s = cuda.shared.array((BM, COL_T), dtype)
+        s_acc = cuda.local.array((TM, TN), dtype)
+        dp_acc = cuda.local.array((TM, TN), dtype)
+        dq_acc = cuda.local.array((TM, OCOLS), dtype)
+        lse_i = cuda.local.array(TM, dtype)
+        delta_i = cuda.local.array(TM, dtype)
+        for i in range(TM):
+            row = r0 + ty + i * NTY
+            lse_i[i] = lse[base + row, h] if row < L else ZERO
+            delta_i[i] = delta[base + row, h] if row < L else ZERO
+            for j in range(OCOLS):
+                dq_acc[i, j] = ZERO
+        if RESIDENT:
+            load_rows(q, h, base, r0, L, 0, q_t)
+            load_rows(dout, h, base, r0, L, 0, do_t)
+
+        last = min(L, r0 + BM) if causal else L
+        for step in range((last + BN - 1) // BN):
+            c0 = step * BN
+            for i in range(TM):
+                for j in range(TN):
+                    s_acc[i, j] = ZERO
+                    dp_acc[i, j] = ZERO
+            for c in range(NCH):
+                if not RESIDENT:
+                    load_rows(q, h, base, r0, L, c * DC, q_t)
+                    load_rows(dout, h, base, r0, L, c * DC, do_t)
+                load_cols(k, h, base, c0, L, c * DC, k_t)
+                load_cols(v, h, base, c0, L, c * DC, v_t)
+                cuda.syncthreads()
+                dot_acc(q_t, k_t, s_acc)
+                dot_acc(do_t, v_t, dp_acc)
+                cuda.syncthreads()
+            for i in range(TM):
+                row = r0 + ty + i * NTY
+                for j in range(TN):
+                    col = c0 + tx + j * NTX
+                    ds = ZERO
+                    if row < L and col < L and (not causal or col <= row):
+                        p = math.exp(s_acc[i, j] * scale - lse_i[i])
+                        ds = p * (dp_acc[i, j] - delta_i[i])
+                    ds_s[ty + i * NTY, tx + j * NTX] = ds
+            for c in range(NCH):
+                if not RESIDENT:                                   # with one chunk k_t still holds it
+                    load_cols(k, h, base, c0, L, c * DC, k_t)
+                cuda.syncthreads()                                 # also publishes ds_s
+                pv_acc(ds_s, k_t, dq_acc, c)
+                cuda.syncthreads()
+
+        for i in range(TM):
+            row = r0 + ty + i * NTY
+            if row < L:
+                t = base + row
+                for c in range(NCH):
+                    for j in range(DJ):
+                        d = c * DC + tx + j * NTX
+                        if d < D:
+                            dq[t, h, d] = dq_acc[i, c * DJ + j] * scale
+
+    dq_kernel.__name__ = f"attention_dq_{dtype_name}_{BM}x{BN}x{DC}x{NCH}"
+    dq_kernel.__qualname__ = dq_kernel.__name__
+    return dq_kernel
+
+
+def make_dkdv_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
+    """The dK/dV kernel: ``kernel(items, q, k, v, dout, lse, delta, dk, dv, scale, causal)``,
+    grid ``(len(items), H)`` over key tiles (rows are keys, columns queries)."""
+    from numba import types
+
+    dtype = getattr(types, dtype_name)
+    ZERO = np.dtype(dtype_name).type(0)
+    BM, BN, DC, NTX, NTY, PAD = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.pad
+    TM, TN, DJ = blk.tm, blk.tn, blk.dj
+    NCH = nchunks
+    OCOLS = NCH * DJ                # output columns per thread
+    RESIDENT = NCH == 1             # the key and value tiles are loaded once
+    ROW_T, COL_T = BM + PAD, BN + PAD          # padded shared rows of the row and column tiles
+    load_rows, load_cols, dot_acc, pv_acc = _tile_ops(blk, dtype_name)
+
+    def dkdv_kernel(items, q, k, v, dout, lse, delta, dk, dv, scale, causal):
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        h = cuda.blockIdx.y
+        base = items[cuda.blockIdx.x, 0]
+        L = items[cuda.blockIdx.x, 1]
+        r0 = items[cuda.blockIdx.x, 2]
+        D = q.shape[2]
+
+        k_t = cuda.shared.array((DC, ROW_T), dtype)
+        v_t = cuda.shared.array((DC, ROW_T), dtype)
+        q_t = cuda.shared.array((DC, COL_T), dtype)
+        do_t = cuda.shared.array((DC, COL_T), dtype)
+        p_s = cuda.shared.array((BM, COL_T), dtype)       # P^T of the step
+        ds_s = cuda.shared.array((BM, COL_T), dtype)      # dS^T of the step
+        s_acc = cuda.local.array((TM, TN), dtype)
+        dp_acc = cuda.local.array((TM, TN), dtype)
+        dk_acc = cuda.local.array((TM, OCOLS), dtype)
+        dv_acc = cuda.local.array((TM, OCOLS), dtype)
+        lse_j = cuda.local.array(TN, dtype)
+        delta_j = cuda.local.array(TN, dtype)
+        for i in range(TM):
+            for j in range(OCOLS):
+                dk_acc[i, j] = ZERO
+                dv_acc[i, j] = ZERO
+        if RESIDENT:
+            load_rows(k, h, base, r0, L, 0, k_t)
+            load_rows(v, h, base, r0, L, 0, v_t)
+
+        first = r0 // BN if causal else 0                          # queries before the tile see none of it
+        for step in range(first, (L + BN - 1) // BN):
+            c0 = step * BN
+            for i in range(TM):
+                for j in range(TN):
+                    s_acc[i, j] = ZERO
+                    dp_acc[i, j] = ZERO
+            for j in range(TN):
+                col = c0 + tx + j * NTX
+                lse_j[j] = lse[base + col, h] if col < L else ZERO
+                delta_j[j] = delta[base + col, h] if col < L else ZERO
+            for c in range(NCH):
+                if not RESIDENT:
+                    load_rows(k, h, base, r0, L, c * DC, k_t)
+                    load_rows(v, h, base, r0, L, c * DC, v_t)
+                load_cols(q, h, base, c0, L, c * DC, q_t)
+                load_cols(dout, h, base, c0, L, c * DC, do_t)
+                cuda.syncthreads()
+                dot_acc(k_t, q_t, s_acc)
+                dot_acc(v_t, do_t, dp_acc)
+                cuda.syncthreads()
+            for i in range(TM):
+                row = r0 + ty + i * NTY
+                for j in range(TN):
+                    col = c0 + tx + j * NTX
+                    p = ZERO
+                    ds = ZERO
+                    if row < L and col < L and (not causal or row <= col):
+                        p = math.exp(s_acc[i, j] * scale - lse_j[j])
+                        ds = p * (dp_acc[i, j] - delta_j[j])
+                    p_s[ty + i * NTY, tx + j * NTX] = p
+                    ds_s[ty + i * NTY, tx + j * NTX] = ds
+            for c in range(NCH):
+                if not RESIDENT:                                   # with one chunk q_t, do_t still hold it
+                    load_cols(q, h, base, c0, L, c * DC, q_t)
+                    load_cols(dout, h, base, c0, L, c * DC, do_t)
+                cuda.syncthreads()                                 # also publishes p_s, ds_s
+                pv_acc(p_s, do_t, dv_acc, c)
+                pv_acc(ds_s, q_t, dk_acc, c)
+                cuda.syncthreads()
+
+        for i in range(TM):
+            row = r0 + ty + i * NTY
+            if row < L:
+                t = base + row
+                for c in range(NCH):
+                    for j in range(DJ):
+                        d = c * DC + tx + j * NTX
+                        if d < D:
+                            dk[t, h, d] = dk_acc[i, c * DJ + j] * scale
+                            dv[t, h, d] = dv_acc[i, c * DJ + j]
+
+    dkdv_kernel.__name__ = f"attention_dkdv_{dtype_name}_{BM}x{BN}x{DC}x{NCH}"
+    dkdv_kernel.__qualname__ = dkdv_kernel.__name__
+    return dkdv_kernel
+
+
+def make_delta_pyfunc(dtype_name: str):
+    """Kernel ``(out, dout, delta)``: ``delta[t, h] = sum_d out[t, h, d] * dout[t, h, d]``
+    (grid-stride: t over y, h over x)."""
+    ZERO = np.dtype(dtype_name).type(0)
+
+    def delta_kernel(out, dout, delta):
+        N, H, D = out.shape
+        for t in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, N, cuda.gridDim.y * cuda.blockDim.y):
+            for h in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, H,
+                           cuda.gridDim.x * cuda.blockDim.x):
+                acc = ZERO
+                for d in range(D):
+                    acc += out[t, h, d] * dout[t, h, d]
+                delta[t, h] = acc
+
+    delta_kernel.__name__ = f"attention_delta_{dtype_name}"
+    delta_kernel.__qualname__ = delta_kernel.__name__
+    return delta_kernel
+
+
+def zero_rows3_pyfunc(tokens, x):
+    """Kernel: ``x[tokens[i], :, :] = 0`` (grid-stride: i over y, flat ``(h, d)`` over x)."""
+    n = tokens.shape[0]
+    H, D = x.shape[1], x.shape[2]
+    for i in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, n, cuda.gridDim.y * cuda.blockDim.y):
+        t = tokens[i]
+        for e in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, H * D,
+                       cuda.gridDim.x * cuda.blockDim.x):
+            x[t, e // D, e % D] = 0
+
+
+def zero_rows2_pyfunc(tokens, x):
+    """Kernel: ``x[tokens[i], :] = 0``."""
+    n = tokens.shape[0]
+    H = x.shape[1]
+    for i in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, n, cuda.gridDim.y * cuda.blockDim.y):
+        t = tokens[i]
+        for e in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, H, cuda.gridDim.x * cuda.blockDim.x):
+            x[t, e] = 0
+
+
+# ------------------------------------------------------------------------ host side
+
+@functools.lru_cache(maxsize=None)
+def _kernel(kind: str, dtype_name: str, nchunks: int = 1):
+    """The jitted kernel ``kind`` (``forward``, ``dq``, ``dkdv``, ``delta``) of the active profile."""
+    if kind == "delta":
+        return cuda.jit(make_delta_pyfunc(dtype_name))
+    blk = attention_blocking(dtype_name, backward=kind != "forward")
+    make = {"forward": make_forward_pyfunc, "dq": make_dq_pyfunc, "dkdv": make_dkdv_pyfunc}[kind]
+    return cuda.jit(make(blk, dtype_name, nchunks))
+
+
+@functools.lru_cache(maxsize=None)
+def _zero_kernel(ndim: int):
+    return cuda.jit(zero_rows3_pyfunc if ndim == 3 else zero_rows2_pyfunc)
+
+
+def _operands(named: dict):
+    """Device views of the ``named`` arrays: all ``[N, H, D]``, of one shape and one
+    dtype, float32 or float64; and that dtype."""
+    views = {name: as_device(x, name) for name, x in named.items()}
+    first, x0 = next(iter(views.items()))
+    dtype = numpy_dtype(x0.dtype)
+    if dtype.name not in _DTYPES:
+        raise TypeError(f"the CUDA attention kernels take {' or '.join(_DTYPES)}, but {first} is {dtype}")
+    if x0.ndim != 3:
+        raise ValueError(f"{first} should have shape [N, H, D], but got {tuple(x0.shape)}")
+    for name, x in views.items():
+        if numpy_dtype(x.dtype) != dtype:
+            raise TypeError(f"{name} should have {first}'s dtype {dtype}, but got {numpy_dtype(x.dtype)} "
+                            f"(device kernels do not promote)")
+        if tuple(x.shape) != tuple(x0.shape):
+            raise ValueError(f"{name} should have {first}'s shape {tuple(x0.shape)}, but got {tuple(x.shape)}")
+    return list(views.values()), dtype
+
+
+def _host_ints(x, name: str) -> np.ndarray:
+    """A host int64 copy of the 1-D integer array ``x`` (host, Numba device or torch)."""
+    if hasattr(x, "copy_to_host"):
+        x = x.copy_to_host()
+    elif hasattr(x, "detach"):                    # a torch tensor, on any device
+        x = x.detach().cpu().numpy()
+    elif not isinstance(x, np.ndarray) and hasattr(x, "__cuda_array_interface__"):
+        x = cuda.as_cuda_array(x).copy_to_host()
+    x = np.asarray(x)
+    if x.ndim != 1 or (x.size and x.dtype.kind not in "iu"):
+        raise TypeError(f"{name} should be a 1-D integer array, but got {x.dtype} of shape {x.shape}")
+    return x.astype(np.int64, copy=False)
+
+
+def _segments(starts, lengths, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Host ``(starts, lengths)``, checked (one size, non-negative lengths, inside the
+    ``N`` tokens, disjoint), and the padding tokens (in no segment), all int64."""
+    st, ln = _host_ints(starts, "starts"), _host_ints(lengths, "lengths")
+    if st.shape != ln.shape:
+        raise ValueError(f"starts and lengths should have one size, but got {st.size} and {ln.size}")
+    if ln.size and ln.min() < 0:
+        s = int(np.argmin(ln))
+        raise ValueError(f"lengths should be non-negative, but got lengths[{s}]={ln[s]}")
+    used = ln > 0
+    outside = used & ((st < 0) | (st + ln > N))
+    if outside.any():
+        s = int(np.flatnonzero(outside)[0])
+        raise ValueError(f"segment {s} (tokens {st[s]} .. {st[s] + ln[s] - 1}) lies outside the {N} tokens")
+    edges = np.zeros(N + 1, np.int64)
+    np.add.at(edges, st[used], 1)
+    np.add.at(edges, st[used] + ln[used], -1)
+    cover = np.cumsum(edges[:N])                  # cover[t]: how many segments hold token t
+    if N and cover.max() > 1:
+        t = int(np.argmax(cover > 1))
+        raise ValueError(f"segments should be disjoint, but token {t} lies in {int(cover[t])} of them")
+    return st, ln, np.flatnonzero(cover == 0).astype(np.int64)
+
+
+def _scalar(scale, dtype: np.dtype):
+    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
+        raise TypeError(f"scale should be a real number, but got {type(scale).__name__}")
+    return dtype.type(scale)
+
+
+def _outputs(given: dict, shapes: dict, dtype: np.dtype, like, inputs: tuple):
+    """``output`` for each named result (``given[name]``: the caller's array or
+    ``None``), refusing two given results that share device memory."""
+    pairs = {name: output(arr, shapes[name], dtype, like, f"the attention's {name}", inputs, name=name)
+             for name, arr in given.items()}
+    names = list(pairs)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            if given[a] is not None and given[b] is not None and bounds_meet(pairs[a][1], (pairs[b][1],)):
+                raise ValueError(f"{a} and {b} overlap in device memory; pass separate arrays")
+    return pairs
+
+
+def _zero_tokens(tokens: np.ndarray, arrays) -> None:
+    """Zero rows ``tokens`` of each device array of ``arrays`` (``[N, H, D]`` or ``[N, H]``)."""
+    if tokens.size == 0:
+        return
+    d_tokens = cuda.to_device(tokens)
+    for x in arrays:
+        launch = copy_launch(1, tokens.size, math.prod(x.shape[1:]), copy_block())
+        if launch is not None:
+            grid, block = launch
+            _zero_kernel(x.ndim)[grid, block](d_tokens, x)
+
+
+def _launch(kind: str, dtype: np.dtype, D: int, H: int, items: np.ndarray, *args) -> None:
+    """Run kernel ``kind`` over work ``items`` x ``H`` heads (nothing when either is empty)."""
+    if items.shape[0] == 0 or H == 0:
+        return
+    if items.shape[0] > MAX_GRID_X or H > MAX_GRID_YZ:
+        raise ValueError(f"{items.shape[0]} tiles x {H} heads exceed CUDA's grid of {MAX_GRID_X} x {MAX_GRID_YZ} blocks")
+    blk = attention_blocking(dtype.name, backward=kind != "forward")
+    kernel = _kernel(kind, dtype.name, max(1, -(-D // blk.dc)))
+    kernel[(items.shape[0], H), blk.threads](cuda.to_device(items), *args)
+
+
+def varlen_attention_forward(q, k, v, starts, lengths, *, causal: bool, scale: float, out=None, lse=None):
+    """Segment-masked softmax attention on CUDA device arrays: ``(out, lse)``.
+
+    ``q, k, v``: ``[N, H, D]`` device arrays (Numba device arrays, CUDA torch tensors,
+    any ``__cuda_array_interface__`` object) of one dtype, float32 or float64, any
+    strides. ``starts, lengths``: int64 ``(S,)``, host or device: segment ``s`` is
+    tokens ``starts[s] .. starts[s] + lengths[s] - 1`` (disjoint, any order, empty
+    allowed). Token ``t`` attends to the tokens of its segment (with ``causal``, those
+    at or before it) with weights ``softmax(scale * q[t] . k[j])``.
+
+    Returns ``out`` ``[N, H, D]`` and ``lse`` ``[N, H]`` (natural log of the softmax
+    denominator), of ``q``'s dtype and kind; padding tokens get 0 in both. Given
+    ``out`` / ``lse`` are written whole and returned.
+
+    >>> q = cuda.to_device(np.ones((6, 2, 3), np.float32))
+    >>> o, lse = varlen_attention_forward(q, q, q, np.array([0, 4]), np.array([3, 2]), causal=True, scale=1.0)
+    >>> o.shape, lse.shape
+    ((6, 2, 3), (6, 2))
+    """
+    (qd, kd, vd), dtype = _operands({"q": q, "k": k, "v": v})
+    N, H, D = qd.shape
+    st, ln, pad = _segments(starts, lengths, N)
+    sc = _scalar(scale, dtype)
+    res = _outputs({"out": out, "lse": lse}, {"out": (N, H, D), "lse": (N, H)}, dtype, q, (qd, kd, vd))
+    (out_res, out_d), (lse_res, lse_d) = res["out"], res["lse"]
+    _zero_tokens(pad, (out_d, lse_d))
+    blk = attention_blocking(dtype.name, backward=False)
+    items = attention_items(st, ln, blk.bm, blk.bn, bool(causal))
+    _launch("forward", dtype, D, H, items, qd, kd, vd, out_d, lse_d, sc, bool(causal))
+    return out_res, lse_res
+
+
+def varlen_attention_backward(dout, q, k, v, out, lse, starts, lengths, *, causal: bool, scale: float,
+                              dq=None, dk=None, dv=None):
+    """Gradients ``(dq, dk, dv)`` of ``sum(out * dout)`` for :func:`varlen_attention_forward`.
+
+    ``dout, q, k, v, out``: ``[N, H, D]``, ``lse``: ``[N, H]``, as the forward pass
+    took and returned them (one dtype, any strides); segments, ``causal`` and
+    ``scale`` as given to it. The probabilities are recomputed from ``lse``. Returns
+    ``[N, H, D]`` arrays of ``q``'s dtype and kind, zero on padding tokens; given
+    ``dq`` / ``dk`` / ``dv`` are written whole and returned.
+
+    >>> q = cuda.to_device(np.ones((6, 2, 3), np.float32))
+    >>> st, ln = np.array([0, 4]), np.array([3, 2])
+    >>> o, lse = varlen_attention_forward(q, q, q, st, ln, causal=True, scale=1.0)
+    >>> [g.shape for g in varlen_attention_backward(q, q, q, q, o, lse, st, ln, causal=True, scale=1.0)]
+    [(6, 2, 3), (6, 2, 3), (6, 2, 3)]
+    """
+    (qd, kd, vd, dod, od), dtype = _operands({"q": q, "k": k, "v": v, "dout": dout, "out": out})
+    N, H, D = qd.shape
+    lsed = as_device(lse, "lse")
+    if tuple(lsed.shape) != (N, H):
+        raise ValueError(f"lse should have shape [N, H] = {(N, H)}, but got {tuple(lsed.shape)}")
+    if numpy_dtype(lsed.dtype) != dtype:
+        raise TypeError(f"lse should have q's dtype {dtype}, but got {numpy_dtype(lsed.dtype)}")
+    st, ln, pad = _segments(starts, lengths, N)
+    sc = _scalar(scale, dtype)
+    shape = (N, H, D)
+    res = _outputs({"dq": dq, "dk": dk, "dv": dv}, {"dq": shape, "dk": shape, "dv": shape}, dtype, q,
+                   (qd, kd, vd, dod, od, lsed))
+    (dq_res, dq_d), (dk_res, dk_d), (dv_res, dv_d) = res["dq"], res["dk"], res["dv"]
+    _zero_tokens(pad, (dq_d, dk_d, dv_d))
+    blk = attention_blocking(dtype.name, backward=True)
+    q_items = attention_items(st, ln, blk.bm, blk.bn, bool(causal))
+    if q_items.size == 0 or H == 0 or D == 0:
+        return dq_res, dk_res, dv_res
+    delta = cuda.device_array((N, H), dtype)                   # rowsum(dout * out), read by both kernels
+    grid, block = copy_launch(1, N, H, copy_block())
+    _kernel("delta", dtype.name)[grid, block](od, dod, delta)
+    k_items = attention_items(st, ln, blk.bm, blk.bn, bool(causal), keys_are_rows=True)
+    tail = (sc, bool(causal))
+    _launch("dq", dtype, D, H, q_items, qd, kd, vd, dod, lsed, delta, dq_d, *tail)
+    _launch("dkdv", dtype, D, H, k_items, qd, kd, vd, dod, lsed, delta, dk_d, dv_d, *tail)
+    return dq_res, dk_res, dv_res
