@@ -42,7 +42,7 @@ def varlen_attention(q, k, v, *, segment_ids=None, cu_seqlens=None, causal: bool
     """
     index, segmented = _index(segment_ids, cu_seqlens)
     _check_shapes(q, k, v, index, segmented)
-    scale = _scale(scale, q.shape[-1])
+    scale = _scale(scale, tuple(q.shape)[-1])
     if is_torch_tensor(q) or is_torch_tensor(k) or is_torch_tensor(v):
         from dyntile.attention.torch_op import varlen_attention_torch
         return varlen_attention_torch(q, k, v, index, bool(causal), scale)
@@ -139,13 +139,22 @@ def _kernel_view(x, dtype: np.dtype, shape: tuple) -> np.ndarray:
 
 def _cuda_forward(q, k, v, index, segmented: bool, causal: bool, scale: float):
     from dyntile.cuda import attention as kernel
-    from dyntile.cuda.runtime import as_device, numpy_dtype
+    from dyntile.cuda.runtime import as_device, contiguous, numpy_dtype
     dtype = numpy_dtype(q.dtype)
     if dtype not in _KERNEL_DTYPES or any(numpy_dtype(x.dtype) != dtype for x in (k, v)):
         raise TypeError(f"varlen_attention on CUDA device arrays takes q, k, v of one dtype, float32 or "
                         f"float64, but got {q.dtype}, {k.dtype} and {v.dtype}")
-    shape = q.shape
-    q3, k3, v3 = (as_device(x, name).reshape((-1,) + tuple(shape[-2:])) for x, name in zip((q, k, v), "qkv"))
+    shape = tuple(q.shape)
+    q3, k3, v3 = (_device_stream(as_device(x, name), segmented, contiguous) for x, name in zip((q, k, v), "qkv"))
     starts, lengths = segment_table(as_device(index, "segments").copy_to_host(), segmented, q3.shape[0])
     out, _ = kernel.varlen_attention_forward(q3, k3, v3, starts, lengths, causal=causal, scale=scale)
     return out.reshape(shape)
+
+
+def _device_stream(x, segmented: bool, contiguous):
+    """A device array as ``[N, H, D]``: ``[B, T, H, D]`` merged (Numba reshapes only
+    contiguous arrays; the kernels take any strides otherwise)."""
+    if not segmented:
+        return x
+    shape = tuple(x.shape)
+    return contiguous(x).reshape((shape[0] * shape[1],) + shape[2:])

@@ -69,3 +69,22 @@ def test_tile_and_untile_on_device_arrays(cuda_device, rng):
     np.testing.assert_array_equal(_device_result(cuda_device, t), dyntile.tile(x, (2, 4), fill=-1.0))
     back = dyntile.untile(t, (5, 7))
     np.testing.assert_array_equal(_device_result(cuda_device, back), x)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_varlen_attention_on_device_arrays(cuda_device, rng, dtype):
+    """Both layouts, and a non-contiguous [B, T, H, D] view, against the CPU kernels."""
+    import dyntile
+
+    seg = np.array([[1, 1, 1, 2, 2, 2, 2, 0, 3, 3, 3, 3]])
+    base = rng.standard_normal((1, 12, 2, 3, 5)).astype(dtype)
+    q, k, v = (base[..., i, :] for i in range(3))
+    want = dyntile.varlen_attention(q, k, v, segment_ids=seg)
+    dev = cuda_device.to_device(base)
+    got = dyntile.varlen_attention(*(dev[..., i, :] for i in range(3)), segment_ids=cuda_device.to_device(seg))
+    np.testing.assert_allclose(_device_result(cuda_device, got), want, atol=1e-5 if dtype == np.float32 else 1e-12)
+    flat = [np.ascontiguousarray(x[0]) for x in (q, k, v)]
+    cu = np.array([0, 3, 7, 12])
+    got = dyntile.varlen_attention(*(cuda_device.to_device(x) for x in flat), cu_seqlens=cuda_device.to_device(cu))
+    np.testing.assert_allclose(_device_result(cuda_device, got), dyntile.varlen_attention(*flat, cu_seqlens=cu),
+                               atol=1e-5 if dtype == np.float32 else 1e-12)
