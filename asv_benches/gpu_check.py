@@ -530,6 +530,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="small sizes (for the CUDA simulator)")
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None, help="the random seed (default: from the clock)")
     parser.add_argument("--sizes", type=int, nargs="*", default=None, help="GEMM sizes (default 1024 .. 8192)")
     args = parser.parse_args(argv)
     from numba import cuda
@@ -542,7 +543,7 @@ def main(argv=None) -> int:
         return 2
     if cuda.config.ENABLE_CUDASIM:        # the simulator's block manager polls its threads: switch often
         sys.setswitchinterval(1e-5)
-    seed = time.time_ns() % 2**32
+    seed = time.time_ns() % 2**32 if args.seed is None else args.seed
     rng = np.random.default_rng(seed)
     print(f"device: {'simulator' if cuda.config.ENABLE_CUDASIM else cuda.get_current_device().name}  seed {seed}")
     checks = Checks(cuda, rng, args.tiny)
