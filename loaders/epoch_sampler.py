@@ -19,7 +19,7 @@ from typing import Iterator
 import numpy as np
 import torch.utils.data
 
-from .distributed import resolve_replicas
+from .distributed import check_replicas, process_group_started, ranks_of_sampler, resolve_replicas
 
 __all__ = ["EpochBatchSampler", "check_non_negative", "layout_digest"]
 
@@ -57,18 +57,48 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
 
     Subclasses set up their data, call ``super().__init__`` and define
     ``batches(epoch) -> list[list[int]]`` (this rank's batches) and ``__len__``.
+    ``num_replicas``/``rank``: explicit values, else those of ``sampler`` (a
+    framework's distributed sampler, see :func:`loaders.distributed.ranks_of_sampler`),
+    else ``torch.distributed``'s when they are needed.
     """
 
     def __init__(self, num_samples: int, *, shuffle: bool, seed: int, num_replicas: int | None,
-                 rank: int | None):
+                 rank: int | None, sampler=None):
         self.shuffle = bool(shuffle)
         self.seed = check_non_negative(seed, "seed")
-        self.num_replicas, self.rank = resolve_replicas(num_replicas, rank)
         self.num_samples = int(num_samples)
+        if sampler is not None:
+            num_replicas, rank = ranks_of_sampler(sampler, num_replicas, rank, self.num_samples, type(self).__name__)
+        self._given = check_replicas(num_replicas, rank)
+        self._replicas = self._given if None not in self._given else None     # explicit: fixed; else discovered
         self.epoch = 0
         self._yielded = 0
         self._loaded = False
         self.layout: str | None = None    # subclasses: layout_digest() of what fixes the batches
+
+    # ---- ranks
+
+    def replicas(self) -> tuple[int, int]:
+        """``(num_replicas, rank)`` now: the explicit ones, else ``torch.distributed``'s
+        once a process group is up (kept from then on), else one process; under a
+        launcher's ``WORLD_SIZE > 1`` with no process group yet, a ``RuntimeError``
+        with the fix (see :func:`loaders.distributed.resolve_replicas`)."""
+        if self._replicas is not None:
+            return self._replicas
+        found = resolve_replicas(*self._given)
+        if process_group_started():
+            self._replicas = found
+        return found
+
+    @property
+    def num_replicas(self) -> int:
+        """Ranks the epoch is split over (see :meth:`replicas`)."""
+        return self.replicas()[0]
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (see :meth:`replicas`)."""
+        return self.replicas()[1]
 
     @abc.abstractmethod
     def batches(self, epoch: int) -> list[list[int]]:
