@@ -163,12 +163,26 @@ def check_scenarios(ranks: list[list[dict]], expected: dict[str, str | None]) ->
             assert not any("loss" in e for run in runs for e in run), f"scenario {name} trained before its error"
 
 
+@contextlib.contextmanager
+def one_thread():
+    """torch on one thread for the block (as torchrun's workers run): a tiny model's
+    ops are slower split over threads, all the more on a busy machine."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def run_in_process(script: Path | str, *args: str) -> list[dict]:
     """Run ``script`` as ``python script args`` in this process, recorded; its events."""
     argv = sys.argv
     sys.argv = [str(script), *args]
     try:
-        with recording() as events:
+        with recording() as events, one_thread():
             runpy.run_path(str(script), run_name="__main__")
     finally:
         sys.argv = argv
