@@ -8,20 +8,33 @@ that resume mid-epoch by rebuilding the epoch's list and skipping by slicing
 (nothing is replayed). A pass that stops early is not continued by the next one:
 a ``DataLoader`` with workers draws batches ahead of the loop, so the sampler's own
 count would skip batches the loop never saw.
+
+The samplers subclass torch's ``BatchSampler``, so that frameworks treat them as
+batch samplers: ``batch_size`` is ``None`` (batches vary in size, as a ``DataLoader``'s
+own ``batch_size`` is ``None`` for a batch sampler), ``.sampler`` is a view of the
+epoch's indices through which Lightning and accelerate call ``set_epoch``, and a
+``sampler=`` argument takes the ranks of a framework's distributed sampler (Lightning
+rebuilds batch samplers with one). Ranks are read when they are needed, not at
+construction (:mod:`loaders.distributed`). A wrapper that would group the batches
+again (torch's ``BatchSampler`` around one, as ``DataLoader(sampler=...)`` builds)
+or deal them out to processes again (accelerate's ``BatchSamplerShard`` around a
+sampler that already splits over ranks) is refused when it starts a pass, with the
+fix: both would lose or scramble samples without an error.
 """
 from __future__ import annotations
 
 import abc
 import hashlib
 import operator
+import sys
 from typing import Iterator
 
 import numpy as np
 import torch.utils.data
 
-from .distributed import resolve_replicas
+from .distributed import check_replicas, process_group_started, ranks_of_sampler, resolve_replicas
 
-__all__ = ["EpochBatchSampler", "check_non_negative", "layout_digest"]
+__all__ = ["EpochBatchSampler", "EpochIndices", "check_non_negative", "layout_digest"]
 
 STATE_KEYS = ("epoch", "seed", "batches_yielded", "num_replicas", "num_samples")
 
@@ -52,23 +65,75 @@ def check_non_negative(value, name: str) -> int:
     return s
 
 
-class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
+class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
     """Base of the deterministic, resumable, rank-aware batch samplers.
 
     Subclasses set up their data, call ``super().__init__`` and define
     ``batches(epoch) -> list[list[int]]`` (this rank's batches) and ``__len__``.
+    ``num_replicas``/``rank``: explicit values, else those of ``sampler`` (a
+    framework's distributed sampler, see :func:`loaders.distributed.ranks_of_sampler`),
+    else ``torch.distributed``'s when they are needed.
     """
 
+    batch_size = None     # batches vary in size; frameworks read None as "the batch sampler decides"
+    drop_last = False
+
+    def __new__(cls, *args, **kwargs):
+        # a sampler where the lengths belong: a framework rebuilding this as torch's
+        # BatchSampler(sampler, batch_size, drop_last) to shard it (Lightning does, for a
+        # batch sampler built outside its train_dataloader hook)
+        if args and isinstance(args[0], torch.utils.data.Sampler):
+            raise TypeError(
+                f"{cls.__name__} got a {type(args[0]).__name__} where its lengths belong: a framework is rebuilding "
+                f"it as torch's BatchSampler(sampler, batch_size, drop_last) to shard it over ranks, but it already "
+                f"splits its batches over ranks. In Lightning, build the sampler inside train_dataloader() (Lightning "
+                f"then hands it its ranks through sampler=) or set Trainer(use_distributed_sampler=False)")
+        return super().__new__(cls)
+
     def __init__(self, num_samples: int, *, shuffle: bool, seed: int, num_replicas: int | None,
-                 rank: int | None):
+                 rank: int | None, sampler=None):
         self.shuffle = bool(shuffle)
         self.seed = check_non_negative(seed, "seed")
-        self.num_replicas, self.rank = resolve_replicas(num_replicas, rank)
         self.num_samples = int(num_samples)
+        if sampler is not None:
+            num_replicas, rank = ranks_of_sampler(sampler, num_replicas, rank, self.num_samples, type(self).__name__)
+        self._given = check_replicas(num_replicas, rank)
+        self._replicas = self._given if None not in self._given else None     # explicit: fixed; else discovered
         self.epoch = 0
         self._yielded = 0
         self._loaded = False
         self.layout: str | None = None    # subclasses: layout_digest() of what fixes the batches
+
+    # ---- ranks
+
+    def replicas(self) -> tuple[int, int]:
+        """``(num_replicas, rank)`` now: the explicit ones, else ``torch.distributed``'s
+        once a process group is up (kept from then on), else one process; under a
+        launcher's ``WORLD_SIZE > 1`` with no process group yet, a ``RuntimeError``
+        with the fix (see :func:`loaders.distributed.resolve_replicas`)."""
+        if self._replicas is not None:
+            return self._replicas
+        found = resolve_replicas(*self._given)
+        if process_group_started():
+            self._replicas = found
+        return found
+
+    @property
+    def num_replicas(self) -> int:
+        """Ranks the epoch is split over (see :meth:`replicas`)."""
+        return self.replicas()[0]
+
+    @property
+    def rank(self) -> int:
+        """This process's rank (see :meth:`replicas`)."""
+        return self.replicas()[1]
+
+    @property
+    def sampler(self) -> "EpochIndices":
+        """This rank's indices of the current epoch, batch after batch, as the sampler
+        a torch ``BatchSampler`` draws from; its ``set_epoch`` is this sampler's
+        (Lightning calls ``loader.batch_sampler.sampler.set_epoch``)."""
+        return EpochIndices(self)
 
     @abc.abstractmethod
     def batches(self, epoch: int) -> list[list[int]]:
@@ -82,6 +147,10 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
     # ---- Sampler protocol
 
     def __iter__(self) -> Iterator[list[int]]:
+        _refuse_rewrapping(self, sys._getframe(1))
+        return self._pass()
+
+    def _pass(self) -> Iterator[list[int]]:
         batches = self.batches(self.epoch)
         # a loaded state continues where it was saved (even at the epoch's end: an
         # empty pass); any other iteration is a whole pass over the epoch
@@ -94,7 +163,9 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` (a non-negative integer) next; a new epoch drops a loaded
-        position, the same epoch keeps it."""
+        position, the same epoch keeps it. Call it before every epoch (torch's
+        ``DistributedSampler`` needs the same); the frameworks do, through the loader
+        or :attr:`sampler` (see the README's "Training frameworks")."""
         epoch = check_non_negative(epoch, "epoch")
         if epoch != self.epoch:
             self._yielded = 0
@@ -141,3 +212,62 @@ class EpochBatchSampler(torch.utils.data.Sampler, abc.ABC):
             raise ValueError(f"batches_yielded should be in [0, {len(self)}], but got {done}")
         self._yielded = done
         self._loaded = True
+
+
+class EpochIndices(torch.utils.data.Sampler):
+    """The sample indices of a batch sampler's current epoch on this rank, batch after
+    batch: the ``.sampler`` of a dyntile batch sampler, as torch's ``BatchSampler`` has
+    one. Frameworks call ``set_epoch`` on it (it sets the batch sampler's epoch);
+    iterating it does not move the batch sampler's position.
+
+    >>> from loaders import BucketBatchSampler
+    >>> s = BucketBatchSampler([3, 9, 4], batch_size=2, shuffle=False)
+    >>> list(s.sampler), len(s.sampler)
+    ([0, 2, 1], 3)
+    >>> s.sampler.set_epoch(4); s.epoch
+    4
+    """
+
+    def __init__(self, batch_sampler: EpochBatchSampler):
+        self.batch_sampler = batch_sampler
+
+    def __iter__(self) -> Iterator[int]:
+        for batch in self.batch_sampler.batches(self.batch_sampler.epoch):
+            yield from batch
+
+    def __len__(self) -> int:
+        return sum(map(len, self.batch_sampler.batches(self.batch_sampler.epoch)))
+
+    def set_epoch(self, epoch: int) -> None:
+        """The batch sampler's :meth:`~EpochBatchSampler.set_epoch`."""
+        self.batch_sampler.set_epoch(epoch)
+
+
+def _refuse_rewrapping(sampler: EpochBatchSampler, frame) -> None:
+    """Refuse a torch ``BatchSampler`` that starts a pass over ``sampler`` to group its
+    batches again, or to deal them out to processes when ``sampler`` already splits
+    over ranks.
+
+    Such a wrapper only iterates the sampler, so the frame that starts the pass (its
+    ``self``) is the one place where it shows; without this check both lose or
+    scramble samples silently.
+    """
+    holder = frame.f_locals.get("self") if frame is not None else None
+    if holder is sampler or not isinstance(holder, torch.utils.data.BatchSampler):
+        return
+    name, wrapper = type(sampler).__name__, type(holder).__name__
+    if getattr(holder, "sampler", None) is sampler:
+        raise TypeError(
+            f"{name} yields whole batches (lists of indices), but a {wrapper} is drawing from it as from an index "
+            f"sampler and would group its batches again: pass it as DataLoader(batch_sampler=...), not "
+            f"DataLoader(sampler=...). (Hugging Face's Trainer passes what _get_train_sampler returns as sampler=: "
+            f"use loaders.integrations.huggingface.DynTileTrainer.)")
+    processes = getattr(holder, "num_processes", None)
+    if (getattr(holder, "batch_sampler", None) is sampler and isinstance(processes, int) and processes > 1
+            and sampler.num_replicas > 1):
+        raise RuntimeError(
+            f"{wrapper} deals the batches of this {name} out to {processes} processes, but the sampler already "
+            f"gives each of its {sampler.num_replicas} ranks its own: every rank would see 1/{processes} of its "
+            f"share, and ranks would differ in shape at a step. Prepare the loader with "
+            f"loaders.integrations.accelerate.prepare_data_loader(accelerator, loader), which keeps its batches "
+            f"whole (under Hugging Face's Trainer: loaders.integrations.huggingface.DynTileTrainer).")

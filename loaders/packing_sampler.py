@@ -53,7 +53,9 @@ class PackingBatchSampler(EpochBatchSampler):
     :mod:`dyntile.planning.packing`). :attr:`shapes` lists the batch shapes
     (one or two ``(B, T)``); pass them to the collate. Deterministic per ``seed``
     and epoch (:meth:`set_epoch`); resumable (:meth:`state_dict`);
-    ``num_replicas``/``rank`` default to ``torch.distributed``. ``pool_size``: samples
+    ``num_replicas``/``rank`` default to ``torch.distributed``'s, read when iteration
+    starts (``sampler``: a framework's distributed sampler whose ranks to take, see
+    :func:`loaders.distributed.ranks_of_sampler`). ``pool_size``: samples
     sorted together before packing (``None``: the whole epoch). With several ranks a
     few samples may be repeated in an epoch (at most ``num_replicas - 1`` per shape,
     see the module docstring).
@@ -68,7 +70,7 @@ class PackingBatchSampler(EpochBatchSampler):
                  pool_size: int | None = 65536, shuffle: bool = True, seed: int = 0, plan=None,
                  num_replicas: int | None = None, rank: int | None = None, attention: str = "varlen",
                  causal: bool = True, d_model: int | None = None, attention_weight: float | None = None,
-                 step_cost: float | None = None):
+                 step_cost: float | None = None, sampler=None):
         self.lengths = np.asarray(lengths)
         self._shape_args = dict(seq_len=seq_len, max_tokens=max_tokens, batch_rows=batch_rows,
                                 multiple=multiple, overflow=overflow, plan=plan, attention=attention, causal=causal,
@@ -80,27 +82,30 @@ class PackingBatchSampler(EpochBatchSampler):
         self.lengths = self.lengths.astype(np.int64)
         self.overflow = overflow
         self.pool_size = check_pool_size(pool_size)
-        super().__init__(len(self.lengths), shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        super().__init__(len(self.lengths), shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank,
+                         sampler=sampler)
         self.layout = layout_digest(np.ascontiguousarray(self.lengths), [tuple(s) for s in self.shapes],
                                     overflow, self.pool_size, self.shuffle)
-        self._cache: tuple[tuple[int, int], list[PackedBatch]] | None = None
+        self._cache: tuple[tuple[int, int, int], list[PackedBatch]] | None = None
 
     # ---- epoch construction
 
     def packed_batches(self, epoch: int | None = None) -> list[PackedBatch]:
         """Every rank's :class:`PackedBatch` of ``epoch`` (default: the current one), in step order."""
         epoch = self.epoch if epoch is None else operator.index(epoch)
-        if self._cache is None or self._cache[0] != (self.seed, epoch):
+        key = (self.seed, epoch, self.num_replicas)
+        if self._cache is None or self._cache[0] != key:
             packed = pack_lengths(self.lengths, **self._shape_args, pool_size=self.pool_size,
                                   shuffle=self.shuffle, seed=self.seed, epoch=epoch,
-                                  num_replicas=self.num_replicas)
-            self._cache = ((self.seed, epoch), packed)
+                                  num_replicas=key[2])
+            self._cache = (key, packed)
         return self._cache[1]
 
     def batches(self, epoch: int | None = None) -> list[list[int]]:
         """This rank's batches of ``epoch``: lists of sample indices, in order."""
         packed = self.packed_batches(epoch)
-        return [b.sample_order.tolist() for b in packed[self.rank::self.num_replicas]]
+        R, rank = self.replicas()
+        return [b.sample_order.tolist() for b in packed[rank::R]]
 
     def __len__(self) -> int:
         """Batches of the current epoch on this rank (the same on every rank; may vary by epoch)."""

@@ -45,8 +45,10 @@ class BucketBatchSampler(EpochBatchSampler):
     budget, see :meth:`BucketPlan.batch_sizes`, rounded to ``batch_multiple``) or a
     fixed ``batch_size``. Shuffling is deterministic in ``seed`` and the epoch
     (:meth:`set_epoch`); :meth:`state_dict` saves the position mid-epoch.
-    ``num_replicas``/``rank`` default to ``torch.distributed`` (see the module
-    docstring for how ranks stay in step). ``overflow``: a length over the plan's
+    ``num_replicas``/``rank`` default to ``torch.distributed``'s, read when iteration
+    starts (see the module docstring for how ranks stay in step); ``sampler``: a
+    framework's distributed sampler whose ranks to take (Lightning passes one, see
+    :func:`loaders.distributed.ranks_of_sampler`). ``overflow``: a length over the plan's
     largest boundary is an error (``"error"``, default); ``"truncate"`` puts it in the
     last bucket (pair with ``DynTileCollate(overflow="truncate")``); ``"extend"``
     grows ``self.plan`` once to fit every length (give that plan to the collate).
@@ -62,7 +64,7 @@ class BucketBatchSampler(EpochBatchSampler):
                  batch_size: int | None = None, cost: str | None = None, batch_multiple: int = 8,
                  max_buckets: int = 8, multiple: int = 8, shuffle: bool = True, seed: int = 0,
                  drop_last: bool = False, num_replicas: int | None = None, rank: int | None = None,
-                 overflow: str = "error"):
+                 overflow: str = "error", sampler=None):
         lengths = np.asarray(lengths)
         if plan is None:
             plan = plan_buckets(lengths, max_buckets=max_buckets, multiple=multiple, cost=cost or "linear")
@@ -92,12 +94,13 @@ class BucketBatchSampler(EpochBatchSampler):
             if bs < 1:
                 raise ValueError(f"batch_size should be a positive integer, but got {bs}")
             self.batch_sizes = (bs,) * plan.num_buckets
-        super().__init__(len(self.bucket_ids), shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank)
+        super().__init__(len(self.bucket_ids), shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank,
+                         sampler=sampler)
         self.drop_last = bool(drop_last)
         order = np.argsort(self.bucket_ids, kind="stable")
         splits = np.cumsum(np.bincount(self.bucket_ids, minlength=plan.num_buckets))[:-1]
         self._members = np.split(order, splits)             # sample indices of each bucket, ascending
-        self._len = sum(self._steps_in_bucket(len(m), bs) for m, bs in zip(self._members, self.batch_sizes))
+        self._len_for: dict[int, int] = {}                  # num_replicas -> batches per epoch
         self.layout = layout_digest(np.ascontiguousarray(self.bucket_ids, np.int64), tuple(self.batch_sizes),
                                     self.shuffle, self.drop_last)
 
@@ -119,8 +122,8 @@ class BucketBatchSampler(EpochBatchSampler):
 
     # ---- epoch construction
 
-    def _steps_in_bucket(self, n: int, bs: int) -> int:
-        full, rem = divmod(n, bs * self.num_replicas)
+    def _steps_in_bucket(self, n: int, bs: int, R: int) -> int:
+        full, rem = divmod(n, bs * R)
         return full + (1 if rem and not self.drop_last else 0)
 
     def _bucket_steps(self, idx: np.ndarray, bs: int) -> list[np.ndarray]:
@@ -149,8 +152,13 @@ class BucketBatchSampler(EpochBatchSampler):
 
     def batches(self, epoch: int) -> list[list[int]]:
         """This rank's batches of ``epoch``, in order."""
-        return [step[self.rank].tolist() for step in self.epoch_steps(epoch)]
+        rank = self.rank
+        return [step[rank].tolist() for step in self.epoch_steps(epoch)]
 
     def __len__(self) -> int:
         """Batches per epoch on this rank (the same on every rank)."""
-        return self._len
+        R = self.num_replicas
+        if R not in self._len_for:
+            sizes = zip(self._members, self.batch_sizes)
+            self._len_for[R] = sum(self._steps_in_bucket(len(m), bs, R) for m, bs in sizes)
+        return self._len_for[R]

@@ -1,0 +1,12 @@
+"""Glue between dyntile's samplers and the training frameworks.
+
+* :mod:`loaders.integrations.accelerate` -- ``prepare_data_loader``: accelerate's
+  ``prepare`` for a loader on a dyntile sampler, its batches kept whole;
+* :mod:`loaders.integrations.huggingface` -- ``DynTileTrainer`` and
+  ``SamplerEpochCallback``: Hugging Face's ``Trainer`` on a dyntile sampler.
+
+Lightning, plain ``torchrun`` + DDP and torchdata's ``StatefulDataLoader`` need no
+glue: the samplers are torch ``BatchSampler`` s that take a framework's ranks
+(README: "Training frameworks"). Each module imports its framework; this package
+and :mod:`loaders` import none.
+"""

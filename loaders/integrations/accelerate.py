@@ -1,0 +1,74 @@
+"""accelerate: prepare a loader on a dyntile sampler with its batches kept whole.
+
+``accelerator.prepare(loader)`` wraps the loader's batch sampler in a
+``BatchSamplerShard`` that deals its batches out to the processes. A dyntile
+sampler already gives each rank its own batches (the same count on every rank,
+one shape per step), so dealing them out again would lose half of each rank's
+share on 2 processes (the samplers refuse it). :func:`prepare_data_loader`
+prepares the loader as accelerate does (device placement, the end-of-loader flag
+that gradient accumulation reads, ``set_epoch`` on every pass) and then turns the
+shard into a pass-through, as Hugging Face's Trainer does for its own rank-aware
+batch sampler. ``split_batches`` and ``dispatch_batches`` cut every batch across
+processes, so they are refused.
+"""
+from __future__ import annotations
+
+from accelerate.data_loader import BatchSamplerShard
+
+from ..epoch_sampler import EpochBatchSampler
+
+__all__ = ["dyntile_sampler", "prepare_data_loader"]
+
+
+def dyntile_sampler(loader) -> EpochBatchSampler | None:
+    """The dyntile batch sampler of ``loader`` (a ``DataLoader`` or one accelerate
+    prepared), through the batch-sampler wrappers around it; ``None`` if it has none.
+
+    >>> from torch.utils.data import DataLoader
+    >>> from loaders import BucketBatchSampler
+    >>> s = BucketBatchSampler([3, 9, 4], batch_size=2)
+    >>> dyntile_sampler(DataLoader(range(3), batch_sampler=s)) is s
+    True
+    """
+    found = getattr(loader, "batch_sampler", None)
+    for _ in range(8):               # BatchSamplerShard, SkipBatchSampler: a few levels at most
+        if isinstance(found, EpochBatchSampler) or found is None:
+            return found
+        found = getattr(found, "batch_sampler", None)
+    return None
+
+
+def prepare_data_loader(accelerator, loader, **kwargs):
+    """``accelerator.prepare_data_loader(loader, **kwargs)`` keeping a dyntile sampler's batches whole.
+
+    ``loader``: a ``DataLoader`` whose ``batch_sampler`` is a dyntile sampler with
+    ranks from ``torch.distributed`` (the default); any other loader is prepared
+    unchanged. Returns accelerate's prepared loader, each rank drawing exactly its
+    sampler's batches.
+
+    >>> from accelerate import Accelerator
+    >>> from torch.utils.data import DataLoader
+    >>> from loaders import BucketBatchSampler
+    >>> loader = DataLoader(range(5), batch_sampler=BucketBatchSampler([3, 9, 4, 8, 2], batch_size=2))
+    >>> len(prepare_data_loader(Accelerator(cpu=True), loader))
+    3
+    """
+    sampler = dyntile_sampler(loader)
+    if sampler is None:
+        return accelerator.prepare_data_loader(loader, **kwargs)
+    for option in ("split_batches", "dispatch_batches"):
+        if getattr(accelerator, option, False):
+            raise ValueError(f"{option}=True cuts every batch of the loader's {type(sampler).__name__} across "
+                             f"processes, but the sampler gives each rank whole batches: set "
+                             f"{option}=False in accelerate's DataLoaderConfiguration")
+    prepared = accelerator.prepare_data_loader(loader, **kwargs)
+    shard = getattr(prepared, "batch_sampler", None)
+    if isinstance(shard, BatchSamplerShard) and shard.batch_sampler is sampler:
+        theirs, ours = (shard.num_processes, shard.process_index), sampler.replicas()
+        if theirs != ours:
+            raise ValueError(f"accelerate runs {theirs[0]} processes (this one is {theirs[1]}), but the loader's "
+                             f"{type(sampler).__name__} splits over {ours[0]} ranks (this one is {ours[1]}): "
+                             f"build the sampler without num_replicas= and rank= (they come from "
+                             f"torch.distributed, which accelerate starts)")
+        shard.num_processes, shard.process_index = 1, 0       # every batch of this rank's sampler, in order
+    return prepared
