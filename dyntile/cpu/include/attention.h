@@ -74,55 +74,11 @@ typedef struct {
 #define EXP_POLY EXP_POLY_F32
 #define EXP_BIAS 127
 #define EXP_SHIFT 23
-#if DT_HAVE_X86
-#define VBYTES 64
-#define MR 4
-#define SUF f32_avx512
-#define VMAX _mm512_max_ps
-#define VSET1 _mm512_set1_ps
-#define VMIN _mm512_min_ps
-#define TARGET DT_TARGET_AVX512
-#include "attention_tile.h"
-#undef VBYTES
-#undef MR
-#undef SUF
-#undef VMAX
-#undef VSET1
-#undef VMIN
-#undef TARGET
-#define VBYTES 32
-#define MR 3
-#define SUF f32_avx2
-#define VMAX _mm256_max_ps
-#define VSET1 _mm256_set1_ps
-#define VMIN _mm256_min_ps
-#define TARGET DT_TARGET_AVX2
-#include "attention_tile.h"
-#undef VBYTES
-#undef MR
-#undef SUF
-#undef VMAX
-#undef VSET1
-#undef VMIN
-#undef TARGET
-#endif
-#define VBYTES 16
-#define MR 3
-#define SUF f32_ref
-#if DT_HAVE_X86
-#define VMAX _mm_max_ps
-#define VSET1 _mm_set1_ps
-#define VMIN _mm_min_ps
-#endif
-#define TARGET
-#include "attention_tile.h"
-#undef VBYTES
-#undef MR
-#undef SUF
-#undef VMAX
-#undef VSET1
-#undef VMIN
-#undef TARGET
+#define AT_TYPE f32
+#define AT_PX ps
+#include "attention_isas.h"
+#undef AT_TYPE
+#undef AT_PX
 #undef REAL
 #undef IREAL
 #undef EXP_LO
@@ -140,55 +96,11 @@ typedef struct {
 #define EXP_POLY EXP_POLY_F64
 #define EXP_BIAS 1023
 #define EXP_SHIFT 52
-#if DT_HAVE_X86
-#define VBYTES 64
-#define MR 4
-#define SUF f64_avx512
-#define VMAX _mm512_max_pd
-#define VSET1 _mm512_set1_pd
-#define VMIN _mm512_min_pd
-#define TARGET DT_TARGET_AVX512
-#include "attention_tile.h"
-#undef VBYTES
-#undef MR
-#undef SUF
-#undef VMAX
-#undef VSET1
-#undef VMIN
-#undef TARGET
-#define VBYTES 32
-#define MR 3
-#define SUF f64_avx2
-#define VMAX _mm256_max_pd
-#define VSET1 _mm256_set1_pd
-#define VMIN _mm256_min_pd
-#define TARGET DT_TARGET_AVX2
-#include "attention_tile.h"
-#undef VBYTES
-#undef MR
-#undef SUF
-#undef VMAX
-#undef VSET1
-#undef VMIN
-#undef TARGET
-#endif
-#define VBYTES 16
-#define MR 3
-#define SUF f64_ref
-#if DT_HAVE_X86
-#define VMAX _mm_max_pd
-#define VSET1 _mm_set1_pd
-#define VMIN _mm_min_pd
-#endif
-#define TARGET
-#include "attention_tile.h"
-#undef VBYTES
-#undef MR
-#undef SUF
-#undef VMAX
-#undef VSET1
-#undef VMIN
-#undef TARGET
+#define AT_TYPE f64
+#define AT_PX pd
+#include "attention_isas.h"
+#undef AT_TYPE
+#undef AT_PX
 #undef REAL
 #undef IREAL
 #undef EXP_LO

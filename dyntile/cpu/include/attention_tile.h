@@ -1,6 +1,6 @@
 /* attention_tile.h: the tile routines of varlen attention, for one element type and ISA.
  *
- * Included once per (type, ISA) by attention.h with these macros set:
+ * Included once per (type, ISA) by attention_isas.h with these macros set:
  *   REAL     float or double          IREAL   the signed integer of the same width
  *   VBYTES   bytes of one vector      SUF     a name suffix (f32_avx512, ...)
  *   MR       rows of a register tile: MR x 4 accumulators and a broadcast must fit the
