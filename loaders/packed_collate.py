@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from dyntile import concat_rows, pad_jagged
+from dyntile.cpu.packing import packed_layout
 from dyntile.planning.packing import PackedBatch, pack_rows
 
 __all__ = ["collate_packed"]
@@ -129,15 +130,6 @@ def _row_fill(packed: PackedBatch) -> np.ndarray:
     return np.bincount(packed.rows, weights=packed.sizes, minlength=packed.shape[0]).astype(np.int64)
 
 
-def _cu_seqlens(packed: PackedBatch, used: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """``starts``: each piece's first slot in the flattened ``[B * T]`` batch."""
-    B, T = packed.shape
-    pad_rows = np.flatnonzero(used < T)
-    bounds = np.concatenate((starts, pad_rows * T + used[pad_rows]))
-    bounds = bounds[np.argsort(bounds, kind="stable")]  # pieces before a padding tail at the same place
-    return np.append(bounds, B * T).astype(np.int32)
-
-
 def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
                    pad_values: Mapping[str, Any] | None = None, label_keys: Sequence[str] = ("labels",),
                    mask_boundary_labels: bool = True, attention_mask: bool = False) -> dict:
@@ -189,19 +181,11 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
             dense.view(B * T, *dense.shape[2:]).index_fill_(0, boundaries, fill)
         out[key] = dense
 
-    # per token of the flat stream: position within its sample, segment number in its row
-    P = packed.sizes.size
-    piece_start = np.cumsum(packed.sizes) - packed.sizes
-    position = np.arange(int(packed.sizes.sum()), dtype=np.int64) - np.repeat(piece_start - packed.starts,
-                                                                               packed.sizes)
-    seg_in_row = (np.arange(P) - packed.row_splits[packed.rows] + 1).astype(np.int32)
-    segment = np.repeat(seg_in_row, packed.sizes)
-    cu = _cu_seqlens(packed, used, starts)
-    segment_ids = torch.from_numpy(pad_jagged(segment, rows, shape=(T,))[0])
+    position, segment, cu, longest = packed_layout(packed.rows, packed.offsets, packed.sizes, packed.starts, B, T)
+    segment_ids = torch.from_numpy(segment)
     others = sorted({k for _, o in split or () for k in o})
-    computed = {"position_ids": torch.from_numpy(pad_jagged(position, rows, shape=(T,))[0]),
-                "segment_ids": segment_ids, "cu_seqlens": torch.from_numpy(cu), "max_seqlen": int(np.diff(cu).max()),
-                "lengths": torch.from_numpy(lengths)}
+    computed = {"position_ids": torch.from_numpy(position), "segment_ids": segment_ids,
+                "cu_seqlens": torch.from_numpy(cu), "max_seqlen": int(longest), "lengths": torch.from_numpy(lengths)}
     out.update((k, v) for k, v in computed.items() if k not in out and k not in others)  # a sample's key is kept
     for key in others:
         out[key] = _stack_leaf([o.get(key) for _, o in split])

@@ -1,6 +1,6 @@
 """The four ways the demo batches a corpus, each a ``batch_sampler`` + ``collate_fn`` pair.
 
-Every collate returns int64 ``[B, T]`` ``input_ids``, ``position_ids`` and
+Every collate returns ``[B, T]`` int64 ``input_ids`` and ``position_ids`` and integer
 ``segment_ids`` (0 = padding, ``k >= 1`` = k-th sequence of a row), the input of
 :class:`~dyntile.cli.model.TinyTransformer`:
 
@@ -149,5 +149,4 @@ class _PackedCollate:
 
     def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
         out = self.collate(samples)
-        return {"input_ids": out["input_ids"], "position_ids": out["position_ids"],
-                "segment_ids": out["segment_ids"].long()}
+        return {"input_ids": out["input_ids"], "position_ids": out["position_ids"], "segment_ids": out["segment_ids"]}
