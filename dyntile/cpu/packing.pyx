@@ -179,3 +179,25 @@ def packed_layout(const int64_t[::1] rows, const int64_t[::1] offsets, const int
             if cu[j] - cu[j - 1] > longest:
                 longest = cu[j] - cu[j - 1]
     return position_arr, segment_arr, cu_arr[:nb].copy(), longest
+
+
+def next_fit(const int64_t[::1] size, int64_t T):
+    """``(rows, offsets, n_rows)`` of items placed in order into rows of ``T``: an item
+    joins the current row when it fits, else opens the next one (every size <= T;
+    the caller checks)."""
+    cdef Py_ssize_t n = size.shape[0], i
+    cdef int64_t row = -1, used = T + 1
+    rows_arr = np.empty(n, dtype=np.int64)
+    offs_arr = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] rows = rows_arr
+    cdef int64_t[::1] offs = offs_arr
+    with nogil:
+        # loop invariant: used = tokens in row `row` so far (T + 1 before the first row)
+        for i in range(n):
+            if used + size[i] > T:
+                row += 1
+                used = 0
+            rows[i] = row
+            offs[i] = used
+            used += size[i]
+    return rows_arr, offs_arr, row + 1

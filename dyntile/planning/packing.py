@@ -602,19 +602,13 @@ def pack_rows(lengths, shapes, *, overflow: str = "second_shape") -> PackedBatch
             i = int(np.argmax(L))
             raise ValueError(f"sample {i} has length {longest}, longer than the rows of {T} tokens "
                              f"(shapes={shapes}, overflow={overflow!r})")
-    if longest <= T:                 # no sample to split (the common case): a lean scan
-        rows, offs = [], []
-        row, used = -1, T + 1        # no row open yet
-        for n in L.tolist():
-            if used + n > T:
-                row, used = row + 1, 0
-            rows.append(row)
-            offs.append(used)
-            used += n
-        if row >= B:
-            _raise_too_many_rows(L, row, T, B, shapes)
-        return PackedBatch((B, T), np.arange(L.size, dtype=np.int64), np.array(rows, dtype=np.int64),
-                           np.array(offs, dtype=np.int64), L.astype(np.int64, copy=True), np.zeros(L.size, np.int64))
+    if longest <= T:                 # no sample to split (the common case): one kernel pass
+        L = np.ascontiguousarray(L, dtype=np.int64)
+        from dyntile.cpu.packing import next_fit
+        rows, offs, n_rows = next_fit(L, T)
+        if n_rows > B:
+            _raise_too_many_rows(L, n_rows - 1, T, B, shapes)
+        return PackedBatch((B, T), np.arange(L.size, dtype=np.int64), rows, offs, L.copy(), np.zeros(L.size, np.int64))
     idx, rows, offs, sizes, starts = [], [], [], [], []
     row, used = -1, T + 1  # no row open yet
     for i, n in enumerate(L.tolist()):
