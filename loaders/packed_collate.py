@@ -130,6 +130,23 @@ def _row_fill(packed: PackedBatch) -> np.ndarray:
     return np.bincount(packed.rows, weights=packed.sizes, minlength=packed.shape[0]).astype(np.int64)
 
 
+def _scatter_rows(flat, slots: np.ndarray, shape: tuple, fill: int):
+    """A 1-D integer tensor's tokens into a new ``shape`` tensor at ``slots`` of its flat
+    view, ``fill`` elsewhere (one ``index_copy_``); ``None`` for the cases
+    :func:`dyntile.pad_jagged` handles (arrays, other dtypes, extra axes)."""
+    if not isinstance(flat, torch.Tensor) or flat.dim() != 1 or flat.dtype not in _SCATTER_DTYPES:
+        return None
+    info = torch.iinfo(flat.dtype)
+    if not info.min <= fill <= info.max:
+        return None                          # pad_jagged names the fill the dtype cannot hold
+    dense = flat.new_full(shape, fill)
+    dense.view(-1).index_copy_(0, torch.from_numpy(slots), flat)
+    return dense
+
+
+_SCATTER_DTYPES = (torch.int64, torch.int32)
+
+
 def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
                    pad_values: Mapping[str, Any] | None = None, label_keys: Sequence[str] = ("labels",),
                    mask_boundary_labels: bool = True, attention_mask: bool = False) -> dict:
@@ -170,18 +187,21 @@ def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
     starts = packed.rows * T + packed.offsets          # each piece's first slot in [B * T]
     boundaries = torch.from_numpy(starts[packed.sizes > 0])
 
+    position, segment, cu, longest, slots = packed_layout(packed.rows, packed.offsets, packed.sizes, packed.starts,
+                                                          B, T)
     out: dict[str, Any] = {}
     for key in keys:
         fill = pad_values.get(key, IGNORE_INDEX if key in label_keys else 0)
         try:
-            dense, _ = pad_jagged(flats[key], rows, shape=(T,), fill=fill)
+            dense = _scatter_rows(flats[key], slots, (B, T), fill) if type(fill) is int else None
+            if dense is None:
+                dense, _ = pad_jagged(flats[key], rows, shape=(T,), fill=fill)
         except (TypeError, ValueError) as e:                       # a fill the dtype cannot hold
             raise type(e)(f"pad value {fill!r} for key {key!r}: {e}") from None
         if key in label_keys and mask_boundary_labels:
             dense.view(B * T, *dense.shape[2:]).index_fill_(0, boundaries, fill)
         out[key] = dense
 
-    position, segment, cu, longest = packed_layout(packed.rows, packed.offsets, packed.sizes, packed.starts, B, T)
     segment_ids = torch.from_numpy(segment)
     others = sorted({k for _, o in split or () for k in o})
     computed = {"position_ids": torch.from_numpy(position), "segment_ids": segment_ids,
