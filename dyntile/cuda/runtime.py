@@ -27,6 +27,10 @@ def _import_cuda():
 
 
 cuda = _import_cuda()
+if cuda.config.ENABLE_CUDASIM:
+    from .simulator import make_shared_allocation_atomic
+
+    make_shared_allocation_atomic()       # the simulator's shared arrays, one per block (see .simulator)
 
 
 def simulator_active() -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import pytest
 
@@ -58,6 +59,38 @@ def _quick_thread_switches():
         yield
     finally:
         sys.setswitchinterval(before)
+
+
+@pytest.fixture
+def slow_shared_allocation(simulated, monkeypatch):
+    """The simulator's ``cuda.shared.array`` made to sleep between looking its array
+    up and storing a new one, so that every thread of a launch's first block is inside
+    that window at once: without :mod:`dyntile.cuda.simulator`'s fix each would get a
+    "shared" array of its own on every launch, not on a rare unlucky one. Yields the
+    number of sleeps so far (a list of one count), so a test can check the window opened."""
+    if not simulated:
+        pytest.skip("the shared-allocation window exists only in the CUDA simulator")
+    import numpy as np
+    from numba.cuda.simulator import kernelapi
+
+    import dyntile.cuda.runtime  # noqa: F401  (applies the fix, as any kernel call does)
+
+    allocate = kernelapi.FakeCUDAShared.array.__code__
+    sleeps = [0]
+
+    class SlowEmpty:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(*args, **kwargs):
+            if sys._getframe(1).f_code is allocate:
+                sleeps[0] += 1
+                time.sleep(0.002)
+            return np.empty(*args, **kwargs)
+
+    monkeypatch.setattr(kernelapi, "np", SlowEmpty())
+    yield sleeps
 
 
 @pytest.fixture

@@ -234,3 +234,55 @@ def test_empty_head_dimension(cuda_device):
                                np.array([1, 1, 1, 1, 1, 0])[:, None], rtol=1e-12)
     assert [g.shape for g in varlen_attention_backward(x, x, x, x, out, lse, st, ln, causal=True, scale=1.0)] \
         == [(6, 2, 0)] * 3
+
+
+@pytest.mark.parametrize("D, dtype, causal", [(16, np.float32, False), (5, np.float64, True)])
+def test_runs_repeat_bit_for_bit(cuda_device, rng, slow_shared_allocation, D, dtype, causal):
+    """Three forward and backward runs on one input give identical bits, the reference's
+    values. Each launch has several tiles of the 17-token segment and several segments
+    in flight, and every thread of its first block (the heaviest tile) allocates its
+    shared tiles at once (``slow_shared_allocation``): the window in which the unfixed
+    simulator hands threads private tiles (:mod:`dyntile.cuda.simulator`)."""
+    from dyntile.cuda.attention import varlen_attention_backward, varlen_attention_forward
+
+    q, k, v, dout = _inputs(rng, D, dtype, 4)
+    scale = 1 / np.sqrt(D)
+    dev = [cuda_device.to_device(x) for x in (q, k, v, dout)]
+    ref = (*reference_forward(q, k, v, STARTS, LENGTHS, causal, scale),
+           *reference_backward(dout, q, k, v, STARTS, LENGTHS, causal, scale))
+    runs = []
+    for _ in range(3):
+        out, lse = varlen_attention_forward(*dev[:3], STARTS, LENGTHS, causal=causal, scale=scale)
+        grads = varlen_attention_backward(dev[3], *dev[:3], out, lse, STARTS, LENGTHS, causal=causal, scale=scale)
+        runs.append([a.copy_to_host() for a in (out, lse, *grads)])
+    for name, got, want in zip(("out", "lse", "dq", "dk", "dv"), runs[0], ref):
+        np.testing.assert_allclose(got, want, **TOL[dtype], err_msg=name)
+    for later in runs[1:]:
+        for name, a, b in zip(("out", "lse", "dq", "dk", "dv"), runs[0], later):
+            np.testing.assert_array_equal(a, b, err_msg=f"{name} differs between runs")
+    assert slow_shared_allocation[0] > 0, "the fixture's window never opened"
+
+
+@pytest.mark.parametrize("D, dtype, causal", [(9, np.float32, True), (3, np.float64, False)])
+def test_every_shared_access_is_separated_by_a_barrier(cuda_device, simulated, rng, D, dtype, causal):
+    """The forward, dQ and dK/dV kernels under the race checker: no two threads touch a
+    shared element in one barrier epoch (one writing), none reads an unwritten one, and
+    every thread of a block passes every barrier. Segments of 7 and 3 tokens give each
+    kernel several tiles and steps per block; D = 9 walks two head-dimension chunks,
+    D = 3 keeps the row tile resident."""
+    if not simulated:
+        pytest.skip("the race checker instruments the CUDA simulator")
+    from dyntile.cuda.attention import varlen_attention_backward, varlen_attention_forward
+    from tests.cuda.racecheck import racecheck
+
+    starts, lengths = np.array([4, 0]), np.array([7, 3])             # token 3 and 11 pad
+    x = rng.standard_normal((4, 12, 1, D)).astype(dtype)
+    q, k, v, dout = (cuda_device.to_device(a) for a in x)
+    with racecheck() as report:
+        out, lse = varlen_attention_forward(q, k, v, starts, lengths, causal=causal, scale=0.5)
+        grads = varlen_attention_backward(dout, q, k, v, out, lse, starts, lengths, causal=causal, scale=0.5)
+    assert report.accesses > 0 and not report.hazards and not report.divergent, report
+    ref = (*reference_forward(*x[:3], starts, lengths, causal, 0.5),
+           *reference_backward(x[3], *x[:3], starts, lengths, causal, 0.5))
+    for name, got, want in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, *grads), ref):
+        np.testing.assert_allclose(got.copy_to_host(), want, **TOL[dtype], err_msg=name)
