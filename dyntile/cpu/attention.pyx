@@ -64,6 +64,22 @@ cdef void set_strides(int64_t *t, int64_t *h, cnp.ndarray x):
     h[0] = x.strides[1] // x.itemsize
 
 
+def _outputs(shapes, dtype, cnp.ndarray starts, cnp.ndarray lens):
+    """New arrays of ``shapes`` (each ``(N, ...)``), zero on the tokens of no segment only:
+    the kernels write every segment token, so zeroing those too would write them twice."""
+    outs = [np.empty(shape, dtype) for shape in shapes]
+    N = shapes[0][0]
+    order = np.argsort(starts, kind="stable")
+    ends = starts[order] + lens[order]
+    gap_lo = np.concatenate(([0], ends))
+    gap_hi = np.concatenate((starts[order], [N]))
+    for lo, hi in zip(gap_lo.tolist(), gap_hi.tolist()):
+        if hi > lo:
+            for x in outs:
+                x[lo:hi] = 0
+    return outs
+
+
 cdef void set_segments(dt_attn_args *a, cnp.ndarray starts, cnp.ndarray lens):
     a.starts = <const int64_t *>cnp.PyArray_DATA(starts)
     a.lens = <const int64_t *>cnp.PyArray_DATA(lens)
@@ -75,9 +91,9 @@ def forward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray starts, cnp
     """``(out [N, H, D], lse [N, H])`` of segment attention; zero on padding tokens."""
     cdef dt_attn_args a
     cdef int f64 = q.dtype == np.float64
-    cdef cnp.ndarray out = np.zeros((q.shape[0], q.shape[1], q.shape[2]), q.dtype)
-    cdef cnp.ndarray lse = np.zeros((q.shape[0], q.shape[1]), q.dtype)
+    cdef cnp.ndarray out, lse
     cdef int rc
+    out, lse = _outputs([(q.shape[0], q.shape[1], q.shape[2]), (q.shape[0], q.shape[1])], q.dtype, starts, lens)
     a.H, a.D = q.shape[1], q.shape[2]
     a.q, a.k, a.v = cnp.PyArray_DATA(q), cnp.PyArray_DATA(k), cnp.PyArray_DATA(v)
     set_strides(&a.sq_t, &a.sq_h, q)
@@ -100,10 +116,9 @@ def backward(cnp.ndarray dout, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.
     cdef dt_attn_args a
     cdef int f64 = q.dtype == np.float64
     shape = (q.shape[0], q.shape[1], q.shape[2])
-    cdef cnp.ndarray dq = np.zeros(shape, q.dtype)
-    cdef cnp.ndarray dk = np.zeros(shape, q.dtype)
-    cdef cnp.ndarray dv = np.zeros(shape, q.dtype)
+    cdef cnp.ndarray dq, dk, dv
     cdef int rc
+    dq, dk, dv = _outputs([shape, shape, shape], q.dtype, starts, lens)
     a.H, a.D = q.shape[1], q.shape[2]
     a.q, a.k, a.v = cnp.PyArray_DATA(q), cnp.PyArray_DATA(k), cnp.PyArray_DATA(v)
     a.o, a.dout, a.lse_in = cnp.PyArray_DATA(out), cnp.PyArray_DATA(dout), cnp.PyArray_DATA(lse)

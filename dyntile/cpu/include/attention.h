@@ -201,13 +201,16 @@ static inline int64_t dt_attn_scratch_elems(int tile, int64_t D, int64_t rows)
     return 7 * (rows + tile) * DP + 3 * (int64_t)tile * DP + 3 * (int64_t)tile * tile + 2 * rows + 64;
 }
 
-/* A segment whose whole cost is at most `split_cost` is one item per head; a longer one
-   is split, so that no item holds up the others for long. */
-static inline int64_t dt_attn_split_cost(const dt_attn_args *a, int tile, int threads)
+/* The cost above which a segment is split into several items, so that no item holds up
+   the others for long: a quarter of a thread's share in the forward pass, where a split
+   costs only a reload of K and V; a whole share in the backward pass, where a split
+   segment's pairs are visited twice (key-tile and query-tile items), so splitting pays
+   only for an item that would otherwise outlast the other threads' work. */
+static inline int64_t dt_attn_split_cost(const dt_attn_args *a, int tile, int threads, int backward)
 {
     int64_t total = 0, floor = (int64_t)tile * tile;
     for (int64_t s = 0; s < a->S; s++) total += dt_attn_pairs_q(0, a->lens[s], a->lens[s], a->causal) * a->H;
-    int64_t cut = threads == 1 ? INT64_MAX : total / (4 * threads);
+    int64_t cut = threads == 1 ? INT64_MAX : total / (backward ? threads : 4 * threads);
     return cut < floor ? floor : cut;
 }
 
@@ -327,7 +330,7 @@ static int dt_attn_pass(const dt_attn_args *a, int f64, int threads, int backwar
 {
     dt_attn_kernels kern = dt_attn_pick(dt_attn_best_isa(), f64);
     if (threads < 1) threads = 1;
-    int64_t split = dt_attn_split_cost(a, kern.tile, threads), rows;
+    int64_t split = dt_attn_split_cost(a, kern.tile, threads, backward), rows;
     dt_attn_item *items;
     int64_t n = backward ? dt_attn_bwd_items(a, kern.tile, split, &items, &rows)
                          : dt_attn_fwd_items(a, kern.tile, split, &items, &rows);
