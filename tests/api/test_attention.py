@@ -35,7 +35,7 @@ def tolerance(dtype):
 
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("dim", [16, 33])
+@pytest.mark.parametrize("dim", [16, 32, 64, 33])
 def test_kernels_match_reference_on_ragged_segments(isa, causal, dtype, dim):
     rng = np.random.default_rng(dim)
     lengths = [0, 1, 2, 63, 64, 65, 257, 5]
