@@ -248,9 +248,9 @@ def _packing_note(shapes, seq_len: int, longer: int, overflow: str) -> str:
         return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} are split "
                 f"into chunks over consecutive rows, each chunk its own segment (--pack-overflow).")
     if len(shapes) == 1:
-        return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} (--pack-len) "
+        return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} "
                 f"are kept whole in its rows, and the shorter ones share those rows (--pack-overflow).")
-    return (f"dyntile packing: shapes {named} (B x T); the {longer} samples longer than T={seq_len} (--pack-len) "
+    return (f"dyntile packing: shapes {named} (B x T); the {longer} samples longer than T={seq_len} "
             f"are kept whole in rows of the second shape (--pack-overflow).")
 
 
