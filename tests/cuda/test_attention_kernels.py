@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.reference import attention_grad_reference, attention_reference
+
 pytestmark = pytest.mark.usefixtures("cuda_device")
 
 # segment (start, length): shuffled, padding at 2, 4, 12-13 and 31-33
@@ -22,46 +24,13 @@ TOL = {np.float32: dict(rtol=2e-5, atol=2e-5), np.float64: dict(rtol=1e-11, atol
 
 
 def reference_forward(q, k, v, starts, lengths, causal, scale):
-    """float64 ``(out, lse)``, zero on padding tokens."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    N, H, D = q.shape
-    out, lse = np.zeros((N, H, D)), np.zeros((N, H))
-    for s, n in zip(starts, lengths):
-        if n == 0:
-            continue
-        seg = slice(s, s + n)
-        scores = scale * np.einsum("thd,jhd->htj", q[seg], k[seg])
-        if causal:
-            scores = np.where(np.tril(np.ones((n, n), bool)), scores, -np.inf)
-        m = scores.max(-1, keepdims=True)
-        p = np.exp(scores - m)
-        total = p.sum(-1, keepdims=True)
-        out[seg] = np.einsum("htj,jhd->thd", p / total, v[seg])
-        lse[seg] = (m + np.log(total))[..., 0].T
-    return out, lse
+    """float64 ``(out, lse)``, zero on padding tokens (the suite's shared reference)."""
+    return attention_reference(q, k, v, starts, lengths, causal, scale)
 
 
 def reference_backward(dout, q, k, v, starts, lengths, causal, scale):
     """float64 gradients of ``sum(out * dout)`` by the analytic formulas."""
-    dout, q, k, v = (np.asarray(x, np.float64) for x in (dout, q, k, v))
-    dq, dk, dv = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
-    for s, n in zip(starts, lengths):
-        if n == 0:
-            continue
-        seg = slice(s, s + n)
-        scores = scale * np.einsum("thd,jhd->htj", q[seg], k[seg])
-        if causal:
-            scores = np.where(np.tril(np.ones((n, n), bool)), scores, -np.inf)
-        p = np.exp(scores - scores.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)                                  # [H, n, n]
-        do = dout[seg].transpose(1, 0, 2)                               # [H, n, D]
-        o = p @ v[seg].transpose(1, 0, 2)
-        dp = do @ v[seg].transpose(1, 2, 0)
-        ds = p * (dp - (do * o).sum(-1, keepdims=True))
-        dq[seg] = scale * (ds @ k[seg].transpose(1, 0, 2)).transpose(1, 0, 2)
-        dk[seg] = scale * (ds.transpose(0, 2, 1) @ q[seg].transpose(1, 0, 2)).transpose(1, 0, 2)
-        dv[seg] = (p.transpose(0, 2, 1) @ do).transpose(1, 0, 2)
-    return dq, dk, dv
+    return attention_grad_reference(q, k, v, starts, lengths, causal, scale, dout)
 
 
 @pytest.mark.parametrize("causal", [False, True])
