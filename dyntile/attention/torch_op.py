@@ -142,11 +142,12 @@ varlen_attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 def _cuda_fwd(q, k, v, starts, lengths, causal, scale, work):
     from dyntile.cuda import attention as kernel
+    dtype = q.dtype
     q, k, v = (x.to(work) for x in (q, k, v))
     out = torch.zeros(q.shape, dtype=work, device=q.device)
     lse = torch.zeros(q.shape[:2], dtype=work, device=q.device)
     kernel.varlen_attention_forward(q, k, v, starts, lengths, causal=causal, scale=scale, out=out, lse=lse)
-    return out.to(q.dtype), lse
+    return out.to(dtype), lse
 
 
 def _cuda_bwd(dout, q, k, v, out, lse, starts, lengths, causal, scale, work):
