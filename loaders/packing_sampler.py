@@ -2,7 +2,7 @@
 
 Each step yields the sample indices of one batch of ``B`` rows of ``T`` tokens, in
 the order :func:`dyntile.planning.packing.pack_lengths` lists them (each row's
-first sample first). The collate (:func:`loaders.packed_collate.collate_packed`)
+first sample first). The collate (:class:`loaders.packed_collate.PackedCollate`)
 recovers the rows from the lengths it receives by calling
 :func:`dyntile.planning.packing.pack_rows`, the decoder of the same packer, so
 sampler and collate always agree on the layout.
@@ -29,7 +29,7 @@ import operator
 
 import numpy as np
 
-from dyntile.planning.packing import PackedBatch, check_pool_size, pack_lengths, packing_shapes
+from dyntile.planning.packing import check_packing_overflow, PackedBatch, check_pool_size, pack_lengths, packing_shapes
 
 from .epoch_sampler import EpochBatchSampler, layout_digest
 
@@ -49,8 +49,8 @@ class PackingBatchSampler(EpochBatchSampler):
     ``attention_weight``, ``step_cost``: see :mod:`dyntile.planning.packing_cost`,
     whose ``choose_seq_len`` reports the cost), else to the longest sample rounded up
     to ``multiple``; capped by the budget. Samples longer than ``T`` follow ``overflow``
-    (``"second_shape"``, ``"split"`` or ``"error"``, see
-    :mod:`dyntile.planning.packing`). :attr:`shapes` lists the batch shapes
+    (``"extend"``: a second, longer shape; ``"split"``; ``"error"``: see
+    :mod:`dyntile.overflow`). :attr:`shapes` lists the batch shapes
     (one or two ``(B, T)``); pass them to the collate. Deterministic per ``seed``
     and epoch (:meth:`set_epoch`); resumable (:meth:`state_dict`);
     ``num_replicas``/``rank`` default to ``torch.distributed``'s, read when iteration
@@ -66,12 +66,13 @@ class PackingBatchSampler(EpochBatchSampler):
     """
 
     def __init__(self, lengths, *, max_tokens: int | None = None, seq_len: int | None = None,
-                 batch_rows: int | None = None, multiple: int = 8, overflow: str = "second_shape",
+                 batch_rows: int | None = None, multiple: int = 8, overflow: str = "extend",
                  pool_size: int | None = 65536, shuffle: bool = True, seed: int = 0, plan=None,
                  num_replicas: int | None = None, rank: int | None = None, attention: str = "varlen",
                  causal: bool = True, d_model: int | None = None, attention_weight: float | None = None,
                  step_cost: float | None = None, sampler=None):
         self.lengths = np.asarray(lengths)
+        overflow = check_packing_overflow(overflow)
         self._shape_args = dict(seq_len=seq_len, max_tokens=max_tokens, batch_rows=batch_rows,
                                 multiple=multiple, overflow=overflow, plan=plan, attention=attention, causal=causal,
                                 d_model=d_model, attention_weight=attention_weight, step_cost=step_cost)

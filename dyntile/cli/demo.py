@@ -87,7 +87,7 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--pack-len", type=int, default=None,
                    help="row length T of packed batches (default: the T of least training cost for the "
                         "packing row's attention, see `dyntile plan`)")
-    g.add_argument("--pack-overflow", choices=("second_shape", "split"), default="second_shape",
+    g.add_argument("--pack-overflow", choices=("extend", "split"), default="extend",
                    help="samples longer than --pack-len: whole, in a second packed shape (default), "
                         "or split into chunks over consecutive rows (one shape)")
     g.add_argument("--methods", default="random,sorted,buckets,packing",

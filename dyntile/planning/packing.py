@@ -29,7 +29,7 @@ boundary, else, with a ``max_tokens`` budget, the row length of least training c
 rounded up; capped by the budget. ``B = max_tokens // T`` (or ``batch_rows``).
 Samples longer than ``T`` (``overflow=``):
 
-* ``"second_shape"`` (default): rows of ``T2 = round_up(max length, multiple)``,
+* ``"extend"`` (default): rows of ``T2 = round_up(max length, multiple)``,
   batches ``[B2, T2]`` with ``B2 = max_tokens // T2`` (or ``B * T // T2``); each such
   row starts with one long sample and is topped up with short ones. At most two
   distinct shapes; a batch is ``[B2, T2]`` exactly when it holds a sample ``> T``;
@@ -65,11 +65,12 @@ import operator
 import numpy as np
 
 from dyntile.dtypes import as_int64
+from dyntile.overflow import PACKING_OVERFLOWS, PACKING_RENAMED, check_overflow
 from dyntile.shapes import check_multiple, round_up
 
-__all__ = ["pack_lengths", "pack_rows", "packing_shapes", "check_pool_size", "PackedBatch", "OVERFLOWS"]
-
-OVERFLOWS = ("second_shape", "split", "error")
+__all__ = ["pack_lengths", "pack_rows", "packing_shapes", "pack_checked_rows", "check_packing_shapes",
+           "check_packing_overflow",
+           "check_pool_size", "PackedBatch"]
 
 
 # --------------------------------------------------------------------------- result type
@@ -157,10 +158,9 @@ def _as_lengths(lengths) -> np.ndarray:
     return arr
 
 
-def _check_overflow(overflow) -> str:
-    if overflow not in OVERFLOWS:
-        raise ValueError(f"overflow should be one of {OVERFLOWS}, but got {overflow!r}")
-    return overflow
+def check_packing_overflow(overflow) -> str:
+    """``overflow`` as one of :data:`~dyntile.overflow.PACKING_OVERFLOWS`."""
+    return check_overflow(overflow, PACKING_OVERFLOWS, PACKING_RENAMED)
 
 
 def check_pool_size(pool_size) -> int | None:
@@ -175,7 +175,8 @@ def check_pool_size(pool_size) -> int | None:
     return n
 
 
-def _check_shapes(shapes) -> tuple[tuple[int, int], ...]:
+def check_packing_shapes(shapes) -> tuple[tuple[int, int], ...]:
+    """``shapes`` as one or two ``(B, T)`` pairs of ints, the second with longer rows."""
     try:
         out = tuple((_as_index(b, "batch_rows"), _as_index(t, "seq_len")) for b, t in shapes)
     except (TypeError, ValueError) as e:
@@ -191,7 +192,7 @@ def _check_shapes(shapes) -> tuple[tuple[int, int], ...]:
 
 
 def packing_shapes(lengths, seq_len: int | None = None, *, max_tokens: int | None = None,
-                   batch_rows: int | None = None, multiple: int = 8, overflow: str = "second_shape",
+                   batch_rows: int | None = None, multiple: int = 8, overflow: str = "extend",
                    plan=None, attention: str = "varlen", causal: bool = True, d_model: int | None = None,
                    attention_weight: float | None = None,
                    step_cost: float | None = None) -> tuple[tuple[int, int], ...]:
@@ -203,7 +204,7 @@ def packing_shapes(lengths, seq_len: int | None = None, *, max_tokens: int | Non
     :func:`dyntile.planning.packing_cost.choose_seq_len` (the cost options are only
     used there), else the longest sample rounded up to ``multiple``; capped by
     ``max_tokens``. ``B``: ``batch_rows``, else ``max_tokens // T``. A second shape
-    appears only with ``overflow="second_shape"`` and samples longer than ``T``.
+    appears only with ``overflow="extend"`` and samples longer than ``T``.
     Errors name the sample that does not fit.
 
     >>> packing_shapes([3, 17, 40], max_tokens=128)   # one row of 72 holds all 60 tokens
@@ -215,7 +216,7 @@ def packing_shapes(lengths, seq_len: int | None = None, *, max_tokens: int | Non
 
     L = _as_lengths(lengths)
     m = check_multiple(multiple)
-    _check_overflow(overflow)
+    overflow = check_packing_overflow(overflow)
     budget = _check_budget(max_tokens, batch_rows)
     cost = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight,
                 step_cost=step_cost)
@@ -270,7 +271,7 @@ def _shapes_for(L: np.ndarray, seq_len: int | None, budget: int | None, batch_ro
     i = int(np.argmax(L))
     if overflow == "error":
         raise ValueError(f"sample {i} has length {longest}, longer than seq_len={T}; pass a larger seq_len, "
-                         f"or overflow='second_shape' or 'split'")
+                         f"or overflow='extend' or 'split'")
     if overflow == "split":
         if -(-longest // T) > B:
             raise ValueError(f"sample {i} of length {longest} needs {-(-longest // T)} rows of seq_len={T} "
@@ -464,7 +465,7 @@ def _deal_shape(lay: _Layout, shape: tuple, long: bool, T: int, R: int, lengths:
 
 
 def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None = None,
-                 batch_rows: int | None = None, multiple: int = 8, overflow: str = "second_shape",
+                 batch_rows: int | None = None, multiple: int = 8, overflow: str = "extend",
                  pool_size: int | None = 65536, shuffle: bool = True, seed: int = 0, epoch: int = 0,
                  num_replicas: int = 1, plan=None, attention: str = "varlen", causal: bool = True,
                  d_model: int | None = None, attention_weight: float | None = None,
@@ -488,6 +489,7 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
     from dyntile.cpu.packing import best_fit
 
     L = _as_lengths(lengths)
+    overflow = check_packing_overflow(overflow)
     shapes = packing_shapes(L, seq_len, max_tokens=max_tokens, batch_rows=batch_rows,
                             multiple=multiple, overflow=overflow, plan=plan, attention=attention,
                             causal=causal, d_model=d_model, attention_weight=attention_weight,
@@ -571,14 +573,14 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
 # --------------------------------------------------------------------------- decoder
 
 
-def pack_rows(lengths, shapes, *, overflow: str = "second_shape") -> PackedBatch:
+def pack_rows(lengths, shapes, *, overflow: str = "extend") -> PackedBatch:
     """Rows of one batch from its lengths, in the order :func:`pack_lengths` lists them.
 
     A next-fit scan: a sample joins the current row when it fits (``used + L <= T``)
     and opens the next row otherwise; with ``overflow="split"`` a sample longer than
     ``T`` takes ``(L - 1) // T`` full rows and opens one more for its last chunk.
     The batch is ``shapes[1] = (B2, T2)`` when it holds a sample longer than ``T``
-    (``overflow="second_shape"``), else ``shapes[0] = (B, T)``. ``indices`` of the
+    (``overflow="extend"``), else ``shapes[0] = (B, T)``. ``indices`` of the
     result are positions in ``lengths``. The pieces lie back to back: in sample
     order, each row filled from offset 0 with no gap, so a batch's tokens in sample
     order are its rows' contents without their padding tails. For every batch ``b`` of
@@ -590,13 +592,17 @@ def pack_rows(lengths, shapes, *, overflow: str = "second_shape") -> PackedBatch
     >>> b.rows.tolist(), b.offsets.tolist()
     ([0, 0, 1, 1], [0, 6, 0, 5])
     """
-    L = _as_lengths(lengths)
-    shapes = _check_shapes(shapes)
-    _check_overflow(overflow)
+    return pack_checked_rows(_as_lengths(lengths), check_packing_shapes(shapes), check_packing_overflow(overflow))
+
+
+def pack_checked_rows(L: np.ndarray, shapes: tuple, overflow: str) -> PackedBatch:
+    """:func:`pack_rows` for int64 non-negative ``L``, shapes as :func:`check_packing_shapes` gives
+    them and a policy of :data:`~dyntile.overflow.PACKING_OVERFLOWS`: a collate checks
+    its shapes and policy once, not per batch."""
     B, T = shapes[0]
     longest = int(L.max()) if L.size else 0
     if longest > T:
-        if overflow == "second_shape" and len(shapes) == 2:
+        if overflow == "extend" and len(shapes) == 2:
             B, T = shapes[1]
         elif overflow != "split":
             i = int(np.argmax(L))

@@ -52,7 +52,7 @@ import numbers
 
 import numpy as np
 
-from dyntile.planning.packing import _as_index, _as_lengths, _check_overflow, _shapes_for
+from dyntile.planning.packing import _as_index, _as_lengths, check_packing_overflow, _shapes_for
 from dyntile.shapes import check_multiple, round_up
 
 __all__ = ["choose_seq_len", "row_cost", "RowCost", "SeqLenChoice", "CandidateCost", "ATTENTIONS",
@@ -217,13 +217,13 @@ def _short(x: float) -> str:
 # --------------------------------------------------------------------------- the search
 
 
-def choose_seq_len(lengths, *, max_tokens: int, multiple: int = 8, overflow: str = "second_shape",
+def choose_seq_len(lengths, *, max_tokens: int, multiple: int = 8, overflow: str = "extend",
                    attention: str = "varlen", causal: bool = True, d_model: int | None = None,
                    attention_weight: float | None = None, step_cost: float | None = None) -> SeqLenChoice:
     """The packing shapes of least cost for ``lengths`` under a budget of ``max_tokens`` per batch.
 
     ``lengths`` int ``(n,)``: tokens per sample. ``overflow``: what samples longer
-    than ``T`` do (``"second_shape"``, ``"split"``, ``"error"``, as in
+    than ``T`` do (``"extend"``, ``"split"``, ``"error"``, as in
     :func:`dyntile.planning.packing.pack_lengths`); the cost options are those of
     :func:`row_cost`. Returns a :class:`SeqLenChoice`; ``.shapes`` is what
     ``packing_shapes``, ``pack_lengths`` and ``PackingBatchSampler`` use by default.
@@ -240,7 +240,7 @@ def choose_seq_len(lengths, *, max_tokens: int, multiple: int = 8, overflow: str
     """
     L = _as_lengths(lengths)
     m = check_multiple(multiple)
-    _check_overflow(overflow)
+    overflow = check_packing_overflow(overflow)
     if max_tokens is None:
         raise ValueError("choose_seq_len needs a token budget: pass max_tokens (tokens per batch)")
     budget = _as_index(max_tokens, "max_tokens")

@@ -207,11 +207,11 @@ def test_python_dash_m_version():
 def test_packing_note_says_what_the_shapes_mean():
     from dyntile.cli.demo import _packing_note
 
-    one = _packing_note([(1, 1496)], 1496, 0, "second_shape")
+    one = _packing_note([(1, 1496)], 1496, 0, "extend")
     assert "shape 1x1496" in one and "hold every sample whole" in one and "second shape" not in one
-    two = _packing_note([(256, 8), (2, 784)], 8, 5, "second_shape")
+    two = _packing_note([(256, 8), (2, 784)], 8, 5, "extend")
     assert "2x784" in two and "256x8" in two and "the 5 samples longer than T=8" in two
-    only_long = _packing_note([(2, 784)], 8, 200, "second_shape")
+    only_long = _packing_note([(2, 784)], 8, 200, "extend")
     assert "kept whole in its rows, and the shorter ones share those rows" in only_long
     assert "split into chunks" in _packing_note([(4, 64)], 64, 3, "split")
 

@@ -69,7 +69,7 @@ def test_state_dict_batches_done_and_checks():
     same.load_state_dict(state)
 
 
-def check_ranks(L, samplers, overflow="second_shape"):
+def check_ranks(L, samplers, overflow="extend"):
     """Every rank's epoch: same count, same shape per step, rows within the tiles, every
     sample at least once and at most num_replicas - 1 repeats per shape."""
     R = len(samplers)
@@ -88,7 +88,7 @@ def check_ranks(L, samplers, overflow="second_shape"):
 
 @settings(max_examples=15, deadline=None)
 @given(n=st.integers(1, 150), R=st.integers(1, 4), seed=st.integers(0, 5),
-       overflow=st.sampled_from(["second_shape", "split"]))
+       overflow=st.sampled_from(["extend", "split"]))
 def test_ranks_in_step(n, R, seed, overflow):
     L = np.random.default_rng(seed).integers(0, 100, n)
     samplers = [PackingBatchSampler(L, max_tokens=256, seq_len=64, overflow=overflow, seed=seed,
@@ -139,7 +139,7 @@ def test_random_small_configs_every_epoch():
     for trial in range(60):
         L = rng.integers(0, 110, int(rng.integers(1, 20)))
         R, pool = int(rng.integers(1, 5)), int(rng.integers(2, 9))
-        overflow = str(rng.choice(["second_shape", "split"]))
+        overflow = str(rng.choice(["extend", "split"]))
         try:
             samplers = replicas(L, R, seq_len=64, max_tokens=int(rng.integers(128, 600)), pool_size=pool,
                                 overflow=overflow, seed=trial)

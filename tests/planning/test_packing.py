@@ -37,7 +37,7 @@ def best_fit_reference(sizes, open_caps, n_full):
     return np.array(item_bin), np.array(caps)
 
 
-def check_epoch(L, batches, shapes, overflow="second_shape", num_replicas=1):
+def check_epoch(L, batches, shapes, overflow="extend", num_replicas=1):
     """Every invariant of an epoch of packed batches."""
     L = np.asarray(L)
     seen = np.concatenate([b.sample_order for b in batches]) if batches else np.zeros(0, int)
@@ -104,7 +104,7 @@ def test_best_fit_kernel_two_capacities():
 @settings(max_examples=40, deadline=None)
 @given(L=st.lists(st.integers(0, 50), min_size=1, max_size=120),
        T=st.sampled_from([8, 16, 24, 48]), budget_rows=st.integers(1, 5),
-       overflow=st.sampled_from(["second_shape", "split"]), R=st.integers(1, 3),
+       overflow=st.sampled_from(["extend", "split"]), R=st.integers(1, 3),
        pool=st.sampled_from([None, 1, 7]), seed=st.integers(0, 3))
 def test_pack_invariants(L, T, budget_rows, overflow, R, pool, seed):
     L = np.array(L)
@@ -149,7 +149,7 @@ def test_zero_length_samples_take_no_slot():
 
 def test_second_shape_and_split():
     L = np.array([3, 30, 5, 2, 17, 1, 6] + [9] * 12)
-    two = pack_lengths(L, 16, max_tokens=64, overflow="second_shape")
+    two = pack_lengths(L, 16, max_tokens=64, overflow="extend")
     assert {b.shape for b in two} == {(4, 16), (2, 32)}
     for b in two:  # a batch is [B2, T2] exactly when it holds a long sample
         assert (b.shape == (2, 32)) == bool(np.any(L[b.sample_order] > 16))
@@ -228,7 +228,7 @@ def test_random_small_configs_keep_ranks_in_step():
     for trial in range(150):
         L = rng.integers(0, 120, int(rng.integers(1, 25)))
         T = int(rng.choice([16, 32, 64]))
-        overflow = str(rng.choice(["second_shape", "split"]))
+        overflow = str(rng.choice(["extend", "split"]))
         kw = dict(max_tokens=int(rng.integers(max(T, 8), 8 * T)), multiple=8, overflow=overflow)
         try:
             shapes = packing_shapes(L, T, **kw)
@@ -246,7 +246,7 @@ def test_random_small_configs_keep_ranks_in_step():
 @pytest.mark.parametrize("kw, match", [
     (dict(seq_len=12, max_tokens=64), "multiple of multiple=8"),
     (dict(seq_len=16, max_tokens=8), "smaller than one row"),
-    (dict(seq_len=16, max_tokens=40, overflow="second_shape"), "sample 1 of length 50 needs a row of 56"),
+    (dict(seq_len=16, max_tokens=40, overflow="extend"), "sample 1 of length 50 needs a row of 56"),
     (dict(seq_len=16, max_tokens=32, overflow="split"), "sample 1 of length 50 needs 4 rows"),
     (dict(seq_len=16, max_tokens=64, overflow="error"), "sample 1 has length 50"),
     (dict(seq_len=16, max_tokens=64, overflow="cut"), "overflow should be one of"),
@@ -292,7 +292,7 @@ def test_pack_rows_decoder_reference():
 
 @settings(max_examples=60, deadline=None)
 @given(L=st.lists(st.integers(0, 30), min_size=1, max_size=40), T=st.sampled_from([8, 16]),
-       overflow=st.sampled_from(["split", "second_shape"]))
+       overflow=st.sampled_from(["split", "extend"]))
 def test_pack_rows_pieces_lie_back_to_back(L, T, overflow):
     """The samples' tokens in order are the rows' contents without their padding tails
     (what collate_packed relies on to pad each leaf with one pad_jagged call)."""

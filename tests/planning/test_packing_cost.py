@@ -38,7 +38,7 @@ def epoch_cost(L, batches, attention, causal, weight, step):
     return slots + weight * scores + step * len(batches), slots, scores, len(batches)
 
 
-def longest_sample_T(L, max_tokens, multiple=8, overflow="second_shape"):
+def longest_sample_T(L, max_tokens, multiple=8, overflow="extend"):
     """T of the longest-sample rule without its last-batch refinement: the longest sample rounded up."""
     T0 = max(-(-int(np.max(L)) // multiple) * multiple, multiple)
     return T0 if T0 <= max_tokens else max_tokens // multiple * multiple
@@ -64,7 +64,7 @@ def test_docstrings_pick_rows_shorter_than_the_longest_sample(max_tokens):
 
 
 @pytest.mark.parametrize("attention", ["varlen", "dense"])
-@pytest.mark.parametrize("overflow", ["second_shape", "split"])
+@pytest.mark.parametrize("overflow", ["extend", "split"])
 def test_lognormal_lengths_pick_a_short_row_and_the_packer_agrees(attention, overflow):
     L = lognormal_lengths()
     c = choose_seq_len(L, max_tokens=8192, attention=attention, overflow=overflow)
@@ -81,7 +81,7 @@ def test_lognormal_lengths_pick_a_short_row_and_the_packer_agrees(attention, ove
     assert np.array_equal(np.sort(seen), np.arange(L.size))
     for b in batches:
         whole = b.sizes == L[b.indices]
-        assert whole.all() if overflow == "second_shape" else np.all(whole | (L[b.indices] > c.seq_len))
+        assert whole.all() if overflow == "extend" else np.all(whole | (L[b.indices] > c.seq_len))
 
 
 def test_dense_rows_no_longer_than_varlen_rows():
@@ -109,7 +109,7 @@ def test_large_corpora_are_costed_on_a_quantile_sample():
 @settings(max_examples=40, deadline=None)
 @given(L=st.lists(st.integers(0, 300), min_size=1, max_size=150), budget=st.integers(300, 2000),
        attention=st.sampled_from(["varlen", "dense"]), causal=st.booleans(),
-       overflow=st.sampled_from(["second_shape", "split", "error"]), m=st.sampled_from([1, 8, 16]),
+       overflow=st.sampled_from(["extend", "split", "error"]), m=st.sampled_from([1, 8, 16]),
        step=st.sampled_from([None, 0, 50.5]))
 def test_choice_invariants_and_reference_cost(L, budget, attention, causal, overflow, m, step):
     L = np.array(L)
