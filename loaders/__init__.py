@@ -8,8 +8,8 @@
   batches each hold one bucket, sized from a token budget, deterministic per seed
   and epoch, resumable mid-epoch, and in step across ``torch.distributed`` ranks;
 * :mod:`loaders.packing_sampler` / :mod:`loaders.packed_collate` --
-  ``PackingBatchSampler`` and ``collate_packed``: whole samples packed into
-  fixed ``[B, T]`` rows;
+  ``PackingBatchSampler`` and ``PackedCollate``: whole samples packed into
+  fixed ``[B, T]`` rows, with the segment metadata attention needs;
 * :mod:`loaders.worker_transfer` -- ``WorkerBatch``: a batch built in a ``DataLoader``
   worker crosses to the main process as one buffer, not one shared-memory segment
   per tensor;
@@ -18,7 +18,8 @@
 ``loaders`` builds on :mod:`dyntile` (never the other way round) and imports torch.
 """
 from .collate import DynTileCollate
+from .packed_collate import PackedCollate
 from .packing_sampler import PackingBatchSampler
 from .sampler import BucketBatchSampler
 
-__all__ = ["BucketBatchSampler", "DynTileCollate", "PackingBatchSampler"]
+__all__ = ["BucketBatchSampler", "DynTileCollate", "PackedCollate", "PackingBatchSampler"]

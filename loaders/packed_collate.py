@@ -1,62 +1,240 @@
-"""``collate_packed``: a list of samples -> one packed ``[B, T]`` batch and its segment metadata.
+"""``PackedCollate``: whole samples laid end to end in packed ``[B, T]`` rows.
 
 The samples arrive in the order a :class:`~loaders.packing_sampler.PackingBatchSampler`
 yields them; :func:`dyntile.planning.packing.pack_rows` (the decoder of the packer
 the sampler used) recovers the rows from their lengths, so the layout here is the
-sampler's layout. Each ragged leaf takes one :func:`dyntile.concat_rows` (its samples
-back to back) and one :func:`dyntile.pad_jagged`: the pieces lie back to back in
-the rows, so the concatenated samples are the rows' contents without their tails.
+sampler's. Each token key is one output allocation and one copy kernel call
+(:func:`dyntile.cpu.packed_rows.place_pieces`), which reads the samples where they
+lie; the segment metadata is one more pass (``packed_layout``).
 
-Output (``n`` samples, ``B`` rows of ``T`` tokens; ``P`` pieces = samples, or chunks
-of split samples):
+Outputs (``n`` samples, ``B`` rows of ``T`` tokens; *pieces* are the samples, or
+the chunks of split ones):
 
-* every token key: ``[B, T, *rest]`` (its pad value in empty slots);
+* every token key: ``[B, T, *rest]``, its pad value in empty slots (0, or -100 for
+  label keys, unless ``pad_values`` names another);
 * ``position_ids`` int64 ``[B, T]``: 0, 1, ... restarting at each sample (a split
   sample's later chunks continue its count); 0 on padding;
 * ``segment_ids`` int32 ``[B, T]``: 1, 2, ... for the pieces of a row, in order;
-  **0 on padding**. A zero-length sample takes a segment number no token carries;
-* ``cu_seqlens`` int32 ``(S + 1,)``: boundaries of the segments of the flattened
-  ``[B * T]`` token stream, as flash-attention's varlen kernels take them, from 0 to
-  ``B * T``: every piece is a segment, and so is the padding at the end of each row
-  (an empty row is one padding segment of ``T``), so the stream needs no unpadding;
-  a zero-length sample shows up as a repeated value. ``max_seqlen`` (int): the
-  longest of these segments;
-* ``attention_mask`` (only with ``attention_mask=True``) bool ``[B, T, T]``:
-  block diagonal, ``True`` where query and key are in the same segment (padding
-  attends to the padding of its row, so no softmax row is empty); combine it with
-  a causal mask for decoders;
+  **0 on padding**. A zero-length sample takes a number no token carries;
+* ``cu_seqlens`` int32 ``(S + 1,)``: the segments of the flattened ``[B * T]``
+  stream, as flash-attention's varlen kernels take them, from 0 to ``B * T``: every
+  piece is a segment, and so is the padding at the end of each row, so the stream
+  needs no unpadding; a zero-length sample repeats a value. ``max_seqlen`` (int):
+  the longest of these segments;
 * ``lengths`` int64 ``(n,)``: each sample's length, in sample order; ``packing``:
-  the :class:`~dyntile.planning.packing.PackedBatch` (row and offset of each piece).
-
-Label keys (``label_keys``, default ``("labels",)``; pad value -100 unless
-``pad_values`` names another): with ``mask_boundary_labels=True`` the label of the
-*first token of every piece* is set to that pad value too, so that a model shifting
-labels by one (logit ``t`` predicts label ``t + 1``) never learns to predict a
-sample's first token from its neighbour's last.
+  the :class:`~dyntile.planning.packing.PackedBatch` (row and offset of each piece);
+* on request, what Hugging Face models take to keep packed samples apart (see
+  :class:`PackedCollate`).
 
 A key the samples bring themselves (their own ``position_ids``, say) is kept: the
-output of that name is not computed; but ``attention_mask=True`` always gives the
-block-diagonal mask (a tokenizer's own ``attention_mask`` of ones would let packed
-samples attend to each other).
+output of that name is not computed.
 """
 from __future__ import annotations
 
+import math
 import numbers
-import operator
+import warnings
 from collections.abc import Mapping
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 import torch
+from torch.utils.data import get_worker_info
 
-from dyntile import concat_rows, pad_jagged
-from dyntile.cpu.packing import packed_layout
-from dyntile.planning.packing import PackedBatch, pack_rows
+from dyntile import concat_rows
+from dyntile.arrays import torch_fill_bits
+from dyntile.cpu.packed_rows import packed_layout, place_pieces
+from dyntile.fill import check_fill, fill_bits
+from dyntile.planning.packing import check_packing_overflow, PackedBatch, check_packing_shapes, pack_checked_rows
+from dyntile.tensor_reader import describe_rows
 
-__all__ = ["collate_packed"]
+from .collate_stats import CollateStats
+from .leaf_handlers import mapping_columns
+from .worker_transfer import WorkerBatch
 
-_DEFAULT_KEY = "input_ids"
+__all__ = ["PackedCollate", "collate_packed", "ATTENTION_MASKS"]
+
 IGNORE_INDEX = -100
+#: the packed attention masks PackedCollate makes: none, [B, T, T] bool, [B, 1, T, T] additive float
+ATTENTION_MASKS = (None, "block", "additive")
+STATS_KEY = "collate_stats"
+_DEFAULT_KEY = "input_ids"
+_FLASH_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+
+
+class PackedCollate:
+    """A ``collate_fn`` that packs whole samples into ``[B, T]`` rows, with segment metadata.
+
+    ``shapes``: a :class:`~loaders.packing_sampler.PackingBatchSampler` (its
+    ``shapes`` and ``overflow``), or one or two ``(B, T)``. Samples are dicts whose
+    sequence values (lists, arrays, tensors of ``(L, *rest)``, one ``L`` per sample)
+    are the token keys, their other values stacked per sample; or bare sequences
+    (key ``"input_ids"``). The README's packing section lists the options and
+    outputs; the module docstring details the outputs.
+
+    >>> collate = PackedCollate([(2, 8)])
+    >>> out = collate([[5, 6, 7], [8, 9]])
+    >>> out["input_ids"][0].tolist(), out["position_ids"][0].tolist()
+    ([5, 6, 7, 8, 9, 0, 0, 0], [0, 1, 2, 0, 1, 0, 0, 0])
+    >>> out["segment_ids"][0].tolist(), out["cu_seqlens"].tolist()
+    ([1, 1, 1, 2, 2, 0, 0, 0], [0, 3, 5, 8, 16])
+    """
+
+    def __init__(self, shapes, *, overflow: str | None = None, pad_values: Mapping[str, Any] | None = None,
+                 label_keys: Sequence[str] = ("labels",), mask_boundary_labels: bool = True,
+                 attention_mask: str | bool | None = None, causal: bool = False,
+                 mask_dtype: torch.dtype = torch.float32, flash_attention_kwargs: bool = False,
+                 pin_memory: bool = False, return_stats: bool = False, worker_transfer: str = "one_buffer"):
+        if hasattr(shapes, "shapes") and hasattr(shapes, "overflow"):        # a PackingBatchSampler
+            overflow = shapes.overflow if overflow is None else overflow
+            shapes = shapes.shapes
+        self.shapes = check_packing_shapes(shapes)
+        self.overflow = check_packing_overflow("extend" if overflow is None else overflow)
+        self.pad_values = dict(pad_values or {})
+        if isinstance(label_keys, str):
+            raise TypeError(f"label_keys should be a sequence of key names, but got the string {label_keys!r}")
+        self.label_keys = tuple(label_keys)
+        self.mask_boundary_labels = bool(mask_boundary_labels)
+        self.attention_mask = _check_mask(attention_mask, mask_dtype)
+        self.causal = bool(causal)
+        self.mask_dtype = mask_dtype
+        self.flash_attention_kwargs = bool(flash_attention_kwargs)
+        if worker_transfer not in ("one_buffer", "torch"):
+            raise ValueError(f"worker_transfer should be 'one_buffer' or 'torch', but got {worker_transfer!r}")
+        self.worker_transfer = worker_transfer
+        self.pin_memory = bool(pin_memory)
+        self._pin = self.pin_memory and _pinning_available()
+        self.return_stats = bool(return_stats)
+        self.stats = CollateStats()
+        self._bits: dict = {}                    # (key, dtype) -> (fill bits, element width) of its pad value
+
+    def __call__(self, samples: Sequence) -> dict:
+        in_worker = get_worker_info() is not None
+        if in_worker and self._pin:
+            self._pin = False                    # pinned pages do not survive the pipe to the main process
+            warnings.warn("PackedCollate(pin_memory=True) in a DataLoader worker: pass pin_memory=True to the "
+                          "DataLoader instead; this worker's copy does not pin", RuntimeWarning, stacklevel=2)
+        out = self._collate(samples)
+        return WorkerBatch(out) if in_worker and self.worker_transfer == "one_buffer" else out
+
+    def _collate(self, samples: Sequence) -> dict:
+        if len(samples) == 0:
+            raise ValueError("PackedCollate needs at least one sample, but got an empty batch")
+        tokens, others = _columns(samples)
+        if self.flash_attention_kwargs and "attention_mask" in tokens and self.attention_mask is None:
+            del tokens["attention_mask"]         # a 2-D mask would send Hugging Face past cu_seq_lens
+        sources = {key: _token_source(column, key) for key, column in tokens.items()}
+        lengths = _common_lengths(sources)
+        packed = pack_checked_rows(lengths, self.shapes, self.overflow)
+        B, T = packed.shape
+        dst = packed.rows * T + packed.offsets
+        out: dict[str, Any] = {key: self._place(key, src, packed, dst) for key, src in sources.items()}
+        self._count(out, packed)
+        position, segment, cu, longest = packed_layout(packed.rows, packed.offsets, packed.sizes, packed.starts,
+                                                       B, T)
+        segment_ids, cu_seqlens = torch.from_numpy(segment), torch.from_numpy(cu)
+        computed = {"position_ids": torch.from_numpy(position), "segment_ids": segment_ids,
+                    "cu_seqlens": cu_seqlens, "max_seqlen": int(longest), "lengths": torch.from_numpy(lengths)}
+        out.update((k, v) for k, v in computed.items() if k not in out and k not in others)
+        out.update((k, _stack_leaf(column)) for k, column in others.items())
+        if self.attention_mask is not None:      # asked for: it replaces a tokenizer's own mask of ones
+            out["attention_mask"] = self._mask(segment_ids)
+        if self.flash_attention_kwargs:
+            out.update(zip(_FLASH_KEYS, (cu_seqlens, cu_seqlens, int(longest), int(longest))))
+        out["packing"] = packed
+        if self._pin:
+            out = {k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v
+                   for k, v in out.items()}
+        return out
+
+    def _place(self, key: str, src: _Source, packed: PackedBatch, dst: np.ndarray) -> torch.Tensor:
+        """One token key's ``[B, T, *rest]`` output: its pad value, then every piece."""
+        B, T = packed.shape
+        out = torch.empty((B, T, *src.rest), dtype=src.dtype, pin_memory=self._pin)
+        bits, width = self._fill_of(key, src.dtype, out.element_size())
+        row = math.prod(src.rest)
+        first = self.mask_boundary_labels and key in self.label_keys
+        if width != out.element_size():          # complex128: torch fills, the kernel moves whole rows as bytes
+            out.fill_(self._fill_value(key))
+        place_pieces(src.ptrs, src.strides, src.lengths, packed.indices, packed.starts, packed.sizes, dst,
+                     out.data_ptr(), B * T, row * out.element_size() // width, width, bits,
+                     first and width == out.element_size(), width == out.element_size())
+        if first and width != out.element_size():
+            out.view(B * T, -1).index_fill_(0, torch.from_numpy(dst[packed.sizes > 0]), self._fill_value(key))
+        return out
+
+    def _fill_value(self, key: str):
+        return self.pad_values.get(key, IGNORE_INDEX if key in self.label_keys else 0)
+
+    def _fill_of(self, key: str, dtype: torch.dtype, itemsize: int) -> tuple[int, int]:
+        """``(bits, width)`` of ``key``'s pad value in ``dtype`` for the copy kernel
+        (width 1 and bits 0 for elements it does not fill); errors name the key."""
+        got = self._bits.get((key, dtype))
+        if got is None:
+            fill = self._fill_value(key)
+            try:
+                if dtype.is_floating_point and dtype.itemsize <= 2 and dtype not in (torch.float16,):
+                    got = torch_fill_bits(fill, dtype), itemsize
+                else:
+                    np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
+                    if itemsize in (1, 2, 4, 8):
+                        got = fill_bits(fill, np_dtype), itemsize
+                    else:                                          # checked here, filled by torch
+                        check_fill(fill, np_dtype)
+                        got = 0, 1
+            except (TypeError, ValueError) as e:                   # a fill the dtype cannot hold
+                raise type(e)(f"pad value {fill!r} for key {key!r}: {e}") from None
+            self._bits[key, dtype] = got
+        return got
+
+    def _mask(self, segment_ids: torch.Tensor) -> torch.Tensor:
+        """The asked-for mask: a query and a key attend when they share a segment
+        (padding attends to the padding of its row, so no softmax row is empty)."""
+        allowed = segment_ids[:, :, None] == segment_ids[:, None, :]
+        if self.causal:
+            T = segment_ids.shape[1]
+            allowed &= torch.ones(T, T, dtype=torch.bool).tril_()
+        if self.attention_mask == "block":
+            return allowed
+        additive = torch.zeros(allowed.shape, dtype=self.mask_dtype)
+        return additive.masked_fill_(~allowed, torch.finfo(self.mask_dtype).min)[:, None]
+
+    def _count(self, out: dict, packed: PackedBatch) -> None:
+        """The batch's real and padded elements per token key: into ``self.stats``, and
+        into ``out`` with ``return_stats``."""
+        tokens = int(packed.sizes.sum())
+        shapes = [(k, tuple(v.shape)) for k, v in out.items()]
+        real = sum(tokens * math.prod(shape[2:]) for _, shape in shapes)
+        total = sum(math.prod(shape) for _, shape in shapes)
+        self.stats.add(real, total, shapes)
+        if self.return_stats:
+            out[STATS_KEY] = {"real_elements": real, "padded_elements": total, "shapes": shapes,
+                              "truncated_samples": 0, "plan_extensions": 0}
+
+
+def collate_packed(samples: Sequence, shapes, **options) -> dict:
+    """``PackedCollate(shapes, **options)(samples)``: one batch, without keeping a collate.
+
+    >>> collate_packed([[5, 6, 7], [8, 9]], [(1, 8)])["segment_ids"].tolist()
+    [[1, 1, 1, 2, 2, 0, 0, 0]]
+    """
+    return PackedCollate(shapes, **options)(samples)
+
+
+# ----------------------------------------------------------------------------- reading the samples
+
+
+class _Source(NamedTuple):
+    """One token key's samples as the copy kernel reads them: sample ``i`` has
+    ``lengths[i]`` rows of ``rest`` elements at ``ptrs[i]``, ``strides[i]`` bytes apart;
+    ``owner`` keeps that memory alive."""
+
+    ptrs: np.ndarray
+    strides: np.ndarray
+    lengths: np.ndarray
+    dtype: torch.dtype
+    rest: tuple
+    owner: Any
 
 
 def _is_token_leaf(v) -> bool:
@@ -67,152 +245,81 @@ def _is_token_leaf(v) -> bool:
     return isinstance(v, (list, tuple))
 
 
-def _split_sample(s, i: int, token_keys: list | None):
-    """``(token leaves, other leaves)`` of sample ``i`` (a dict, or one bare sequence)."""
-    if type(s) is not dict and not isinstance(s, Mapping):
-        if not _is_token_leaf(s) or (isinstance(s, (list, tuple)) and s
-                                     and isinstance(s[0], (torch.Tensor, np.ndarray, list, tuple))):
-            raise TypeError(f"sample {i} should be a dict (e.g. {{'input_ids': ..., 'labels': ...}}) or one "
-                            f"1-D sequence of tokens, but got a {type(s).__name__}"
-                            + (" of sequences" if isinstance(s, (list, tuple)) and s else ""))
-        return {_DEFAULT_KEY: s}, {}
-    tokens, other = {}, {}
-    for k, v in s.items():
-        (tokens if _is_token_leaf(v) else other)[k] = v
-    if token_keys is not None and sorted(tokens) != token_keys:
-        raise KeyError(f"sample {i} has token keys {sorted(tokens)}, but sample 0 has {token_keys}")
-    if not tokens:
-        raise ValueError(f"sample {i} has no token sequence (a 1-D array, tensor or list); got keys {list(s)}")
-    return tokens, other
-
-
-def _token_columns(samples: Sequence):
-    """The common case, read with C-level loops: dicts whose values are all token
-    sequences (lists, arrays, tensors) under one set of keys. ``(keys, columns)``, or
-    ``None``: the general path then reads (and checks) the samples one by one."""
+def _columns(samples: Sequence) -> tuple[dict, dict]:
+    """``({token key: column}, {other key: column})``; a column holds the key's value
+    in every sample."""
     s0 = samples[0]
-    if type(s0) is not dict or not s0 or not all(map(_is_token_leaf, s0.values())):
-        return None
-    keys = sorted(s0)
+    if not isinstance(s0, Mapping):
+        _check_bare(s0, 0)
+        return {_DEFAULT_KEY: list(samples)}, {}
     try:
-        columns = [list(map(operator.itemgetter(k), samples)) for k in keys]
-        if sum(map(len, samples)) != len(keys) * len(samples):
-            return None
-    except (KeyError, TypeError):
-        return None
-    return keys, columns
-
-
-def _flat_tokens(keys: list, columns: list) -> tuple[dict, list]:
-    """``({key: values tensor (N, *rest)}, lengths)``: each key's samples back to back
-    (:func:`dyntile.concat_rows`), every key with the same length per sample."""
-    flats, lens_of = {}, {}
+        keys, columns = mapping_columns(samples if type(samples) is list else list(samples))
+    except (KeyError, TypeError, IndexError):
+        _raise_mismatch(samples)
+        raise
+    tokens, others = {}, {}
     for key, column in zip(keys, columns):
-        try:
-            values, lens = concat_rows(column)
-        except (TypeError, ValueError) as e:
-            raise type(e)(f"key {key!r}: {e}") from None
-        flats[key] = torch.from_numpy(values) if isinstance(values, np.ndarray) else values
-        lens_of[key] = lens.tolist()
-    lengths = lens_of[keys[0]]
-    for key in keys[1:]:
-        if lens_of[key] != lengths:
-            i = next(i for i, (a, b) in enumerate(zip(lens_of[key], lengths)) if a != b)
-            raise ValueError(f"sample {i}: token keys should have one length, but got "
-                             f"{ {k: lens[i] for k, lens in lens_of.items()} }")
-    return flats, lengths
+        (tokens if _is_token_leaf(column[0]) else others)[key] = column
+    if not tokens:
+        raise ValueError(f"sample 0 has no token sequence (a 1-D array, tensor or list); got keys {keys}")
+    return tokens, others
 
 
-def _row_fill(packed: PackedBatch) -> np.ndarray:
-    """int64 ``(B,)``: tokens in each row. :func:`pack_rows` lays the pieces out back
-    to back in sample order (rows in order, offsets 0, size, ...), so the samples'
-    tokens, concatenated, are the rows' contents without their padding tails."""
-    return np.bincount(packed.rows, weights=packed.sizes, minlength=packed.shape[0]).astype(np.int64)
+def _check_bare(s, i: int) -> None:
+    """``TypeError`` unless ``s`` is one bare token sequence (not a dict, scalar or a
+    tuple of sequences)."""
+    nested = isinstance(s, (list, tuple)) and s and isinstance(s[0], (torch.Tensor, np.ndarray, list, tuple))
+    if not _is_token_leaf(s) or nested:
+        raise TypeError(f"sample {i} should be a dict (e.g. {{'input_ids': ..., 'labels': ...}}) or one "
+                        f"1-D sequence of tokens, but got a {type(s).__name__}" + (" of sequences" if nested else ""))
 
 
-def _scatter_rows(flat, slots: np.ndarray, shape: tuple, fill: int):
-    """A 1-D integer tensor's tokens into a new ``shape`` tensor at ``slots`` of its flat
-    view, ``fill`` elsewhere (one ``index_copy_``); ``None`` for the cases
-    :func:`dyntile.pad_jagged` handles (arrays, other dtypes, extra axes)."""
-    if not isinstance(flat, torch.Tensor) or flat.dim() != 1 or flat.dtype not in _SCATTER_DTYPES:
-        return None
-    info = torch.iinfo(flat.dtype)
-    if not info.min <= fill <= info.max:
-        return None                          # pad_jagged names the fill the dtype cannot hold
-    dense = flat.new_full(shape, fill)
-    dense.view(-1).index_copy_(0, torch.from_numpy(slots), flat)
-    return dense
+def _raise_mismatch(samples: Sequence) -> None:
+    """Name the first sample that is not a dict with sample 0's token keys."""
+    keys = sorted(k for k, v in samples[0].items() if _is_token_leaf(v))
+    for i, s in enumerate(samples):
+        if not isinstance(s, Mapping):
+            _check_bare(s, i)
+            raise TypeError(f"sample {i} is a {type(s).__name__}, but sample 0 is a dict")
+        mine = sorted(k for k, v in s.items() if _is_token_leaf(v))
+        if mine != keys:
+            raise KeyError(f"sample {i} has token keys {mine}, but sample 0 has {keys}")
 
 
-_SCATTER_DTYPES = (torch.int64, torch.int32)
+def _token_source(column: list, key: str) -> _Source:
+    """Where one token key's values lie: 1-D CPU tensors of one dtype are read in
+    place (one native call); anything else is concatenated first
+    (:func:`dyntile.concat_rows`, whose dtype rules apply)."""
+    x0 = column[0]
+    if type(x0) is torch.Tensor and x0.dim() == 1:
+        rows = describe_rows(column)
+        if rows is not None:
+            shapes, strides, ptrs, _, _ = rows
+            return _Source(ptrs, strides.reshape(-1), shapes.reshape(-1), x0.dtype, (), column)
+    try:
+        values, lens = concat_rows(column)
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"key {key!r}: {e}") from None
+    values = torch.from_numpy(values) if isinstance(values, np.ndarray) else values.contiguous()
+    lens = np.asarray(lens, dtype=np.int64)
+    row_bytes = values.element_size() * math.prod(values.shape[1:])
+    ptrs = (values.data_ptr() + (np.cumsum(lens) - lens) * row_bytes).astype(np.intp)
+    return _Source(ptrs, np.full(lens.size, row_bytes, np.int64), lens, values.dtype, tuple(values.shape[1:]),
+                   values)
 
 
-def collate_packed(samples: Sequence, shapes, *, overflow: str = "second_shape",
-                   pad_values: Mapping[str, Any] | None = None, label_keys: Sequence[str] = ("labels",),
-                   mask_boundary_labels: bool = True, attention_mask: bool = False) -> dict:
-    """Pack ``samples`` (the order a packing sampler yielded them) into ``[B, T]`` tensors.
-
-    ``samples``: dicts whose 1-D (or ``(L, *rest)``) arrays / tensors / lists are the
-    token keys (one length per sample), other leaves are stacked per sample; or bare
-    1-D sequences (key ``"input_ids"``). ``shapes``: the sampler's ``shapes`` (one or
-    two ``(B, T)``); ``overflow``: the sampler's. ``pad_values``: fill per key
-    (default 0, -100 for label keys). Use as ``collate_fn=functools.partial(collate_packed,
-    shapes=sampler.shapes, overflow=sampler.overflow)``. See the module docstring for the
-    outputs.
-
-    >>> out = collate_packed([[5, 6, 7], [8, 9]], [(2, 8)])
-    >>> out["input_ids"].tolist()[0], out["position_ids"].tolist()[0]
-    ([5, 6, 7, 8, 9, 0, 0, 0], [0, 1, 2, 0, 1, 0, 0, 0])
-    >>> out["segment_ids"].tolist()[0], out["cu_seqlens"].tolist()
-    ([1, 1, 1, 2, 2, 0, 0, 0], [0, 3, 5, 8, 16])
-    """
-    if len(samples) == 0:
-        raise ValueError("collate_packed needs at least one sample, but got an empty batch")
-    pad_values = dict(pad_values or {})
-    label_keys = tuple(label_keys)
-    fast = _token_columns(samples)
-    if fast is not None:
-        (keys, columns), split = fast, None
-    else:
-        split = [_split_sample(samples[0], 0, None)]
-        keys = sorted(split[0][0])
-        split += [_split_sample(s, i, keys) for i, s in enumerate(samples[1:], 1)]
-        columns = [[tok[key] for tok, _ in split] for key in keys]
-    flats, lengths = _flat_tokens(keys, columns)
-    lengths = np.array(lengths, dtype=np.int64)
-    packed = pack_rows(lengths, shapes, overflow=overflow)
-    B, T = packed.shape
-    used = _row_fill(packed)
-    rows = used.tolist()
-    starts = packed.rows * T + packed.offsets          # each piece's first slot in [B * T]
-    boundaries = torch.from_numpy(starts[packed.sizes > 0])
-
-    position, segment, cu, longest, slots = packed_layout(packed.rows, packed.offsets, packed.sizes, packed.starts,
-                                                          B, T)
-    out: dict[str, Any] = {}
-    for key in keys:
-        fill = pad_values.get(key, IGNORE_INDEX if key in label_keys else 0)
-        try:
-            dense = _scatter_rows(flats[key], slots, (B, T), fill) if type(fill) is int else None
-            if dense is None:
-                dense, _ = pad_jagged(flats[key], rows, shape=(T,), fill=fill)
-        except (TypeError, ValueError) as e:                       # a fill the dtype cannot hold
-            raise type(e)(f"pad value {fill!r} for key {key!r}: {e}") from None
-        if key in label_keys and mask_boundary_labels:
-            dense.view(B * T, *dense.shape[2:]).index_fill_(0, boundaries, fill)
-        out[key] = dense
-
-    segment_ids = torch.from_numpy(segment)
-    others = sorted({k for _, o in split or () for k in o})
-    computed = {"position_ids": torch.from_numpy(position), "segment_ids": segment_ids,
-                "cu_seqlens": torch.from_numpy(cu), "max_seqlen": int(longest), "lengths": torch.from_numpy(lengths)}
-    out.update((k, v) for k, v in computed.items() if k not in out and k not in others)  # a sample's key is kept
-    for key in others:
-        out[key] = _stack_leaf([o.get(key) for _, o in split])
-    if attention_mask:                 # asked for: the block mask, even over a tokenizer's own mask of ones
-        out["attention_mask"] = segment_ids[:, :, None] == segment_ids[:, None, :]
-    out["packing"] = packed
-    return out
+def _common_lengths(sources: dict) -> np.ndarray:
+    """The samples' lengths, the same under every token key (``ValueError`` naming the
+    first sample where they differ)."""
+    lengths = None
+    for src in sources.values():
+        if lengths is None:
+            lengths = src.lengths
+        elif not np.array_equal(src.lengths, lengths):
+            i = int(np.flatnonzero(src.lengths != lengths)[0])
+            got = {k: int(s.lengths[i]) for k, s in sources.items()}
+            raise ValueError(f"sample {i}: token keys should have one length, but got {got}")
+    return np.ascontiguousarray(lengths, dtype=np.int64)
 
 
 def _stack_leaf(values: list):
@@ -227,3 +334,24 @@ def _stack_leaf(values: list):
         except (TypeError, ValueError):
             pass
     return values
+
+
+def _check_mask(attention_mask, mask_dtype) -> str | None:
+    """``attention_mask`` as one of :data:`ATTENTION_MASKS` (``True`` reads as ``"block"``)."""
+    if attention_mask is True:
+        return "block"
+    if attention_mask is False:
+        return None
+    if attention_mask not in ATTENTION_MASKS:
+        raise ValueError(f"attention_mask should be one of {ATTENTION_MASKS}, but got {attention_mask!r}")
+    if attention_mask == "additive" and not (isinstance(mask_dtype, torch.dtype) and mask_dtype.is_floating_point):
+        raise TypeError(f"attention_mask='additive' needs a floating mask_dtype (the model's), but got {mask_dtype}")
+    return attention_mask
+
+
+def _pinning_available() -> bool:
+    if torch.cuda.is_available():
+        return True
+    warnings.warn("pin_memory=True: pinned memory needs CUDA, which this torch build or machine lacks; outputs "
+                  "are allocated in ordinary memory", RuntimeWarning, stacklevel=3)
+    return False

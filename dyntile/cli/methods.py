@@ -7,8 +7,7 @@ Every collate returns ``[B, T]`` int64 ``input_ids`` and ``position_ids`` and in
 * ``random``  -- shuffled greedy token-budget batches, ``pad_sequence`` to the batch max;
 * ``sorted``  -- the same from length-sorted pools;
 * ``buckets`` -- dyntile's plan, ``loaders.BucketBatchSampler`` + ``loaders.DynTileCollate``;
-* ``packing`` -- ``loaders.PackingBatchSampler`` + ``loaders.DynTileCollate(pack=sampler)``
-  (``loaders.packed_collate.collate_packed``), rows of the length
+* ``packing`` -- ``loaders.PackingBatchSampler`` + ``loaders.PackedCollate(sampler)``, rows of the length
   :func:`dyntile.planning.choose_seq_len` picks for the method's attention.
 
 Each method trains with an attention (:data:`~dyntile.cli.model.ATTENTIONS`): by
@@ -94,7 +93,7 @@ def pack_seq_len(lengths: np.ndarray, pack_len: int | None, max_tokens: int, mul
 
 
 def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len: int | None, seed: int,
-                   pack_overflow: str = "second_shape", attention: str | None = None, d_model: int = 64) -> Batching:
+                   pack_overflow: str = "extend", attention: str | None = None, d_model: int = 64) -> Batching:
     """Fresh sampler + collate for method ``name`` (one of :data:`METHODS`), trained with
     ``attention`` (default :data:`DEFAULT_ATTENTION`); ``d_model`` weighs attention in
     the packed row length's cost."""
@@ -105,7 +104,7 @@ def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len
     if name in ("random", "sorted"):
         return Batching(name, BudgetBatchSampler(lengths, max_tokens, order=name, seed=seed), pad_sequence_collate,
                         attention=attention)
-    from loaders import BucketBatchSampler, DynTileCollate, PackingBatchSampler
+    from loaders import BucketBatchSampler, DynTileCollate, PackedCollate, PackingBatchSampler
     if name == "buckets":
         # batch_multiple=1: every bucket uses the whole token budget, like the baselines
         sampler = BucketBatchSampler(lengths, plan=plan, max_tokens=max_tokens, batch_multiple=1, shuffle=True, seed=seed)
@@ -122,7 +121,7 @@ def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len
         else:
             seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
         sampler = PackingBatchSampler(lengths, max_tokens=max_tokens, seq_len=seq_len, overflow=pack_overflow, seed=seed)
-        return Batching(name, sampler, _PackedCollate(DynTileCollate(pack=sampler, pad_values={"input_ids": 0})),
+        return Batching(name, sampler, _PackedCollate(PackedCollate(sampler)),
                         dynamic=False, attention=attention, packing=choice)
     raise ValueError(f"method should be one of {METHODS}, but got {name!r}")
 
@@ -142,7 +141,7 @@ class _BucketCollate:
 
 
 class _PackedCollate:
-    """``DynTileCollate(pack=sampler)`` lays samples end to end in ``[B, T]`` rows, segments per row."""
+    """``PackedCollate(sampler)`` lays samples end to end in ``[B, T]`` rows, segments per row."""
 
     def __init__(self, collate):
         self.collate = collate

@@ -135,59 +135,6 @@ def group_by_bin(const int64_t[::1] item_bin, int64_t nbins):
     return out_arr
 
 
-def packed_layout(const int64_t[::1] rows, const int64_t[::1] offsets, const int64_t[::1] sizes,
-                  const int64_t[::1] starts, int64_t B, int64_t T):
-    """``(position_ids, segment_ids, cu_seqlens, max_seqlen, slots)`` of a packed batch in one pass.
-
-    Pieces come in row order, back to back from offset 0 in each row (the layout of
-    ``pack_rows``); piece ``p`` covers slots ``offsets[p] ..`` of row ``rows[p]`` and
-    continues its sample from position ``starts[p]``. ``position_ids`` int64 and
-    ``segment_ids`` int32 ``(B, T)`` (the piece's number in its row, 1-based; 0 on
-    padding); ``cu_seqlens`` int32: every piece's first slot of the flat ``[B * T]``
-    stream, then each row's padding tail (a whole empty row is one), and ``B * T``;
-    ``slots`` int64 ``(N,)``: the slot of the flat batch each token of the pieces, back
-    to back, goes to. Validation (pieces inside their rows, in order) is the caller's job.
-    """
-    cdef Py_ssize_t P = rows.shape[0], p, j, r, nb = 0, t = 0
-    cdef int64_t slot, used, row_first, longest = 0, total = 0
-    for p in range(P):
-        total += sizes[p]
-    slots_arr = np.empty(total, dtype=np.int64)
-    cdef int64_t[::1] slots = slots_arr
-    position_arr = np.zeros((B, T), dtype=np.int64)
-    segment_arr = np.zeros((B, T), dtype=np.int32)
-    cu_arr = np.empty(P + B + 1, dtype=np.int32)
-    cdef int64_t[:, ::1] position = position_arr
-    cdef int32_t[:, ::1] segment = segment_arr
-    cdef int32_t[::1] cu = cu_arr
-    with nogil:
-        p = 0
-        for r in range(B):
-            used = 0
-            row_first = p
-            # loop invariant: pieces before p lie in rows before r, or earlier in row r
-            while p < P and rows[p] == r:
-                slot = r * T + offsets[p]
-                cu[nb] = <int32_t>slot
-                nb += 1
-                for j in range(sizes[p]):
-                    position[r, offsets[p] + j] = starts[p] + j
-                    segment[r, offsets[p] + j] = <int32_t>(p - row_first + 1)
-                    slots[t] = slot + j
-                    t += 1
-                used = offsets[p] + sizes[p]
-                p += 1
-            if used < T:
-                cu[nb] = <int32_t>(r * T + used)
-                nb += 1
-        cu[nb] = <int32_t>(B * T)
-        nb += 1
-        for j in range(1, nb):
-            if cu[j] - cu[j - 1] > longest:
-                longest = cu[j] - cu[j - 1]
-    return position_arr, segment_arr, cu_arr[:nb].copy(), longest, slots_arr
-
-
 def next_fit(const int64_t[::1] size, int64_t T):
     """``(rows, offsets, n_rows)`` of items placed in order into rows of ``T``: an item
     joins the current row when it fits, else opens the next one (every size <= T;

@@ -1,4 +1,4 @@
-"""collate_packed: dense copies, segment metadata, and packing that leaves attention intact."""
+"""PackedCollate: dense copies, segment metadata, and packing that leaves attention intact."""
 import functools
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dyntile.planning.packing import pack_rows
-from loaders.packed_collate import _token_columns, collate_packed
+from loaders.packed_collate import PackedCollate, collate_packed
 from loaders.packing_sampler import PackingBatchSampler
 
 
@@ -38,10 +38,10 @@ def segments_from_ids(seg):
 
 
 @pytest.mark.parametrize("lengths, shapes, overflow", [
-    ([5, 3, 7, 1, 8, 2, 6], [(4, 8)], "second_shape"),
+    ([5, 3, 7, 1, 8, 2, 6], [(4, 8)], "extend"),
     ([13, 3, 1], [(4, 8)], "split"),
-    ([3, 20, 2, 5], [(4, 8), (2, 24)], "second_shape"),
-    ([1], [(1, 8)], "second_shape"),
+    ([3, 20, 2, 5], [(4, 8), (2, 24)], "extend"),
+    ([1], [(1, 8)], "extend"),
 ])
 def test_dense_and_metadata_match_reference(lengths, shapes, overflow):
     seqs = ragged(lengths)
@@ -79,8 +79,6 @@ def test_dicts_of_tensors_arrays_and_lists_give_one_result():
     as_np = [{"input_ids": s, "labels": s.copy(), "w": rng.standard_normal(len(s))} for s in seqs]
     as_torch = [{k: torch.from_numpy(v) for k, v in d.items()} for d in as_np]
     as_lists = [{k: v.tolist() for k, v in d.items()} for d in as_np]
-    assert all(_token_columns(x) is not None for x in (as_np, as_torch, as_lists))
-    assert _token_columns([dict(d, id=i) for i, d in enumerate(as_np)]) is None
     outs = [collate_packed(x, [(6, 8)], attention_mask=True) for x in (as_np, as_torch, as_lists)]
     for out in outs[1:]:
         assert out.keys() == outs[0].keys()
@@ -250,3 +248,76 @@ def test_collate_recovers_sampler_rows_on_real_tokens(docstring_tokens):
             assert np.array_equal(getattr(p, f), getattr(b, f))
         n_tokens += int((out["segment_ids"] > 0).sum())
     assert n_tokens == sum(x.num_tokens for x in mine)
+
+
+# --------------------------------------------------------------------------- the class's own options
+
+
+def test_collate_takes_shapes_and_overflow_from_a_sampler():
+    lengths = [3, 20, 2, 5, 7]
+    sampler = PackingBatchSampler(lengths, max_tokens=32, seq_len=8, overflow="split", seed=0)
+    collate = PackedCollate(sampler)
+    assert collate.shapes == sampler.shapes and collate.overflow == "split"
+    seqs = ragged(lengths)
+    for batch in sampler:
+        out = collate([seqs[i] for i in batch])
+        assert out["packing"].same_as(pack_rows([lengths[i] for i in batch], sampler.shapes, overflow="split"))
+    assert PackedCollate(sampler, overflow="error").overflow == "error"
+
+
+@pytest.mark.parametrize("dtype", [torch.complex128, torch.float16, torch.bool, torch.uint8])
+def test_token_keys_of_every_width(dtype):
+    rng = np.random.default_rng(5)
+    seqs = [torch.from_numpy(rng.standard_normal((n, 2)) * 3).to(dtype) for n in (3, 0, 6, 2)]
+    fill = 1 if dtype is torch.bool else 2
+    out = PackedCollate([(2, 8)], pad_values={"x": fill}, label_keys=("x",))([{"x": s} for s in seqs])
+    p = out["packing"]
+    expect = torch.full((2, 8, 2), fill, dtype=dtype)
+    for i, r, o, n in zip(p.indices, p.rows, p.offsets, p.sizes):
+        expect[r, o:o + n] = seqs[i]
+        if n:
+            expect[r, o] = fill                    # a label key's first token of every piece
+    assert out["x"].dtype == dtype and torch.equal(out["x"], expect)
+
+
+def test_counts_stats_and_returns_them_on_request():
+    collate = PackedCollate([(2, 8)], return_stats=True, pad_values={"input_ids": 5})
+    out = collate([{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}, {"input_ids": [4, 5], "labels": [4, 5]}])
+    assert out["input_ids"][0].tolist() == [1, 2, 3, 4, 5, 5, 5, 5]
+    assert out["labels"][0].tolist() == [-100, 2, 3, -100, 5, -100, -100, -100]
+    assert out["collate_stats"]["real_elements"] == 10 and out["collate_stats"]["padded_elements"] == 32
+    assert collate.stats.batches == 1 and collate.stats.shapes == {("input_ids", (2, 8)): 1, ("labels", (2, 8)): 1}
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"attention_mask": "dense"}, ValueError, r"attention_mask should be one of \(None, 'block', 'additive'\)"),
+    ({"label_keys": "labels"}, TypeError, "label_keys should be a sequence of key names"),
+    ({"worker_transfer": "pipe"}, ValueError, "worker_transfer should be 'one_buffer' or 'torch'"),
+    ({"overflow": "truncate"}, ValueError, "which does not apply here"),
+])
+def test_bad_options(kw, exc, match):
+    with pytest.raises(exc, match=match):
+        PackedCollate([(2, 8)], **kw)
+    with pytest.raises(ValueError, match="shapes should be one or two pairs"):
+        PackedCollate([(2, 0)])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the warning of a machine without CUDA")
+def test_pin_memory_without_cuda_warns_and_allocates_ordinary_memory():
+    with pytest.warns(RuntimeWarning, match="pinned memory needs CUDA"):
+        collate = PackedCollate([(2, 8)], pin_memory=True)
+    assert not collate([[1, 2]])["input_ids"].is_pinned()
+
+
+def test_batches_cross_from_workers_whole():
+    seqs = ragged([5, 3, 7, 1, 8, 2, 6, 4], seed=2)
+    sampler = PackingBatchSampler([len(s) for s in seqs], max_tokens=16, seq_len=8, seed=0)
+    collate = PackedCollate(sampler, attention_mask="block", flash_attention_kwargs=True)
+    main = [collate([seqs[i] for i in b]) for b in sampler]
+    loader = torch.utils.data.DataLoader(seqs, batch_sampler=sampler, collate_fn=collate, num_workers=1)
+    for got, want in zip(loader, main):
+        assert type(got) is dict and got.keys() == want.keys()
+        for k, v in want.items():
+            if isinstance(v, torch.Tensor):
+                assert torch.equal(got[k], v), k
+        assert got["packing"].same_as(want["packing"]) and got["max_length_q"] == want["max_length_q"]

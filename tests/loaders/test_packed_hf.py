@@ -1,0 +1,89 @@
+"""PackedCollate's outputs for Hugging Face models: masks and flash-attention keywords
+that keep packed samples apart, checked on tiny models built from configs (no download)."""
+import numpy as np
+import pytest
+import torch
+
+from loaders import PackedCollate
+
+transformers = pytest.importorskip("transformers")
+
+LENGTHS = [5, 11, 3, 1, 7, 9, 2, 6]
+
+
+def token_rows(seed=0, vocab=64):
+    rng = np.random.default_rng(seed)
+    return [torch.as_tensor(rng.integers(5, vocab, n)) for n in LENGTHS]
+
+
+def tiny_bert(impl):
+    cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                  intermediate_size=64, max_position_embeddings=64, attn_implementation=impl)
+    torch.manual_seed(0)
+    return transformers.BertForMaskedLM(cfg).eval()
+
+
+def tiny_llama(impl):
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                   num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
+                                   attn_implementation=impl)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(cfg).eval()
+
+
+def worst_gap(model, seqs, out, **inputs):
+    """Largest difference between each sample's logits in the packed batch and alone."""
+    with torch.no_grad():
+        packed = model(input_ids=out["input_ids"], **inputs).logits
+        p = out["packing"]
+        return max(float((packed[r, o:o + n] - model(input_ids=seqs[i][None]).logits[0]).abs().max())
+                   for i, r, o, n in zip(p.indices, p.rows, p.offsets, p.sizes))
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_bert_gives_each_packed_sample_its_logits_alone(impl):
+    model, seqs = tiny_bert(impl), token_rows()
+    out = PackedCollate([(4, 16)], attention_mask="additive")([{"input_ids": s} for s in seqs])
+    assert out["attention_mask"].shape == (4, 1, 16, 16) and out["attention_mask"].dtype == torch.float32
+    inputs = dict(position_ids=out["position_ids"], token_type_ids=torch.zeros_like(out["input_ids"]))
+    assert worst_gap(model, seqs, out, attention_mask=out["attention_mask"], **inputs) < 1e-5
+    # position ids alone do not keep BERT's packed samples apart: the test can fail
+    assert worst_gap(model, seqs, out, **inputs) > 1e-3
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_a_decoder_isolates_packed_samples_by_mask_or_by_restarting_positions(impl):
+    model, seqs = tiny_llama(impl), token_rows(1)
+    samples = [{"input_ids": s} for s in seqs]
+    out = PackedCollate([(4, 16)], attention_mask="additive", causal=True)(samples)
+    assert worst_gap(model, seqs, out, attention_mask=out["attention_mask"], position_ids=out["position_ids"],
+                     use_cache=False) < 1e-5
+    out = PackedCollate([(4, 16)])(samples)
+    assert worst_gap(model, seqs, out, position_ids=out["position_ids"], use_cache=False) < 1e-5
+    # the causal flag matters: a bidirectional block mask lets a decoder see later tokens
+    out = PackedCollate([(4, 16)], attention_mask="additive")(samples)
+    assert worst_gap(model, seqs, out, attention_mask=out["attention_mask"], position_ids=out["position_ids"],
+                     use_cache=False) > 1e-3
+
+
+def test_flash_attention_keywords_follow_hugging_face_names():
+    seqs = token_rows()
+    hf_like = [{"input_ids": s, "attention_mask": torch.ones_like(s)} for s in seqs]
+    out = PackedCollate([(4, 16)], flash_attention_kwargs=True)(hf_like)
+    assert "attention_mask" not in out          # Hugging Face would unpad by it instead of the segments
+    for q in ("cu_seq_lens_q", "cu_seq_lens_k"):
+        assert out[q].dtype == torch.int32 and torch.equal(out[q], out["cu_seqlens"])
+    assert out["max_length_q"] == out["max_length_k"] == out["max_seqlen"]
+    assert out["cu_seq_lens_q"][-1] == out["input_ids"].numel()
+    # a mask asked for alongside them is kept (the user chose it)
+    both = PackedCollate([(4, 16)], flash_attention_kwargs=True, attention_mask="block")(hf_like)
+    assert both["attention_mask"].shape == (4, 16, 16)
+
+
+def test_additive_mask_takes_the_models_dtype():
+    out = PackedCollate([(2, 8)], attention_mask="additive", mask_dtype=torch.bfloat16)([[1, 2, 3], [4, 5]])
+    m = out["attention_mask"]
+    assert m.dtype == torch.bfloat16 and m.shape == (2, 1, 8, 8)
+    assert m[0, 0, 0, :3].tolist() == [0, 0, 0] and m[0, 0, 0, 3] == torch.finfo(torch.bfloat16).min
+    with pytest.raises(TypeError, match="needs a floating mask_dtype"):
+        PackedCollate([(2, 8)], attention_mask="additive", mask_dtype=torch.int64)
