@@ -80,7 +80,7 @@ class CollateEpoch:
 
     def setup(self, library):
         try:
-            from loaders.packed_collate import collate_packed
+            from loaders.packed_collate import PackedCollate
             from loaders.packing_sampler import PackingBatchSampler
         except ImportError as e:
             raise NotImplementedError(str(e))
@@ -97,8 +97,7 @@ class CollateEpoch:
         else:
             self.batches = [[{"input_ids": seqs[i].tolist()} for i in b] for b in sampler]
         if library.startswith("dyntile"):
-            def collate(samples):
-                return collate_packed(samples, sampler.shapes, overflow=sampler.overflow)
+            collate = PackedCollate(sampler)
         else:
             try:
                 from transformers import DataCollatorWithFlattening
