@@ -113,28 +113,30 @@ def place_pieces(const intptr_t[::1] ptrs, const int64_t[::1] strides, const int
     if starts.shape[0] != P or sizes.shape[0] != P or dst.shape[0] != P:
         raise ValueError("index, starts, sizes and dst should have one length per piece")
     for p in range(P):
-        if not (0 <= index[p] < n and 0 <= starts[p] and 0 <= sizes[p] and starts[p] + sizes[p] <= lengths[index[p]]
-                and 0 <= dst[p] and dst[p] + sizes[p] <= out_rows):
-            raise ValueError(f"piece {p} (sample {index[p]}, rows {starts[p]}..+{sizes[p]} to out row {dst[p]}) "
-                             f"reaches past its sample or past the {out_rows} rows of out")
+        if not (0 <= index[p] < n and 0 <= starts[p] and 0 <= sizes[p]
+                and starts[p] + sizes[p] <= lengths[index[p]] and 0 <= dst[p] and dst[p] + sizes[p] <= out_rows):
+            raise ValueError(f"piece {p} (sample {index[p]}, rows {starts[p]}..+{sizes[p]} to out row "
+                             f"{dst[p]}) reaches past its sample or past the {out_rows} rows of out")
     cdef Py_ssize_t total = out_rows * row_elems
+    cdef const intptr_t* src = &ptrs[0] if n else NULL
+    cdef const int64_t* step = &strides[0] if n else NULL
+    cdef const int64_t* pi = &index[0] if P else NULL
+    cdef const int64_t* ps = &starts[0] if P else NULL
+    cdef const int64_t* pn = &sizes[0] if P else NULL
+    cdef const int64_t* pd = &dst[0] if P else NULL
     with nogil:
         if width == 1:
-            _place(<uint8_t*>out, total, row_elems, <uint8_t>fill_bits, &ptrs[0] if n else NULL,
-                   &strides[0] if n else NULL, &index[0] if P else NULL, &starts[0] if P else NULL,
-                   &sizes[0] if P else NULL, &dst[0] if P else NULL, P, fill_first, fill_out)
+            _place(<uint8_t*>out, total, row_elems, <uint8_t>fill_bits, src, step, pi, ps, pn, pd, P,
+                   fill_first, fill_out)
         elif width == 2:
-            _place(<uint16_t*>out, total, row_elems, <uint16_t>fill_bits, &ptrs[0] if n else NULL,
-                   &strides[0] if n else NULL, &index[0] if P else NULL, &starts[0] if P else NULL,
-                   &sizes[0] if P else NULL, &dst[0] if P else NULL, P, fill_first, fill_out)
+            _place(<uint16_t*>out, total, row_elems, <uint16_t>fill_bits, src, step, pi, ps, pn, pd, P,
+                   fill_first, fill_out)
         elif width == 4:
-            _place(<uint32_t*>out, total, row_elems, <uint32_t>fill_bits, &ptrs[0] if n else NULL,
-                   &strides[0] if n else NULL, &index[0] if P else NULL, &starts[0] if P else NULL,
-                   &sizes[0] if P else NULL, &dst[0] if P else NULL, P, fill_first, fill_out)
+            _place(<uint32_t*>out, total, row_elems, <uint32_t>fill_bits, src, step, pi, ps, pn, pd, P,
+                   fill_first, fill_out)
         elif width == 8:
-            _place(<uint64_t*>out, total, row_elems, <uint64_t>fill_bits, &ptrs[0] if n else NULL,
-                   &strides[0] if n else NULL, &index[0] if P else NULL, &starts[0] if P else NULL,
-                   &sizes[0] if P else NULL, &dst[0] if P else NULL, P, fill_first, fill_out)
+            _place(<uint64_t*>out, total, row_elems, <uint64_t>fill_bits, src, step, pi, ps, pn, pd, P,
+                   fill_first, fill_out)
         else:
             with gil:
                 raise ValueError(f"place_pieces moves elements of 1, 2, 4 or 8 bytes, but got width {width}")
