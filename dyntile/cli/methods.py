@@ -132,11 +132,14 @@ class _BucketCollate:
 
     def __init__(self, collate):
         self.collate = collate
+        self._positions: dict = {}           # (B, T) -> its position ids: a plan has a few shapes
 
     def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
         out = self.collate(samples)
         ids = out["input_ids"]
-        positions = torch.arange(ids.shape[1]).expand_as(ids).contiguous()
+        positions = self._positions.get(ids.shape)
+        if positions is None:
+            positions = self._positions[ids.shape] = torch.arange(ids.shape[1]).expand_as(ids).contiguous()
         return {"input_ids": ids, "position_ids": positions, "segment_ids": out["attention_mask"].long()}
 
 
