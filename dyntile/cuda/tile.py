@@ -75,6 +75,7 @@ def tile_into(x, tile, fill, out=None):
     ``gm = ceil(M / tm)``, ``gn = ceil(N / tn)``; edge tiles are completed with ``fill``.
     Returns the input's kind (CUDA torch tensor or Numba device array), or ``out``.
 
+    >>> import numpy as np
     >>> t = tile_into(cuda.to_device(np.ones((5, 33, 17), np.float32)), (8, 8), 0.0)
     >>> t.shape
     (5, 5, 3, 8, 8)
@@ -106,6 +107,7 @@ def untile_from(t, shape, out=None):
 
     ``shape = (M, N)`` must fit the grid: ``ceil(M / tm) == gm`` and ``ceil(N / tn) == gn``.
 
+    >>> import numpy as np
     >>> x = untile_from(cuda.to_device(np.ones((5, 3, 8, 8), np.float32)), (33, 17))
     >>> x.shape
     (33, 17)
