@@ -143,7 +143,8 @@ def test_one_dtype_keeps_its_unit_and_layout(dtype, lengths, seed, side):
 
 
 def test_mixed_units_and_layouts_are_never_bit_copied():
-    """The issue's cases: sample 0's dtype used to be stamped on every sample's bits."""
+    """Samples of one kind but other units or layouts are converted, or refused, never
+    read as the bits of sample 0's dtype."""
     day, seconds = np.array([1], "M8[D]"), np.array([86400], "M8[s]")        # both 1970-01-02
     with pytest.raises(TypeError, match=r"sample 0 \(datetime64\[D\]\) would change unit to datetime64\[s\]"):
         dt.pad_batch([day, seconds], multiple=1)

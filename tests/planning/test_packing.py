@@ -176,7 +176,7 @@ def test_replicas_need_breaking_rows():
     assert len(batches) == 4
     check_epoch(L, batches, ((1, 16),), num_replicas=4)
     assert sorted(np.concatenate([b.sample_order for b in batches]).tolist()) == list(range(6))
-    # 8 ranks: 6 rows at most, so 2 samples are repeated (it used to raise a ValueError)
+    # 8 ranks: 6 rows at most, so 2 samples are repeated rather than a rank left without a batch
     batches = pack_lengths(L, 16, batch_rows=1, num_replicas=8)
     assert len(batches) == 8 and all(b.sample_order.size == 1 for b in batches)
     check_epoch(L, batches, ((1, 16),), num_replicas=8)
