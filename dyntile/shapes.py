@@ -143,7 +143,10 @@ class MatmulShapes(NamedTuple):
     ``batch``: broadcast leading shape; ``m, k, n``: one product ``(m, k) @ (k, n)``
     (a 1-D ``a`` is a ``(1, k)`` row, a 1-D ``b`` a ``(k, 1)`` column);
     ``out_shape``: shape of the result (promoted 1-D axes removed);
-    ``a_vector`` / ``b_vector``: whether that operand was 1-D.
+    ``a_vector`` / ``b_vector``: whether that operand is 1-D.
+
+    >>> matmul_shapes((4, 3), (3,))
+    MatmulShapes(batch=(), m=4, k=3, n=1, out_shape=(4,), a_vector=False, b_vector=True)
     """
 
     batch: tuple

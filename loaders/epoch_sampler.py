@@ -73,6 +73,16 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
     ``num_replicas``/``rank``: explicit values, else those of ``sampler`` (a
     framework's distributed sampler, see :func:`loaders.distributed.ranks_of_sampler`),
     else ``torch.distributed``'s when they are needed.
+
+    >>> class Pairs(EpochBatchSampler):
+    ...     def __init__(self, n):
+    ...         super().__init__(n, shuffle=False, seed=0, num_replicas=1, rank=0)
+    ...     def batches(self, epoch):
+    ...         return [list(range(i, min(i + 2, self.num_samples))) for i in range(0, self.num_samples, 2)]
+    ...     def __len__(self):
+    ...         return len(self.batches(self.epoch))
+    >>> list(Pairs(5))
+    [[0, 1], [2, 3], [4]]
     """
 
     batch_size = None     # batches vary in size; frameworks read None as "the batch sampler decides"

@@ -5,4 +5,8 @@ __all__ = ["CLIError"]
 
 
 class CLIError(Exception):
-    """Bad input or a missing optional dependency; the message is shown to the user as is."""
+    """Bad input or a missing optional dependency; the message is shown to the user as is.
+
+    >>> str(CLIError("cannot read 'x.csv': unknown extension '.csv'"))
+    "cannot read 'x.csv': unknown extension '.csv'"
+    """

@@ -24,7 +24,13 @@ BACKENDS = ("inductor", "aot_eager", "eager")
 
 @dataclass(frozen=True)
 class TrainResult:
-    """Figures of one training run; ``graphs`` is ``None`` when not compiled."""
+    """Figures of one training run; ``graphs`` is ``None`` when not compiled.
+
+    >>> r = TrainResult(steps=20, real_tokens=4000, slots=5000, seconds=2.0, compile_steps=1,
+    ...                 compile_seconds=1.5, graphs=1, first_loss=8.3, last_loss=6.1)
+    >>> r.tokens_per_s
+    2000.0
+    """
 
     steps: int
     real_tokens: int

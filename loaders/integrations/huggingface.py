@@ -27,6 +27,14 @@ class SamplerEpochCallback(TrainerCallback):
     The epoch count starts from the trainer state's (a resumed run's) and goes up
     by one per epoch, as the ``Trainer``'s own loop counts. ``Trainer(...,
     callbacks=[SamplerEpochCallback()])``; :class:`DynTileTrainer` adds it itself.
+
+    >>> from loaders import BucketBatchSampler
+    >>> sampler = BucketBatchSampler([3, 9, 4], batch_size=2)
+    >>> callback, loader = SamplerEpochCallback(), DataLoader(range(3), batch_sampler=sampler)
+    >>> callback.on_epoch_end(None, None, None)
+    >>> callback.on_epoch_begin(None, None, None, train_dataloader=loader)
+    >>> sampler.epoch
+    1
     """
 
     def __init__(self):
@@ -56,6 +64,17 @@ class DynTileTrainer(Trainer):
     arguments are ``Trainer``'s; ``per_device_train_batch_size`` and
     ``dataloader_drop_last`` do not apply (the sampler sizes the batches), the
     ``dataloader_*`` worker options do. Evaluation is the ``Trainer``'s own.
+
+    >>> import tempfile, torch
+    >>> from transformers import TrainingArguments
+    >>> from loaders import BucketBatchSampler
+    >>> sampler, out = BucketBatchSampler([3, 9, 4, 12], batch_size=2), tempfile.TemporaryDirectory()
+    >>> trainer = DynTileTrainer(model=torch.nn.Linear(2, 2), train_dataset=list(range(4)),
+    ...                          args=TrainingArguments(out.name, report_to=[], use_cpu=True),
+    ...                          train_batch_sampler=sampler)
+    >>> dyntile_sampler(trainer.get_train_dataloader()) is sampler
+    True
+    >>> out.cleanup()
     """
 
     def __init__(self, *args, train_batch_sampler: EpochBatchSampler | None = None, **kwargs):
