@@ -14,7 +14,7 @@ recognised by duck typing, and if a user passes one, torch is already loaded.
 from __future__ import annotations
 
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["is_torch_tensor", "is_cuda_array", "backend_of"]
 

@@ -340,7 +340,7 @@ def _check_torch_out(out, dtype, shapes: MatmulShapes, a_t, b_t) -> None:
     if not torch.can_cast(dtype, out.dtype):
         raise TypeError(f"matmul: cannot write the {dtype} result into out of dtype {out.dtype}")
     if out.is_cuda:
-        from dyntile.cuda.runtime import bounds_meet   # numba loads only here
+        from dyntile.cuda.runtime import bounds_meet  # numba loads only here
 
         if bounds_meet(out, (a_t, b_t)):
             raise ValueError("matmul: out overlaps an operand in device memory; the result cannot be "

@@ -6,7 +6,8 @@ CUDA backends, the planner and the loaders.
 from __future__ import annotations
 
 import operator
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 __all__ = ["round_up", "padded_shape", "tile_grid", "tiled_shape", "check_multiple", "check_shape",
            "MatmulShapes", "matmul_shapes", "broadcast_batch"]

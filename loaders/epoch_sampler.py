@@ -27,7 +27,7 @@ import abc
 import hashlib
 import operator
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch.utils.data
@@ -139,7 +139,7 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
         return self.replicas()[1]
 
     @property
-    def sampler(self) -> "EpochIndices":
+    def sampler(self) -> EpochIndices:
         """This rank's indices of the current epoch, batch after batch, as the sampler
         a torch ``BatchSampler`` draws from; its ``set_epoch`` is this sampler's
         (Lightning calls ``loader.batch_sampler.sampler.set_epoch``)."""

@@ -234,6 +234,6 @@ def _main(out: str, script: str, *args: str) -> None:
 
 
 if __name__ == "__main__":
-    import framework_runs        # the recording lives in the importable module, where mark() finds it
+    import framework_runs  # the recording lives in the importable module, where mark() finds it
 
     framework_runs._main(*sys.argv[1:])

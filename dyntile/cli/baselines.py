@@ -10,7 +10,7 @@ longest sample with ``torch.nn.utils.rnn.pad_sequence``:
 """
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch

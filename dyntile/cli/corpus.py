@@ -1,8 +1,8 @@
 """``Corpus``: the token sequences (or only their lengths) the demo batches and trains on."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -52,12 +52,12 @@ class Corpus:
         return rng.integers(len(SPECIALS), self.vocab_size, size=int(self.lengths[i]), dtype=np.int64)
 
     @classmethod
-    def from_lengths(cls, lengths, name: str, seed: int = 0) -> "Corpus":
+    def from_lengths(cls, lengths, name: str, seed: int = 0) -> Corpus:
         """Lengths only; ids are drawn at random per sample."""
         return cls(name, _check_lengths(lengths, name), _SYNTHETIC_VOCAB, None, seed)
 
     @classmethod
-    def from_sequences(cls, sequences: Sequence, name: str) -> "Corpus":
+    def from_sequences(cls, sequences: Sequence, name: str) -> Corpus:
         """Token id sequences (non-negative integers below ``MAX_VOCAB``); the vocabulary
         is ``max id + 1``."""
         seqs = [_check_ids(s, i, name) for i, s in enumerate(sequences)]
@@ -71,13 +71,13 @@ class Corpus:
         return cls(name, lengths, max(top + 1, len(SPECIALS) + 1), [s.astype(np.int64) for s in seqs])
 
     @classmethod
-    def from_texts(cls, texts: Sequence[str], name: str, vocab_size: int = 4096) -> "Corpus":
+    def from_texts(cls, texts: Sequence[str], name: str, vocab_size: int = 4096) -> Corpus:
         """Texts tokenized by a :class:`WordTokenizer` fitted on them."""
         tok = WordTokenizer.fit(texts, vocab_size=vocab_size)
         seqs = tok.encode_all(texts)
         return cls(name, _check_lengths([len(s) for s in seqs], name), tok.vocab_size, seqs)
 
-    def truncated(self, max_length: int) -> "Corpus":
+    def truncated(self, max_length: int) -> Corpus:
         """Explicit truncation: every sequence cut to at most ``max_length`` tokens."""
         lengths = np.minimum(self.lengths, max_length)
         seqs = None if self.sequences is None else [s[:max_length] for s in self.sequences]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from dyntile import __version__
 from dyntile.cli.errors import CLIError
@@ -48,8 +48,8 @@ def _add_data_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``dyntile`` command."""
-    from dyntile.cli.demo import add_demo_arguments
     from dyntile.cli.bench_cmd import add_bench_arguments
+    from dyntile.cli.demo import add_demo_arguments
     from dyntile.cli.plan_cmd import add_plan_arguments
 
     parser = argparse.ArgumentParser(

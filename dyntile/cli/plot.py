@@ -1,8 +1,8 @@
 """``--plot FILE.png``: length histogram with the bucket boundaries, and padding per method."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import ast
 import os
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 __all__ = ["stdlib_root", "stdlib_files", "stdlib_docstrings"]
 

@@ -1,7 +1,7 @@
 """Plain-text tables: right-aligned numbers, left-aligned first column."""
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["format_table", "count"]
 

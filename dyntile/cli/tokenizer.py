@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -39,7 +39,7 @@ class WordTokenizer:
     vocab: dict[str, int] = field(repr=False)
 
     @classmethod
-    def fit(cls, texts: Iterable[str], vocab_size: int = 8192) -> "WordTokenizer":
+    def fit(cls, texts: Iterable[str], vocab_size: int = 8192) -> WordTokenizer:
         """Build the vocabulary from ``texts``: the most frequent words get the low ids."""
         if vocab_size <= len(SPECIALS):
             raise ValueError(f"vocab_size should be larger than {len(SPECIALS)} (the special tokens), but got {vocab_size}")

@@ -12,8 +12,8 @@ steps and over the others ("steady"); only real (non-padding) tokens are counted
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import torch
 

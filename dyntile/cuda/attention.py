@@ -465,7 +465,7 @@ def zero_rows2_pyfunc(tokens, x):
 
 # ------------------------------------------------------------------------ host side
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _kernel(kind: str, dtype_name: str, nchunks: int = 1):
     """The jitted kernel ``kind`` (``forward``, ``dq``, ``dkdv``, ``delta``) of the active profile."""
     if kind == "delta":
@@ -475,7 +475,7 @@ def _kernel(kind: str, dtype_name: str, nchunks: int = 1):
     return cuda.jit(make(blk, dtype_name, nchunks))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _zero_kernel(ndim: int):
     return cuda.jit(zero_rows3_pyfunc if ndim == 3 else zero_rows2_pyfunc)
 

@@ -56,7 +56,7 @@ class GemmBlocking:
         tx, ty = self.threads
         return tx * ty
 
-    def check(self) -> "GemmBlocking":
+    def check(self) -> GemmBlocking:
         """Raise ``ValueError`` unless every block is a multiple of its register block
         and the tile loads divide evenly among the threads."""
         for name in ("bm", "bn", "bk", "tm", "tn"):
@@ -138,7 +138,7 @@ class AttentionBlocking:
             return itemsize * (2 * row + 2 * col + 2 * scores)
         return itemsize * (row + col + scores + self.bm * self.ntx)     # Q rows, K/V columns, P, row partials
 
-    def check(self, itemsize: int = 4, backward: bool = False, limit: int | None = None) -> "AttentionBlocking":
+    def check(self, itemsize: int = 4, backward: bool = False, limit: int | None = None) -> AttentionBlocking:
         """Raise ``ValueError`` unless the tiles split evenly over the threads (scores,
         output columns and tile loads) and fit ``limit`` bytes of shared memory."""
         for name in ("bm", "bn", "dc", "ntx", "nty"):

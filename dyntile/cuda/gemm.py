@@ -130,7 +130,7 @@ def make_gemm_pyfunc(blocking: GemmBlocking, dtype_name: str):
     return gemm_kernel
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gemm_kernel(dtype_name: str, max_registers: int | None = None):
     """The jitted GEMM kernel for ``dtype_name`` in the active profile (built once).
 

@@ -63,7 +63,7 @@ def pad_pyfunc(flat, meta, out, fill, left):
                     out[b, r, c] = fill
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pad_kernel():
     """The jitted pad kernel (compiled per dtype and layout on first launch)."""
     return cuda.jit(pad_pyfunc)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import math
 
-
 from .config import copy_block
 from .launch import copy_launch
 from .runtime import as_batched, as_device, cuda, numpy_dtype, output
@@ -48,13 +47,13 @@ def untile_pyfunc(t, x):
                 x[b, i, j] = t[b, gi, gj, ii, j - gj * tn]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tile_kernel():
     """The jitted tile kernel."""
     return cuda.jit(tile_pyfunc)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def untile_kernel():
     """The jitted untile kernel."""
     return cuda.jit(untile_pyfunc)

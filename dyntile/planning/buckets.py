@@ -31,7 +31,7 @@ import dataclasses
 import json
 import operator
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -339,7 +339,7 @@ class BucketPlan:
 
     # ---- changing a plan (returns a new plan)
 
-    def extend(self, sizes) -> "BucketPlan":
+    def extend(self, sizes) -> BucketPlan:
         """A new plan with a larger last boundary so that ``sizes`` fits.
 
         Each axis whose largest boundary is under its size gets one more boundary,
@@ -373,7 +373,7 @@ class BucketPlan:
                            "cost": self.cost, "boundaries": b})
 
     @classmethod
-    def from_json(cls, text: str) -> "BucketPlan":
+    def from_json(cls, text: str) -> BucketPlan:
         """Plan from the text of :meth:`to_json`."""
         try:
             d = json.loads(text)
@@ -393,7 +393,7 @@ class BucketPlan:
             f.write(self.to_json() + "\n")
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "BucketPlan":
+    def load(cls, path: str | os.PathLike) -> BucketPlan:
         """Read a plan written by :meth:`save`."""
         with open(path, encoding="utf-8") as f:
             return cls.from_json(f.read())

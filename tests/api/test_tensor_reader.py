@@ -136,6 +136,7 @@ def test_status_when_switched_off(monkeypatch):
 
 def test_status_without_the_module(monkeypatch):
     import sys
+
     import dyntile.cpu
     monkeypatch.setattr(tensor_reader, "_native", tensor_reader._UNSET)
     monkeypatch.setitem(sys.modules, "dyntile.cpu.torch_tensors", None)      # import fails

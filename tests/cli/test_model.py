@@ -1,6 +1,7 @@
 """The demo's model: masks and labels against loops, and packing == padding, token for token."""
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dyntile.cli.model import TinyTransformer, attention_mask, next_token_labels
 

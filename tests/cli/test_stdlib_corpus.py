@@ -5,7 +5,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dyntile.cli.corpus import Corpus
 from dyntile.cli.stdlib_docs import stdlib_docstrings, stdlib_files, stdlib_root

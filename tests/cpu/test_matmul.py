@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dyntile
-from forking import check_in_forked_child
 from dyntile.cpu import gemm
 from dyntile.linalg import matmul, matmul_shapes
+from forking import check_in_forked_child
 
 DTYPES = [np.float32, np.float64]
 

@@ -5,13 +5,21 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 import numpy as np
-from hypothesis import given, settings, strategies as st
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dyntile.cuda.config import (ATTENTION_BLOCKING, COPY_BLOCK, GEMM_BLOCKING, SHARED_MEMORY_LIMIT,
-                                 AttentionBlocking, GemmBlocking, attention_blocking, gemm_blocking)
+from dyntile.cuda.config import (
+    ATTENTION_BLOCKING,
+    COPY_BLOCK,
+    GEMM_BLOCKING,
+    SHARED_MEMORY_LIMIT,
+    AttentionBlocking,
+    GemmBlocking,
+    attention_blocking,
+    gemm_blocking,
+)
 from dyntile.cuda.launch import MAX_GRID_YZ, attention_items, copy_launch, gemm_launch
 from dyntile.dispatch import backend_of
 

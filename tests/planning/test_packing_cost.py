@@ -7,8 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dyntile.planning import BucketPlan
-from dyntile.planning import packing_cost
+from dyntile.planning import BucketPlan, packing_cost
 from dyntile.planning.packing import pack_lengths, packing_shapes
 from dyntile.planning.packing_cost import choose_seq_len, row_cost
 
