@@ -2,6 +2,7 @@
 
 Keeps ``import dyntile`` cheap (NumPy only) and keeps numba and torch out of it.
 """
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """The one exception the command turns into ``dyntile: error: ...`` and exit status 2."""
+
 from __future__ import annotations
 
 __all__ = ["CLIError"]

@@ -1,4 +1,5 @@
 """A progress bar on stderr: tqdm when installed, else one rewritten status line."""
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """Where a subcommand's corpus comes from: a user file, or the embedded stdlib docstrings."""
+
 from __future__ import annotations
 
 import platform
@@ -13,9 +14,17 @@ from dyntile.cli.stdlib_docs import stdlib_docstrings, stdlib_root
 __all__ = ["load_corpus", "describe_lengths"]
 
 
-def load_corpus(path=None, *, field: str | None = None, pad_id: int | None = None, allow_pickle: bool = False,
-                limit: int | None = None, vocab_size: int = 4096, seed: int = 0,
-                max_length: int | None = None) -> Corpus:
+def load_corpus(
+    path=None,
+    *,
+    field: str | None = None,
+    pad_id: int | None = None,
+    allow_pickle: bool = False,
+    limit: int | None = None,
+    vocab_size: int = 4096,
+    seed: int = 0,
+    max_length: int | None = None,
+) -> Corpus:
     """The user's file at ``path``, else the stdlib docstrings tokenized word by word.
 
     ``limit`` keeps the first ``limit`` samples; ``max_length`` truncates explicitly

@@ -3,6 +3,7 @@
 Every machine with Python has it, it is real text nobody wrote for this demo, and its
 lengths are as skewed as real training data (median ~24 tokens, a long tail past 1000).
 """
+
 from __future__ import annotations
 
 import ast

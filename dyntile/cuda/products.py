@@ -5,6 +5,7 @@ The wrapper applies matmul's rules through :func:`dyntile.shapes.matmul_shapes`
 the kernel two small int32 tables, ``a_index[z]`` and ``b_index[z]``: which matrix
 of A and of B output batch ``z`` multiplies. Broadcasting thus never copies data.
 """
+
 from __future__ import annotations
 
 import functools
@@ -52,15 +53,17 @@ def matmul(a, b, out=None):
     ad, bd = as_device(a, "a"), as_device(b, "b")
     dta, dtb = numpy_dtype(ad.dtype), numpy_dtype(bd.dtype)
     if dta != dtb or dta.name not in _DTYPES:
-        raise TypeError(f"the CUDA matmul needs a and b of one dtype among {_DTYPES}, but got a {dta} and b {dtb}; "
-                        f"cast them first (device kernels do not promote)")
+        raise TypeError(
+            f"the CUDA matmul needs a and b of one dtype among {_DTYPES}, but got a {dta} and b {dtb}; "
+            f"cast them first (device kernels do not promote)"
+        )
     shapes = matmul_shapes(tuple(ad.shape), tuple(bd.shape))
     batch, M, K, N, out_shape = shapes.batch, shapes.m, shapes.k, shapes.n, shapes.out_shape
     result, dest = output(out, out_shape, dta, a, inputs=(ad, bd))
     total = math.prod(batch)
     if total * M * N == 0:
         return result
-    if K == 0:                       # empty sum: numpy gives zeros
+    if K == 0:  # empty sum: numpy gives zeros
         dest[...] = np.zeros(out_shape, dta)
         return result
     am = _as_matrix(ad, (1, K))

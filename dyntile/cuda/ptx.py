@@ -7,6 +7,7 @@ by ``asv_benches/gpu_check.py``; ``python -m dyntile.cuda.ptx`` prints a summary
 >>> sorted({name.split("_")[0] for name in KERNEL_SIGNATURES})
 ['attention', 'gemm', 'pad', 'tile', 'untile']
 """
+
 from __future__ import annotations
 
 import sys
@@ -52,8 +53,11 @@ def _attention_pyfunc(name: str):
         return attention.make_delta_pyfunc(dtype_name)
     if kind in ("zero3", "zero2"):
         return attention.zero_rows3_pyfunc if kind == "zero3" else attention.zero_rows2_pyfunc
-    make = {"forward": attention.make_forward_pyfunc, "dq": attention.make_dq_pyfunc,
-            "dkdv": attention.make_dkdv_pyfunc}[kind]
+    make = {
+        "forward": attention.make_forward_pyfunc,
+        "dq": attention.make_dq_pyfunc,
+        "dkdv": attention.make_dkdv_pyfunc,
+    }[kind]
     return make(attention_blocking(dtype_name, kind != "forward", "gpu"), dtype_name, int(rest[0][1:]))
 
 

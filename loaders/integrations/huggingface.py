@@ -9,6 +9,7 @@ puts the sampler in as the loader's ``batch_sampler``, prepares the loader with
 ``torchrun`` ranks) and sets the epoch; :class:`SamplerEpochCallback` sets it for a
 ``Trainer`` whose own ``get_train_dataloader`` returns a plain ``DataLoader``.
 """
+
 from __future__ import annotations
 
 from torch.utils.data import DataLoader
@@ -41,7 +42,7 @@ class SamplerEpochCallback(TrainerCallback):
         self.epoch = 0
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.epoch = int(state.epoch or 0)          # a resumed run starts in the epoch it stopped in
+        self.epoch = int(state.epoch or 0)  # a resumed run starts in the epoch it stopped in
 
     def on_epoch_begin(self, args, state, control, train_dataloader=None, **kwargs):
         sampler = dyntile_sampler(train_dataloader)
@@ -79,8 +80,10 @@ class DynTileTrainer(Trainer):
 
     def __init__(self, *args, train_batch_sampler: EpochBatchSampler | None = None, **kwargs):
         if train_batch_sampler is not None and not isinstance(train_batch_sampler, EpochBatchSampler):
-            raise TypeError(f"train_batch_sampler should be a dyntile batch sampler (BucketBatchSampler or "
-                            f"PackingBatchSampler), but got {type(train_batch_sampler).__name__}")
+            raise TypeError(
+                f"train_batch_sampler should be a dyntile batch sampler (BucketBatchSampler or "
+                f"PackingBatchSampler), but got {type(train_batch_sampler).__name__}"
+            )
         self.train_batch_sampler = train_batch_sampler
         super().__init__(*args, **kwargs)
         self.add_callback(SamplerEpochCallback)
@@ -106,11 +109,22 @@ class DynTileTrainer(Trainer):
         else:
             collate = self._get_collator_with_removed_columns(collate, description="training")
         args = self.args
-        workers = dict(prefetch_factor=args.dataloader_prefetch_factor,
-                       persistent_workers=args.dataloader_persistent_workers) if args.dataloader_num_workers else {}
-        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
-                            num_workers=args.dataloader_num_workers, pin_memory=args.dataloader_pin_memory,
-                            **workers)
+        workers = (
+            dict(
+                prefetch_factor=args.dataloader_prefetch_factor,
+                persistent_workers=args.dataloader_persistent_workers,
+            )
+            if args.dataloader_num_workers
+            else {}
+        )
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=args.dataloader_num_workers,
+            pin_memory=args.dataloader_pin_memory,
+            **workers,
+        )
         return prepare_data_loader(self.accelerator, loader)
 
 
@@ -118,4 +132,5 @@ def _is_hf_dataset(dataset) -> bool:
     if not is_datasets_available():
         return False
     import datasets
+
     return isinstance(dataset, datasets.Dataset)

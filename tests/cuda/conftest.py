@@ -7,6 +7,7 @@ simulator, the interpreter switches threads every 10 us instead of every 5 ms: t
 simulator's block manager polls its threads in a loop, so each ``syncthreads`` would
 otherwise wait out a switch interval.
 """
+
 from __future__ import annotations
 
 import os
