@@ -91,7 +91,7 @@ def torch_extension():
             [os.path.join("dyntile", "cpu", "torch_tensors.cpp")],
             include_dirs=[os.path.join("dyntile", "cpu", "include")],  # pylong_read.h
             define_macros=[
-                ("DYNTILE_TORCH_VERSION", '"%s"' % torch.__version__),
+                ("DYNTILE_TORCH_VERSION", f'"{torch.__version__}"'),
                 ("_GLIBCXX_USE_CXX11_ABI", str(int(torch._C._GLIBCXX_USE_CXX11_ABI))),
             ],
             extra_compile_args=["-O2", "-std=c++20"],

@@ -59,10 +59,12 @@ def main(argv=None) -> int:
         segs = sum(len(r) for r in case.rows)
         print(
             f"{dim:>3}  {len(case.rows):>6} x {segs:>6}  {t_dense * 1e3:>12.1f} ms  {t_loop * 1e3:>7.1f} ms  "
-            f"{t_dt * 1e3:>5.1f} ms  {t_dense / t_dt:>7.1f}x  {t_loop / t_dt:>6.1f}x  {case.flops / t_dt / 1e9:>14.1f}"
+            f"{t_dt * 1e3:>5.1f} ms  {t_dense / t_dt:>7.1f}x  {t_loop / t_dt:>6.1f}x  "
+            f"{case.flops / t_dt / 1e9:>14.1f}"
         )
     print(
-        f"dyntile.matmul at n = 1024, float32, {args.threads} threads: {matmul_gflops(args.threads, args.repeat):.1f} "
+        f"dyntile.matmul at n = 1024, float32, {args.threads} threads: "
+        f"{matmul_gflops(args.threads, args.repeat):.1f} "
         f"GFLOP/s; varlen attention kernels: {dyntile.cpu.attention.isa()}"
     )
     return 0

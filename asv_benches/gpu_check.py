@@ -321,7 +321,7 @@ def _attention_reference(q, k, v, dout, starts, lengths, causal, scale):
         P = np.exp(S - m)
         total = P.sum(-1, keepdims=True)
         P /= total
-        O = P @ V
+        O = P @ V  # noqa: E741 (the attention output, named as in the papers)
         dS = P * (dO @ V.transpose(0, 2, 1) - (dO * O).sum(-1, keepdims=True))
         out[seg] = O.transpose(1, 0, 2)
         lse[seg] = (m + np.log(total))[..., 0].T
@@ -483,9 +483,9 @@ def time_attention(cuda, rng, tiny: bool, repeats: int) -> None:
     pairs = int((lengths * (lengths + 1) // 2).sum())
     flop_fwd = 4.0 * H * D * pairs
     print(
-        f"varlen attention float32 causal: {rows} packed rows of {T} tokens, {len(lengths)} segments "
-        f"(median length {int(np.median(lengths))}), H={H}, D={D}; {pairs / (rows * T * T):.1%} of the "
-        f"T x T scores are attended (median of {repeats}; useful GFLOP/s: 4*H*D*pairs forward, x3.5 with backward)"
+        f"varlen attention float32 causal: {rows} packed rows of {T} tokens, {len(lengths)} segments (median "
+        f"length {int(np.median(lengths))}), H={H}, D={D}; {pairs / (rows * T * T):.1%} of the T x T scores "
+        f"are attended (median of {repeats}; useful GFLOP/s: 4*H*D*pairs forward, x3.5 with backward)"
     )
     torch = _torch_cuda()
     timer = Timer(cuda, repeats)
@@ -523,7 +523,8 @@ def time_attention(cuda, rng, tiny: bool, repeats: int) -> None:
     print(f"  {'method':38s} {'fwd ms':>9s} {'GFLOP/s':>8s} {'fwd+bwd ms':>11s} {'GFLOP/s':>8s}")
     for name, ms_f, ms_fb in results:
         print(
-            f"  {name:38s} {ms_f:9.3f} {flop_fwd / ms_f / 1e6:8.1f} {ms_fb:11.3f} {3.5 * flop_fwd / ms_fb / 1e6:8.1f}"
+            f"  {name:38s} {ms_f:9.3f} {flop_fwd / ms_f / 1e6:8.1f} {ms_fb:11.3f} "
+            f"{3.5 * flop_fwd / ms_fb / 1e6:8.1f}"
         )
     for mine, _, mine_fb in (r for r in results if r[0].startswith("dyntile")):
         for name, _, ms_fb in (r for r in results if not r[0].startswith("dyntile")):
@@ -652,7 +653,8 @@ def main(argv=None) -> int:
     seed = time.time_ns() % 2**32 if args.seed is None else args.seed
     rng = np.random.default_rng(seed)
     print(
-        f"device: {'simulator' if cuda.config.ENABLE_CUDASIM else cuda.get_current_device().name}  seed {seed}"
+        f"device: {'simulator' if cuda.config.ENABLE_CUDASIM else cuda.get_current_device().name}"
+        f"  seed {seed}"
     )
     checks = Checks(cuda, rng, args.tiny)
     print("checks against NumPy")

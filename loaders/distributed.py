@@ -97,10 +97,10 @@ def resolve_replicas(num_replicas: int | None = None, rank: int | None = None) -
             world = launcher_world_size()
             if world > 1:
                 raise RuntimeError(
-                    f"WORLD_SIZE={world} in the environment, but torch.distributed is not initialised, so this "
-                    f"process cannot know its rank: call torch.distributed.init_process_group() (or let the "
-                    f"framework start it) before iterating the sampler or taking its len() or state_dict(), "
-                    f"or pass num_replicas= and rank= explicitly"
+                    f"WORLD_SIZE={world} in the environment, but torch.distributed is not initialised, so "
+                    "this process cannot know its rank: call torch.distributed.init_process_group() (or let "
+                    "the framework start it) before iterating the sampler or taking its len() or "
+                    "state_dict(), or pass num_replicas= and rank= explicitly"
                 )
             found = (1, 0)
         num_replicas = found[0] if num_replicas is None else num_replicas

@@ -95,10 +95,11 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
         # batch sampler built outside its train_dataloader hook)
         if args and isinstance(args[0], torch.utils.data.Sampler):
             raise TypeError(
-                f"{cls.__name__} got a {type(args[0]).__name__} where its lengths belong: a framework is rebuilding "
-                f"it as torch's BatchSampler(sampler, batch_size, drop_last) to shard it over ranks, but it already "
-                f"splits its batches over ranks. In Lightning, build the sampler inside train_dataloader() (Lightning "
-                f"then hands it its ranks through sampler=) or set Trainer(use_distributed_sampler=False)"
+                f"{cls.__name__} got a {type(args[0]).__name__} where its lengths belong: a framework is "
+                "rebuilding it as torch's BatchSampler(sampler, batch_size, drop_last) to shard it over "
+                "ranks, but it already splits its batches over ranks. In Lightning, build the sampler inside "
+                "train_dataloader() (Lightning then hands it its ranks through sampler=) or set "
+                "Trainer(use_distributed_sampler=False)"
             )
         return super().__new__(cls)
 
@@ -291,10 +292,10 @@ def _refuse_rewrapping(sampler: EpochBatchSampler, frame) -> None:
     name, wrapper = type(sampler).__name__, type(holder).__name__
     if getattr(holder, "sampler", None) is sampler:
         raise TypeError(
-            f"{name} yields whole batches (lists of indices), but a {wrapper} is drawing from it as from an index "
-            f"sampler and would group its batches again: pass it as DataLoader(batch_sampler=...), not "
-            f"DataLoader(sampler=...). (Hugging Face's Trainer passes what _get_train_sampler returns as sampler=: "
-            f"use loaders.integrations.huggingface.DynTileTrainer.)"
+            f"{name} yields whole batches (lists of indices), but a {wrapper} is drawing from it as from an "
+            "index sampler and would group its batches again: pass it as DataLoader(batch_sampler=...), not "
+            "DataLoader(sampler=...). (Hugging Face's Trainer passes what _get_train_sampler returns as "
+            "sampler=: use loaders.integrations.huggingface.DynTileTrainer.)"
         )
     processes = getattr(holder, "num_processes", None)
     if (
@@ -304,9 +305,9 @@ def _refuse_rewrapping(sampler: EpochBatchSampler, frame) -> None:
         and sampler.num_replicas > 1
     ):
         raise RuntimeError(
-            f"{wrapper} deals the batches of this {name} out to {processes} processes, but the sampler already "
-            f"gives each of its {sampler.num_replicas} ranks its own: every rank would see 1/{processes} of its "
-            f"share, and ranks would differ in shape at a step. Prepare the loader with "
-            f"loaders.integrations.accelerate.prepare_data_loader(accelerator, loader), which keeps its batches "
-            f"whole (under Hugging Face's Trainer: loaders.integrations.huggingface.DynTileTrainer)."
+            f"{wrapper} deals the batches of this {name} out to {processes} processes, but the sampler "
+            f"already gives each of its {sampler.num_replicas} ranks its own: every rank would see "
+            f"1/{processes} of its share, and ranks would differ in shape at a step. Prepare the loader with "
+            "loaders.integrations.accelerate.prepare_data_loader(accelerator, loader), which keeps its "
+            "batches whole (under Hugging Face's Trainer: loaders.integrations.huggingface.DynTileTrainer)."
         )

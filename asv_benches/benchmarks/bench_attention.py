@@ -96,7 +96,7 @@ class VarlenAttention:
         try:
             import torch  # noqa: F401
         except ImportError:
-            raise NotImplementedError("torch is not installed")
+            raise NotImplementedError("torch is not installed") from None
         self.case = Case(dim)
         self.case.dyntile()
 

@@ -58,7 +58,7 @@ class SamplerEpoch:
         try:
             from loaders.packing_sampler import PackingBatchSampler
         except ImportError as e:  # torch missing
-            raise NotImplementedError(str(e))
+            raise NotImplementedError(str(e)) from e
         self.sampler = PackingBatchSampler(
             _lengths(data), max_tokens=16384, seed=0, num_replicas=num_replicas, rank=0
         )
@@ -86,7 +86,7 @@ class CollateEpoch:
             from loaders.packed_collate import collate_packed
             from loaders.packing_sampler import PackingBatchSampler
         except ImportError as e:
-            raise NotImplementedError(str(e))
+            raise NotImplementedError(str(e)) from e
         path = DATA / "tokens_cpython_docstrings_sample.npz"
         if not path.exists():
             raise NotImplementedError(f"real data not found at {path}")
@@ -108,7 +108,7 @@ class CollateEpoch:
             try:
                 from transformers import DataCollatorWithFlattening
             except ImportError as e:
-                raise NotImplementedError(f"transformers is not installed: {e}")
+                raise NotImplementedError(f"transformers is not installed: {e}") from e
             hf = DataCollatorWithFlattening(return_tensors="pt")
 
             def collate(samples):

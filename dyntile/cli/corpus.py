@@ -114,7 +114,8 @@ def _check_ids(seq, i: int, name: str) -> np.ndarray:
         raise CLIError(f"{name}: sequence {i} is not a flat list of token ids ({exc})") from None
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise CLIError(
-            f"{name}: sequence {i} should be a 1-D list of integer token ids, but got shape {arr.shape} dtype {arr.dtype}"
+            f"{name}: sequence {i} should be a 1-D list of integer token ids, but got shape {arr.shape} "
+            f"dtype {arr.dtype}"
         )
     if arr.size and arr.min() < 0:
         raise CLIError(f"{name}: token ids should be non-negative, but sequence {i} holds {arr.min()}")

@@ -57,4 +57,5 @@ def describe_lengths(lengths: np.ndarray) -> str:
     'n=4, mean 4.0, median 3, p90 10, p99 10, max 10'
     """
     p50, p90, p99 = (int(np.percentile(lengths, q, method="higher")) for q in (50, 90, 99))
-    return f"n={lengths.size}, mean {lengths.mean():.1f}, median {p50}, p90 {p90}, p99 {p99}, max {int(lengths.max())}"
+    mean, longest = lengths.mean(), int(lengths.max())
+    return f"n={lengths.size}, mean {mean:.1f}, median {p50}, p90 {p90}, p99 {p99}, max {longest}"

@@ -1,9 +1,10 @@
 """``numpy.matmul`` for CUDA device arrays, on the GEMM kernel of :mod:`.gemm`.
 
 The wrapper applies matmul's rules through :func:`dyntile.shapes.matmul_shapes`
-(1-D operands promoted then squeezed, leading axes broadcast, NumPy's errors), merges each operand's leading axes into one batch axis and hands
-the kernel two small int32 tables, ``a_index[z]`` and ``b_index[z]``: which matrix
-of A and of B output batch ``z`` multiplies. Broadcasting thus never copies data.
+(1-D operands promoted then squeezed, leading axes broadcast, NumPy's errors), merges
+each operand's leading axes into one batch axis and hands the kernel two small int32
+tables, ``a_index[z]`` and ``b_index[z]``: which matrix of A and of B output batch ``z``
+multiplies. Broadcasting thus never copies data.
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def matmul(a, b, out=None):
     axes follow NumPy. Both operands need the same dtype (no promotion on the device).
     Returns a CUDA torch tensor for torch input, else a Numba device array, or ``out``.
 
-    >>> c = matmul(cuda.to_device(np.ones((2, 3, 4), np.float32)), cuda.to_device(np.ones((4, 5), np.float32)))
+    >>> a, b = np.ones((2, 3, 4), np.float32), np.ones((4, 5), np.float32)
+    >>> c = matmul(cuda.to_device(a), cuda.to_device(b))
     >>> c.shape
     (2, 3, 5)
     """

@@ -81,7 +81,7 @@ def compile_all(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
     out = {}
     for name, sig in KERNEL_SIGNATURES.items():
         for nd, layout in _ARR.items():
-            sig = sig.replace("{%d}" % nd, layout)
+            sig = sig.replace(f"{{{nd}}}", layout)
         ptx, _ = cuda.compile_ptx(_pyfunc(name), sig, cc=cc)
         out[name] = ptx
     return out

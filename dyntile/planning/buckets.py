@@ -211,7 +211,8 @@ class BucketPlan:
         sizes = tuple(sizes)
         if len(sizes) != self.ndim:
             raise ValueError(
-                f"this plan has {self.ndim} planned axes, so round_up needs {self.ndim} sizes, but got {sizes}"
+                f"this plan has {self.ndim} planned axes, so round_up needs {self.ndim} sizes, but got "
+                f"{sizes}"
             )
         out = []
         for a, (s, b) in enumerate(zip(sizes, self.axis_boundaries)):
@@ -344,7 +345,8 @@ class BucketPlan:
                     continue
                 raise ValueError(
                     f"max_tokens={budget} is smaller than one sample of bucket {bucket} (padded shape "
-                    f"{shape}, {tokens} tokens at cost={cost or self.cost!r}); raise max_tokens to at least {tokens}"
+                    f"{shape}, {tokens} tokens at cost={cost or self.cost!r}); raise max_tokens to at "
+                    f"least {tokens}"
                 )
             rounded = bs // m * m
             out.append(rounded if rounded >= 1 and 8 * rounded >= 7 * bs else bs)
@@ -378,8 +380,9 @@ class BucketPlan:
     def to_json(self) -> str:
         """JSON text; :meth:`from_json` reads it back.
 
-        >>> BucketPlan((8, 32)).to_json()
-        '{"format": "dyntile.BucketPlan", "version": 1, "multiple": 8, "cost": "linear", "boundaries": [8, 32]}'
+        >>> print(BucketPlan((8, 32)).to_json())  # doctest: +NORMALIZE_WHITESPACE
+        {"format": "dyntile.BucketPlan", "version": 1, "multiple": 8, "cost": "linear",
+         "boundaries": [8, 32]}
         """
         b = [list(x) for x in self.boundaries] if self.multi_axis else list(self.boundaries)
         return json.dumps(
@@ -403,7 +406,8 @@ class BucketPlan:
             raise ValueError(f"not a BucketPlan JSON text: expected format {_JSON_FORMAT!r}")
         if d.get("version") != _JSON_VERSION:
             raise ValueError(
-                f"unsupported BucketPlan JSON version {d.get('version')!r}; this dyntile reads {_JSON_VERSION}"
+                f"unsupported BucketPlan JSON version {d.get('version')!r}; this dyntile reads "
+                f"{_JSON_VERSION}"
             )
         b = d["boundaries"]
         b = tuple(tuple(x) for x in b) if b and isinstance(b[0], list) else tuple(b)

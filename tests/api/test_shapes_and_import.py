@@ -34,7 +34,8 @@ def test_shape_helpers():
 
 def test_import_loads_neither_torch_nor_numba():
     code = (
-        "import sys, dyntile, numpy as np; dyntile.pad_batch([np.ones(3)]); dyntile.tile(np.ones((2, 2)), (2, 2));"
+        "import sys, dyntile, numpy as np; dyntile.pad_batch([np.ones(3)]);"
+        " dyntile.tile(np.ones((2, 2)), (2, 2));"
         "print(sorted(m for m in ('torch', 'numba') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -43,7 +44,7 @@ def test_import_loads_neither_torch_nor_numba():
 
 def test_unknown_attribute():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        dt.nope
+        _ = dt.nope
 
 
 def test_exports_stay_functions_after_every_submodule_is_imported():

@@ -155,7 +155,7 @@ def test_attention_items_cover_each_segment_once_heaviest_first(lengths, rows, c
     seen = {(int(s), int(n)): [] for s, n in zip(starts, lengths) if n}
     for s, n, r0 in items.tolist():
         seen[(s, n)].append(r0)
-    for (s, n), r0s in seen.items():
+    for (_, n), r0s in seen.items():
         assert sorted(r0s) == list(range(0, n, rows))
     steps = [_steps(n, r0, rows, cols, causal, keys_are_rows) for _, n, r0 in items.tolist()]
     assert steps == sorted(steps, reverse=True)

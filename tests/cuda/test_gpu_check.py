@@ -69,8 +69,8 @@ def cpu_stand_ins(monkeypatch, cuda_device):
         ref = gc._attention_reference(
             q.numpy(), k.numpy(), v.numpy(), np.zeros(q.shape), starts, lengths, causal, scale
         )
-        o, l = (torch.as_tensor(x, dtype=q.dtype) for x in ref[:2])
-        return (o if out is None else out.copy_(o)), (l if lse is None else lse.copy_(l))
+        o, lse_ref = (torch.as_tensor(x, dtype=q.dtype) for x in ref[:2])
+        return (o if out is None else out.copy_(o)), (lse_ref if lse is None else lse.copy_(lse_ref))
 
     def backward(dout, q, k, v, out, lse, starts, lengths, *, causal, scale, dq=None, dk=None, dv=None):
         ref = gc._attention_reference(

@@ -60,6 +60,12 @@ def test_optimal_with_many_distinct_values(cost):
     assert plan_cost(plan, L, p) == brute_force_cost(L, 4, 1, p)
 
 
+def _weighted_cost(bounds, vals, w, p):
+    """Sum over the distinct values of weight x (the boundary each rounds up to) ** p."""
+    b = np.asarray(bounds)
+    return float((w * b[np.searchsorted(b, vals)].astype(np.float64) ** p).sum())
+
+
 def test_dp_with_zero_weights_against_brute_force():
     """Zero weights (a multi-axis plan's coordinate descent can give them) make lines
     of equal slope in the DP's convex-hull layer; the partition stays optimal."""
@@ -71,18 +77,13 @@ def test_dp_with_zero_weights_against_brute_force():
         w = rng.integers(0, 4, vals.size).astype(np.float64)
         w[-1] = max(w[-1], 1.0)
         k, p = int(rng.integers(1, 5)), int(rng.integers(1, 3))
-
-        def cost(bounds):
-            b = np.asarray(bounds)
-            return float((w * b[np.searchsorted(b, vals)].astype(np.float64) ** p).sum())
-
         best = min(
-            cost(sub + (int(vals[-1]),))
+            _weighted_cost(sub + (int(vals[-1]),), vals, w, p)
             for r in range(min(k, vals.size))
             for sub in itertools.combinations(vals[:-1].tolist(), r)
         )
         got = _optimal_boundaries(vals, w, k, p)
-        assert len(got) <= k and got[-1] == vals[-1] and cost(got) == best
+        assert len(got) <= k and got[-1] == vals[-1] and _weighted_cost(got, vals, w, p) == best
 
 
 def test_fewer_distinct_values_than_buckets_gives_zero_extra_padding():

@@ -44,7 +44,7 @@ def longest_sample_T(L, max_tokens, multiple=8, overflow="second_shape"):
     return T0 if T0 <= max_tokens else max_tokens // multiple * multiple
 
 
-# --------------------------------------------------------------------------- the choice on real and synthetic data
+# ------------------------------------------------------------ the choice on real and synthetic data
 
 
 @pytest.mark.parametrize("max_tokens", [2048, 4096])
@@ -171,7 +171,7 @@ def test_cost_weights_defaults_and_options():
     assert slots_only.cost == min(x.slots for x in slots_only.candidates)
 
 
-# --------------------------------------------------------------------------- explicit shapes keep today's behaviour
+# ------------------------------------------------------------ explicit shapes are used as given
 
 
 def test_explicit_seq_len_batch_rows_and_plan_ignore_the_cost():
