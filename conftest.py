@@ -70,6 +70,8 @@ def pytest_collect_file(file_path: Path, parent):
     name = _module_name(file_path)
     if name is None:  # examples are collected from the packages only, not from tests/
         return [c for c in collectors if not isinstance(c, DoctestModule)]
+    if file_path.name == "__main__.py":  # pytest does not run these, and importing one may run it
+        return collectors
     try:
         importlib.import_module(name)
     except ImportError as exc:
