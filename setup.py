@@ -11,6 +11,7 @@ that torch's headers: a native reader of CPU tensors' sizes and pointers that
 without it (or if it fails to compile) the same calls read tensors through torch's
 Python bindings, slower for many small tensors.
 """
+
 import glob
 import os
 import sys
@@ -38,8 +39,11 @@ def header_depends(module: str) -> list[str]:
     module (``gemm_*.h``, ``attention*.h``) belongs to that module, the others to all."""
     owned = ("gemm", "attention")
     headers = glob.glob(os.path.join("dyntile", "cpu", "include", "*.h"))
-    mine = [h for h in headers
-            if not os.path.basename(h).startswith(owned) or os.path.basename(h).startswith(module)]
+    mine = [
+        h
+        for h in headers
+        if not os.path.basename(h).startswith(owned) or os.path.basename(h).startswith(module)
+    ]
     return sorted(mine + glob.glob(os.path.join("dyntile", "cpu", "*.pxd")))
 
 
@@ -81,15 +85,19 @@ def torch_extension():
         return []
     if sys.platform == "win32":
         return []
-    return [CppExtension(
-        "dyntile.cpu.torch_tensors",
-        [os.path.join("dyntile", "cpu", "torch_tensors.cpp")],
-        include_dirs=[os.path.join("dyntile", "cpu", "include")],     # pylong_read.h
-        define_macros=[("DYNTILE_TORCH_VERSION", '"%s"' % torch.__version__),
-                       ("_GLIBCXX_USE_CXX11_ABI", str(int(torch._C._GLIBCXX_USE_CXX11_ABI)))],
-        extra_compile_args=["-O2", "-std=c++20"],
-        optional=True,            # a failed compile leaves the Python route, never a failed install
-    )]
+    return [
+        CppExtension(
+            "dyntile.cpu.torch_tensors",
+            [os.path.join("dyntile", "cpu", "torch_tensors.cpp")],
+            include_dirs=[os.path.join("dyntile", "cpu", "include")],  # pylong_read.h
+            define_macros=[
+                ("DYNTILE_TORCH_VERSION", f'"{torch.__version__}"'),
+                ("_GLIBCXX_USE_CXX11_ABI", str(int(torch._C._GLIBCXX_USE_CXX11_ABI))),
+            ],
+            extra_compile_args=["-O2", "-std=c++20"],
+            optional=True,  # a failed compile leaves the Python route, never a failed install
+        )
+    ]
 
 
 setup(ext_modules=extensions() + torch_extension())

@@ -16,6 +16,7 @@ Peak = clock x 2 FMA ports x lanes (AVX-512: 16 float32 / 8 float64; AVX2: 8 / 4
 AMD Zen 4 runs AVX-512 on its two 256-bit ports, so its AVX-512 lanes count as AVX2's
 (measured there: 3.6 GHz under load, by a dependent add loop).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,8 @@ from threadpoolctl import threadpool_limits
 import dyntile
 from dyntile.cpu import gemm
 
-LAYER = (4096, 768, 768)   # (m, k, n): a transformer layer's activations @ weights
-FMA_UNITS = 2              # FMA ports per core (Skylake-X: 512-bit; Haswell, Zen 2-4: 256-bit)
+LAYER = (4096, 768, 768)  # (m, k, n): a transformer layer's activations @ weights
+FMA_UNITS = 2  # FMA ports per core (Skylake-X: 512-bit; Haswell, Zen 2-4: 256-bit)
 
 
 def cpu_ghz() -> float:
@@ -43,8 +44,8 @@ def cpu_ghz() -> float:
 
 
 def peak_gflops(dtype: np.dtype, threads: int, ghz: float) -> float:
-    width = {"avx512": 64, "avx2": 32}.get(gemm.isa(), 16)       # bytes per FMA port
-    if gemm.isa() == "avx512" and gemm.cpu_tuning() == "zen4":   # 512-bit ops on 256-bit ports
+    width = {"avx512": 64, "avx2": 32}.get(gemm.isa(), 16)  # bytes per FMA port
+    if gemm.isa() == "avx512" and gemm.cpu_tuning() == "zen4":  # 512-bit ops on 256-bit ports
         width = 32
     lanes = width // dtype.itemsize
     return 2 * FMA_UNITS * lanes * ghz * threads
@@ -87,13 +88,21 @@ def main(argv=None) -> None:
     p.add_argument("--torch", action="store_true", help="add a torch column")
     p.add_argument("--ghz", type=float, default=None)
     p.add_argument("--repeat", type=int, default=None, help="timed calls per cell (default by size)")
-    p.add_argument("--settle", type=float, default=0.15,
-                   help="seconds of sleep before each multi-threaded cell's calls (other "
-                        "libraries' spinning workers go idle)")
-    p.add_argument("--clock", choices=["wall", "thread"], default="wall",
-                   help="'thread': CPU time of the calling thread for one-thread cells "
-                        "(robust to other processes time-slicing the core; two-thread "
-                        "cells stay wall-clock)")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=0.15,
+        help="seconds of sleep before each multi-threaded cell's calls (other "
+        "libraries' spinning workers go idle)",
+    )
+    p.add_argument(
+        "--clock",
+        choices=["wall", "thread"],
+        default="wall",
+        help="'thread': CPU time of the calling thread for one-thread cells "
+        "(robust to other processes time-slicing the core; two-thread "
+        "cells stay wall-clock)",
+    )
     args = p.parse_args(argv)
 
     torch = None
@@ -103,10 +112,14 @@ def main(argv=None) -> None:
     shapes = [(n, n, n) for n in args.sizes] + ([] if args.no_layer else [LAYER])
     env = {k: os.environ.get(k) for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"dyntile ISA {gemm.isa()}, clock {ghz:.2f} GHz, OpenBLAS env {env}, "
-          f"load average {load:.2f} on {os.cpu_count()} CPUs, timing: {args.clock}")
-    head = (f"{'m x k x n':>18} {'dtype':>8} {'thr':>3} {'dyntile':>8} {'numpy':>8} {'ratio':>6} "
-            f"{'(quartiles)':>11} {'%peak':>6}")
+    print(
+        f"dyntile ISA {gemm.isa()}, clock {ghz:.2f} GHz, OpenBLAS env {env}, "
+        f"load average {load:.2f} on {os.cpu_count()} CPUs, timing: {args.clock}"
+    )
+    head = (
+        f"{'m x k x n':>18} {'dtype':>8} {'thr':>3} {'dyntile':>8} {'numpy':>8} {'ratio':>6} "
+        f"{'(quartiles)':>11} {'%peak':>6}"
+    )
     print(head + (f" {'torch':>8} {'ratio':>6}" if torch else ""))
     rng = np.random.default_rng(0)
     for threads in args.threads:
@@ -117,8 +130,7 @@ def main(argv=None) -> None:
                 c1, c2 = np.empty((m, n), dtype), np.empty((m, n), dtype)
                 flops = 2.0 * m * n * k
                 repeat = args.repeat or max(5, min(200 if threads == 1 else 15, int(2e9 / flops)))
-                fns = [lambda: dyntile.matmul(a, b, out=c1, threads=threads),
-                       lambda: np.matmul(a, b, out=c2)]
+                fns = [lambda: dyntile.matmul(a, b, out=c1, threads=threads), lambda: np.matmul(a, b, out=c2)]
                 if torch is not None:
                     ta, tb, tc = torch.from_numpy(a), torch.from_numpy(b), torch.from_numpy(c2)
                     fns.append(lambda: torch.matmul(ta, tb, out=tc))
@@ -133,8 +145,10 @@ def main(argv=None) -> None:
                 rates = [flops / statistics.median(t) / 1e9 for t in times]
                 ratio, q1, q3 = paired_ratio(times[0], times[1])
                 peak = peak_gflops(dtype, threads, ghz)
-                line = (f"{f'{m}x{k}x{n}':>18} {dtype.name:>8} {threads:>3} {rates[0]:8.1f} "
-                        f"{rates[1]:8.1f} {ratio:6.2f} {f'{q1:.2f}-{q3:.2f}':>11} {100 * rates[0] / peak:5.0f}%")
+                line = (
+                    f"{f'{m}x{k}x{n}':>18} {dtype.name:>8} {threads:>3} {rates[0]:8.1f} "
+                    f"{rates[1]:8.1f} {ratio:6.2f} {f'{q1:.2f}-{q3:.2f}':>11} {100 * rates[0] / peak:5.0f}%"
+                )
                 if torch is not None:
                     line += f" {rates[2]:8.1f} {paired_ratio(times[0], times[2])[0]:6.2f}"
                 print(line, flush=True)

@@ -15,6 +15,7 @@ Every combination of the --mc, --kc, --nc and --jr-outer values given is a candi
 before the candidates' (each library's idle workers spin on the other core for a
 while after a call) and gives each timed call two untimed ones first.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,13 +29,16 @@ from threadpoolctl import threadpool_limits
 import dyntile
 from dyntile.cpu import gemm
 
-LAYER = (4096, 768, 768)   # (m, k, n); size 0 on the command line
+LAYER = (4096, 768, 768)  # (m, k, n); size 0 on the command line
 
 
 def candidates(args, row: dict) -> list[dict]:
     """The table's row first, then every combination of the values asked for."""
-    axes = {name: values for name, values in (("mc", args.mc), ("kc", args.kc), ("nc", args.nc),
-                                              ("jr_outer", args.jr_outer)) if values}
+    axes = {
+        name: values
+        for name, values in (("mc", args.mc), ("kc", args.kc), ("nc", args.nc), ("jr_outer", args.jr_outer))
+        if values
+    }
     base = {name: row[name] for name in ("mc", "kc", "nc", "jr_outer")}
     out = [base]
     for combo in itertools.product(*axes.values()):
@@ -73,21 +77,31 @@ def sweep(dtype: np.dtype, shape: tuple, cands: list[dict], rounds: int, threads
                     t_ours[i].append(timed(lambda: dyntile.matmul(a, b, out=c_ours, threads=threads)))
     finally:
         gemm._reset_cache_blocks()
-    print(f"{m}x{k}x{n} {dtype.name} threads={threads} ({isa}, {gemm.cpu_tuning()}): "
-          f"numpy {flops / statistics.median(t_numpy) / 1e9:.1f} GFLOP/s")
+    print(
+        f"{m}x{k}x{n} {dtype.name} threads={threads} ({isa}, {gemm.cpu_tuning()}): "
+        f"numpy {flops / statistics.median(t_numpy) / 1e9:.1f} GFLOP/s"
+    )
     for i, cand in enumerate(cands):
         ratio = statistics.median(tn / to for tn, to in zip(t_numpy, t_ours[i]))
         tag = "table" if i == 0 else ""
-        print(f"  MC={cand['mc']:<5} KC={cand['kc']:<5} NC={cand['nc']:<5} "
-              f"jr_outer={int(cand['jr_outer'])}  {flops / statistics.median(t_ours[i]) / 1e9:7.1f} "
-              f"GFLOP/s  ratio {ratio:.3f} {tag}", flush=True)
+        print(
+            f"  MC={cand['mc']:<5} KC={cand['kc']:<5} NC={cand['nc']:<5} "
+            f"jr_outer={int(cand['jr_outer'])}  {flops / statistics.median(t_ours[i]) / 1e9:7.1f} "
+            f"GFLOP/s  ratio {ratio:.3f} {tag}",
+            flush=True,
+        )
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--sizes", type=int, nargs="*", default=[1024, 2048],
-                   help="n of n x n x n products; 0 is the 4096x768 @ 768x768 layer")
+    p.add_argument(
+        "--sizes",
+        type=int,
+        nargs="*",
+        default=[1024, 2048],
+        help="n of n x n x n products; 0 is the 4096x768 @ 768x768 layer",
+    )
     p.add_argument("--mc", type=int, nargs="*", default=[])
     p.add_argument("--kc", type=int, nargs="*", default=[])
     p.add_argument("--nc", type=int, nargs="*", default=[])

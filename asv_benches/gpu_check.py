@@ -45,6 +45,7 @@ The attention kernels run on CUDA cores (no tensor cores from Numba), so against
 SDPA's dense-mask path they gain by skipping the ~95% masked-out scores, not by a
 faster product; the per-segment loop pays one launch sequence per segment.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,7 +59,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-DEVICE = "cuda"       # where the torch sections put their tensors (the CPU test runs them on "cpu")
+DEVICE = "cuda"  # where the torch sections put their tensors (the CPU test runs them on "cpu")
 
 
 def _poisoned(cuda, shape, dtype):
@@ -92,17 +93,27 @@ class Checks:
                 matmul(self.cuda.to_device(a), self.cuda.to_device(b), out=out)
                 got = out.copy_to_host()
                 err = float(np.max(np.abs(got - ref) / (1 + np.abs(ref)))) if ref.size else 0.0
-                self.report(f"matmul {np.dtype(dtype).name} {a_shape} @ {b_shape}", bool(err < tol), f"max rel err {err:.2e}")
+                self.report(
+                    f"matmul {np.dtype(dtype).name} {a_shape} @ {b_shape}",
+                    bool(err < tol),
+                    f"max rel err {err:.2e}",
+                )
 
     def pad(self) -> None:
         from dyntile.cuda import pad_into
 
         n = 12 if self.tiny else 300
-        for shapes, dtype in (([(int(k),) for k in self.rng.integers(0, n, 5)], np.float32),
-                              ([tuple(int(v) for v in s) for s in self.rng.integers(0, n // 3 + 1, (4, 2))], np.int32)):
+        for shapes, dtype in (
+            ([(int(k),) for k in self.rng.integers(0, n, 5)], np.float32),
+            ([tuple(int(v) for v in s) for s in self.rng.integers(0, n // 3 + 1, (4, 2))], np.int32),
+        ):
             padded = tuple(max(s[a] for s in shapes) + 3 for a in range(len(shapes[0])))
-            xs = [self.rng.standard_normal(s).astype(dtype) if dtype == np.float32
-                  else self.rng.integers(-1000, 1000, s).astype(dtype) for s in shapes]
+            xs = [
+                self.rng.standard_normal(s).astype(dtype)
+                if dtype == np.float32
+                else self.rng.integers(-1000, 1000, s).astype(dtype)
+                for s in shapes
+            ]
             for left in (False, True):
                 ref = np.full((len(xs), *padded), -7, dtype)
                 for b, x in enumerate(xs):
@@ -112,8 +123,11 @@ class Checks:
                     out = _poisoned(self.cuda, ref.shape, dtype)
                     pad_into(samples, ref.shape, dtype, -7, left, out=out)
                     ok = np.array_equal(out.copy_to_host(), ref)
-                    self.report(f"pad {where} {len(padded)}-D {np.dtype(dtype).name} {'left' if left else 'right'} "
-                                f"{ref.shape}", ok)
+                    self.report(
+                        f"pad {where} {len(padded)}-D {np.dtype(dtype).name} {'left' if left else 'right'} "
+                        f"{ref.shape}",
+                        ok,
+                    )
 
     def tile(self) -> None:
         from dyntile.cuda import tile_into, untile_from
@@ -135,14 +149,16 @@ class Checks:
             ok = np.array_equal(t.copy_to_host(), ref) and np.array_equal(back.copy_to_host(), x)
             self.report(f"tile/untile {shape} by {(tm, tn)}", ok)
 
-
     def attention(self) -> None:
         """The varlen attention kernels against the float64 NumPy reference, outputs poisoned."""
         from dyntile.cuda.attention import varlen_attention_backward, varlen_attention_forward
 
         lengths = [0, 1, 2, 5, 17] if self.tiny else [0, 1, 2, 63, 64, 65, 257, 300]
-        dims = ((16, np.float32), (5, np.float64)) if self.tiny else \
-            ((16, np.float32), (33, np.float32), (64, np.float32), (128, np.float32), (64, np.float64))
+        dims = (
+            ((16, np.float32), (5, np.float64))
+            if self.tiny
+            else ((16, np.float32), (33, np.float32), (64, np.float32), (128, np.float32), (64, np.float64))
+        )
         for D, dtype in dims:
             for causal in (False, True):
                 starts, lengths_, N = _segments(self.rng, lengths)
@@ -152,15 +168,32 @@ class Checks:
                 ref = _attention_reference(q, k, v, dout, starts, lengths_, causal, scale)
                 dev = [self.cuda.to_device(x) for x in (q, k, v, dout)]
                 out, lse = _poisoned(self.cuda, (N, H, D), dtype), _poisoned(self.cuda, (N, H), dtype)
-                varlen_attention_forward(*dev[:3], starts, lengths_, causal=causal, scale=scale, out=out, lse=lse)
+                varlen_attention_forward(
+                    *dev[:3], starts, lengths_, causal=causal, scale=scale, out=out, lse=lse
+                )
                 grads = [_poisoned(self.cuda, (N, H, D), dtype) for _ in range(3)]
-                varlen_attention_backward(dev[3], *dev[:3], out, lse, starts, lengths_, causal=causal, scale=scale,
-                                          dq=grads[0], dk=grads[1], dv=grads[2])
+                varlen_attention_backward(
+                    dev[3],
+                    *dev[:3],
+                    out,
+                    lse,
+                    starts,
+                    lengths_,
+                    causal=causal,
+                    scale=scale,
+                    dq=grads[0],
+                    dk=grads[1],
+                    dv=grads[2],
+                )
                 got = [a.copy_to_host() for a in (out, lse, *grads)]
                 err = max(_rel_err(g, r) for g, r in zip(got, ref))
                 tol = 2e-4 if dtype == np.float32 else 1e-10
-                self.report(f"attention {np.dtype(dtype).name} D={D} {'causal' if causal else 'full'} "
-                            f"N={N} lengths {lengths}", bool(err < tol), f"max rel err {err:.2e} (out, lse, dq, dk, dv)")
+                self.report(
+                    f"attention {np.dtype(dtype).name} D={D} {'causal' if causal else 'full'} "
+                    f"N={N} lengths {lengths}",
+                    bool(err < tol),
+                    f"max rel err {err:.2e} (out, lse, dq, dk, dv)",
+                )
 
     def attention_torch(self) -> None:
         """The attention kernels on CUDA torch tensors, and ``dyntile.varlen_attention``
@@ -174,16 +207,21 @@ class Checks:
         lengths = [0, 1, 2, 63, 64, 65, 257, 300]
         starts, lengths_, N = _segments(self.rng, lengths)
         H, D = 4, 64
-        scale = 1 / math.sqrt(D)                                   # varlen_attention's default
+        scale = 1 / math.sqrt(D)  # varlen_attention's default
         q, k, v, dout = (torch.randn(N, H, D, device=DEVICE) for _ in range(4))
         ref = _sdpa_reference(torch, q, k, v, dout, starts, lengths_, True, scale)
         out, lse = varlen_attention_forward(q, k, v, starts, lengths_, causal=True, scale=scale)
         grads = varlen_attention_backward(dout, q, k, v, out, lse, starts, lengths_, causal=True, scale=scale)
-        ok_kind = all(torch.is_tensor(t) and t.device == q.device and t.dtype == torch.float32
-                      for t in (out, lse, *grads))
+        ok_kind = all(
+            torch.is_tensor(t) and t.device == q.device and t.dtype == torch.float32
+            for t in (out, lse, *grads)
+        )
         err = max(_rel_err(a.cpu().numpy(), b) for a, b in zip((out, *grads), ref))
-        self.report(f"attention kernels on CUDA torch tensors N={N} H={H} D={D}", ok_kind and err < 2e-4,
-                    f"max rel err {err:.2e}")
+        self.report(
+            f"attention kernels on CUDA torch tensors N={N} H={H} D={D}",
+            ok_kind and err < 2e-4,
+            f"max rel err {err:.2e}",
+        )
         import dyntile as dt
 
         api = getattr(dt, "varlen_attention", None)
@@ -193,18 +231,21 @@ class Checks:
         cu = torch.tensor(np.concatenate([[0], np.cumsum(lengths_)]), dtype=torch.int32, device=DEVICE)
         qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
         pack = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths_)]).astype(np.int64)
-        idx = torch.as_tensor(pack, device=DEVICE)                # the tokens in cu_seqlens order
+        idx = torch.as_tensor(pack, device=DEVICE)  # the tokens in cu_seqlens order
         try:
             o = api(qg[idx], kg[idx], vg[idx], cu_seqlens=cu, causal=True)
             o.backward(dout[idx])
-        except Exception as exc:                                   # report the refusal, then go on
+        except Exception as exc:  # report the refusal, then go on
             self.report("dyntile.varlen_attention on CUDA torch tensors", False, f"raised {exc!r}")
             return
         got = [o.detach().cpu().numpy()] + [g.grad[idx].cpu().numpy() for g in (qg, kg, vg)]
         want = [r[pack] for r in ref]
         err = max(_rel_err(a, b) for a, b in zip(got, want))
-        self.report(f"dyntile.varlen_attention CUDA float32 causal (cu_seqlens, autograd) total={len(pack)}",
-                    o.device == q.device and o.dtype == torch.float32 and err < 2e-4, f"max rel err {err:.2e}")
+        self.report(
+            f"dyntile.varlen_attention CUDA float32 causal (cu_seqlens, autograd) total={len(pack)}",
+            o.device == q.device and o.dtype == torch.float32 and err < 2e-4,
+            f"max rel err {err:.2e}",
+        )
 
     def torch_tensors(self) -> None:
         """The public API on CUDA torch tensors (float32, and bfloat16 moved as its bits)
@@ -220,18 +261,28 @@ class Checks:
             for side in ("right", "left"):
                 got, lengths = dt.pad_batch([x.cuda() for x in xs], multiple=8, fill=-1.5, side=side)
                 ref, ref_lengths = dt.pad_batch(xs, multiple=8, fill=-1.5, side=side)
-                ok = got.is_cuda and got.dtype == dtype and torch.equal(got.cpu(), ref) \
+                ok = (
+                    got.is_cuda
+                    and got.dtype == dtype
+                    and torch.equal(got.cpu(), ref)
                     and torch.equal(torch.as_tensor(lengths).cpu(), ref_lengths)
+                )
                 self.report(f"pad_batch CUDA torch {dtype} {side} {tuple(ref.shape)}", ok)
             x = torch.randn(2, 33, 70).to(dtype)
             t = dt.tile(x.cuda(), (8, 32), fill=0.5)
             back = dt.untile(t, (33, 70))
-            ok = t.dtype == dtype and torch.equal(t.cpu(), dt.tile(x, (8, 32), fill=0.5)) and torch.equal(back.cpu(), x)
+            ok = (
+                t.dtype == dtype
+                and torch.equal(t.cpu(), dt.tile(x, (8, 32), fill=0.5))
+                and torch.equal(back.cpu(), x)
+            )
             self.report(f"tile/untile CUDA torch {dtype} {tuple(x.shape)}", ok)
         a, b = torch.randn(3, 40, 50).to(torch.bfloat16), torch.randn(50, 60).to(torch.bfloat16)
         c = dt.matmul(a.cuda(), b.cuda())
-        self.report("matmul CUDA torch bfloat16 (torch.matmul)",
-                    c.is_cuda and c.dtype == torch.bfloat16 and torch.equal(c, torch.matmul(a.cuda(), b.cuda())))
+        self.report(
+            "matmul CUDA torch bfloat16 (torch.matmul)",
+            c.is_cuda and c.dtype == torch.bfloat16 and torch.equal(c, torch.matmul(a.cuda(), b.cuda())),
+        )
 
 
 def _rel_err(got, ref) -> float:
@@ -262,7 +313,7 @@ def _attention_reference(q, k, v, dout, starts, lengths, causal, scale):
         if n == 0:
             continue
         seg = slice(s, s + n)
-        Q, K, V, dO = (x[seg].transpose(1, 0, 2) for x in (q, k, v, dout))     # [H, n, D]
+        Q, K, V, dO = (x[seg].transpose(1, 0, 2) for x in (q, k, v, dout))  # [H, n, D]
         S = scale * Q @ K.transpose(0, 2, 1)
         if causal:
             S = np.where(np.tril(np.ones((n, n), bool)), S, -np.inf)
@@ -270,7 +321,7 @@ def _attention_reference(q, k, v, dout, starts, lengths, causal, scale):
         P = np.exp(S - m)
         total = P.sum(-1, keepdims=True)
         P /= total
-        O = P @ V
+        O = P @ V  # noqa: E741 (the attention output, named as in the papers)
         dS = P * (dO @ V.transpose(0, 2, 1) - (dO * O).sum(-1, keepdims=True))
         out[seg] = O.transpose(1, 0, 2)
         lse[seg] = (m + np.log(total))[..., 0].T
@@ -287,8 +338,10 @@ def _sdpa_reference(torch, q, k, v, dout, starts, lengths, causal, scale):
     out = torch.zeros_like(qd)
     for s, n in zip(starts.tolist(), lengths.tolist()):
         if n:
-            seg = [x[s:s + n].transpose(0, 1).unsqueeze(0) for x in (qd, kd, vd)]     # [1, H, n, D]
-            out[s:s + n] = F.scaled_dot_product_attention(*seg, is_causal=causal, scale=scale)[0].transpose(0, 1)
+            seg = [x[s : s + n].transpose(0, 1).unsqueeze(0) for x in (qd, kd, vd)]  # [1, H, n, D]
+            out[s : s + n] = F.scaled_dot_product_attention(*seg, is_causal=causal, scale=scale)[0].transpose(
+                0, 1
+            )
     out.backward(dout.double())
     return [x.detach().cpu().numpy() for x in (out, qd.grad, kd.grad, vd.grad)]
 
@@ -301,7 +354,7 @@ class Timer:
         self.events = not cuda.config.ENABLE_CUDASIM
 
     def __call__(self, fn) -> float:
-        fn()                                        # warm-up (and JIT compile)
+        fn()  # warm-up (and JIT compile)
         self.cuda.synchronize()
         times = []
         for _ in range(self.repeats):
@@ -358,14 +411,14 @@ def time_gemm(cuda, rng, sizes, repeats) -> None:
         a = cuda.to_device(rng.standard_normal((n, n)).astype(np.float32))
         b = cuda.to_device(rng.standard_normal((n, n)).astype(np.float32))
         c = _poisoned(cuda, (n, n), np.float32)
-        flop = 2.0 * n ** 3
+        flop = 2.0 * n**3
         ms = timer(lambda: matmul(a, b, out=c))
         line = f"  n={n:5d}  dyntile {flop / ms / 1e6:9.1f} GFLOP/s ({ms:8.3f} ms)"
         if not cuda.config.ENABLE_CUDASIM:
             capped = gemm_kernel("float32", 128)
             a3, b3, c3 = a.reshape(1, n, n), b.reshape(1, n, n), c.reshape(1, n, n)
             idx = cuda.to_device(np.zeros(1, np.int32))
-            (z0, grid, block), = gemm_launch(1, n, n, gemm_blocking("float32"))
+            ((z0, grid, block),) = gemm_launch(1, n, n, gemm_blocking("float32"))
             ms_cap = timer(lambda: capped[grid, block](a3, b3, c3, idx, idx, z0))
             line += f"  max_registers=128 {flop / ms_cap / 1e6:9.1f} GFLOP/s"
         if torch is not None:
@@ -429,9 +482,11 @@ def time_attention(cuda, rng, tiny: bool, repeats: int) -> None:
     N, scale = rows * T, 1 / math.sqrt(D)
     pairs = int((lengths * (lengths + 1) // 2).sum())
     flop_fwd = 4.0 * H * D * pairs
-    print(f"varlen attention float32 causal: {rows} packed rows of {T} tokens, {len(lengths)} segments "
-          f"(median length {int(np.median(lengths))}), H={H}, D={D}; {pairs / (rows * T * T):.1%} of the "
-          f"T x T scores are attended (median of {repeats}; useful GFLOP/s: 4*H*D*pairs forward, x3.5 with backward)")
+    print(
+        f"varlen attention float32 causal: {rows} packed rows of {T} tokens, {len(lengths)} segments (median "
+        f"length {int(np.median(lengths))}), H={H}, D={D}; {pairs / (rows * T * T):.1%} of the T x T scores "
+        f"are attended (median of {repeats}; useful GFLOP/s: 4*H*D*pairs forward, x3.5 with backward)"
+    )
     torch = _torch_cuda()
     timer = Timer(cuda, repeats)
     results = []
@@ -440,15 +495,37 @@ def time_attention(cuda, rng, tiny: bool, repeats: int) -> None:
         q, k, v, dout = (cuda.to_device(x) for x in host)
         out, lse = cuda.device_array((N, H, D), np.float32), cuda.device_array((N, H), np.float32)
         grads = [cuda.device_array((N, H, D), np.float32) for _ in range(3)]
-        ms = timer(lambda: varlen_attention_forward(q, k, v, starts, lengths, causal=True, scale=scale, out=out, lse=lse))
-        ms_b = timer(lambda: varlen_attention_backward(dout, q, k, v, out, lse, starts, lengths, causal=True,
-                                                       scale=scale, dq=grads[0], dk=grads[1], dv=grads[2]))
+        ms = timer(
+            lambda: varlen_attention_forward(
+                q, k, v, starts, lengths, causal=True, scale=scale, out=out, lse=lse
+            )
+        )
+        ms_b = timer(
+            lambda: varlen_attention_backward(
+                dout,
+                q,
+                k,
+                v,
+                out,
+                lse,
+                starts,
+                lengths,
+                causal=True,
+                scale=scale,
+                dq=grads[0],
+                dk=grads[1],
+                dv=grads[2],
+            )
+        )
         results.append(("dyntile CUDA kernels", ms, ms + ms_b))
     else:
         results += _time_attention_torch(torch, starts, lengths, rows, T, H, D, scale, repeats)
     print(f"  {'method':38s} {'fwd ms':>9s} {'GFLOP/s':>8s} {'fwd+bwd ms':>11s} {'GFLOP/s':>8s}")
     for name, ms_f, ms_fb in results:
-        print(f"  {name:38s} {ms_f:9.3f} {flop_fwd / ms_f / 1e6:8.1f} {ms_fb:11.3f} {3.5 * flop_fwd / ms_fb / 1e6:8.1f}")
+        print(
+            f"  {name:38s} {ms_f:9.3f} {flop_fwd / ms_f / 1e6:8.1f} {ms_fb:11.3f} "
+            f"{3.5 * flop_fwd / ms_fb / 1e6:8.1f}"
+        )
     for mine, _, mine_fb in (r for r in results if r[0].startswith("dyntile")):
         for name, _, ms_fb in (r for r in results if not r[0].startswith("dyntile")):
             print(f"  fwd+bwd: {mine} {ms_fb / mine_fb:6.2f}x faster than {name}")
@@ -469,11 +546,29 @@ def _time_attention_torch(torch, starts, lengths, rows, T, H, D, scale, repeats)
 
     def kernels_fwd_bwd():
         kernels_fwd()
-        varlen_attention_backward(dout, q, k, v, out, lse, starts, lengths, causal=True, scale=scale,
-                                  dq=grads[0], dk=grads[1], dv=grads[2])
+        varlen_attention_backward(
+            dout,
+            q,
+            k,
+            v,
+            out,
+            lse,
+            starts,
+            lengths,
+            causal=True,
+            scale=scale,
+            dq=grads[0],
+            dk=grads[1],
+            dv=grads[2],
+        )
 
-    results = [("dyntile CUDA kernels", _torch_ms(torch, kernels_fwd, repeats),
-                _torch_ms(torch, kernels_fwd_bwd, repeats))]
+    results = [
+        (
+            "dyntile CUDA kernels",
+            _torch_ms(torch, kernels_fwd, repeats),
+            _torch_ms(torch, kernels_fwd_bwd, repeats),
+        )
+    ]
     leaf = [x.clone().requires_grad_(True) for x in (q, k, v)]
     api = getattr(dt, "varlen_attention", None)
     if api is not None:
@@ -486,16 +581,22 @@ def _time_attention_torch(torch, starts, lengths, rows, T, H, D, scale, repeats)
 
         try:
             with torch.no_grad():
-                ms_f = _torch_ms(torch, lambda: api(q, k, v, cu_seqlens=cu, causal=True, scale=scale), repeats)
-            results.append(("dyntile.varlen_attention (autograd)", ms_f, _torch_ms(torch, api_fwd_bwd, repeats)))
-        except Exception as exc:                                   # the check above reports it as FAIL
+                ms_f = _torch_ms(
+                    torch, lambda: api(q, k, v, cu_seqlens=cu, causal=True, scale=scale), repeats
+                )
+            results.append(
+                ("dyntile.varlen_attention (autograd)", ms_f, _torch_ms(torch, api_fwd_bwd, repeats))
+            )
+        except Exception as exc:  # the check above reports it as FAIL
             print(f"  skip  timing dyntile.varlen_attention: raised {exc!r}")
     # dense: [rows, H, T, D] with a [rows, 1, T, T] same-segment causal mask
     seg_id = np.repeat(np.arange(len(lengths)), lengths).reshape(rows, T)
     ids = torch.as_tensor(seg_id, device=DEVICE)
     mask = (ids[:, :, None] == ids[:, None, :]) & torch.ones(T, T, dtype=torch.bool, device=DEVICE).tril()
     mask = mask[:, None]
-    dense = [x.detach().reshape(rows, T, H, D).transpose(1, 2).contiguous().requires_grad_(True) for x in (q, k, v)]
+    dense = [
+        x.detach().reshape(rows, T, H, D).transpose(1, 2).contiguous().requires_grad_(True) for x in (q, k, v)
+    ]
     g_dense = dout.reshape(rows, T, H, D).transpose(1, 2).contiguous()
 
     def dense_fwd_bwd():
@@ -504,15 +605,19 @@ def _time_attention_torch(torch, starts, lengths, rows, T, H, D, scale, repeats)
         F.scaled_dot_product_attention(*dense, attn_mask=mask, scale=scale).backward(g_dense)
 
     with torch.no_grad():
-        ms_f = _torch_ms(torch, lambda: F.scaled_dot_product_attention(*dense, attn_mask=mask, scale=scale), repeats)
+        ms_f = _torch_ms(
+            torch, lambda: F.scaled_dot_product_attention(*dense, attn_mask=mask, scale=scale), repeats
+        )
     results.append(("torch SDPA, dense block-diagonal mask", ms_f, _torch_ms(torch, dense_fwd_bwd, repeats)))
     segs = list(zip(starts.tolist(), lengths.tolist()))
 
     def loop_fwd():
         o = torch.empty(N, H, D, device=DEVICE)
         for s, n in segs:
-            part = [x[s:s + n].transpose(0, 1)[None] for x in leaf]
-            o[s:s + n] = F.scaled_dot_product_attention(*part, is_causal=True, scale=scale)[0].transpose(0, 1)
+            part = [x[s : s + n].transpose(0, 1)[None] for x in leaf]
+            o[s : s + n] = F.scaled_dot_product_attention(*part, is_causal=True, scale=scale)[0].transpose(
+                0, 1
+            )
         return o
 
     def loop_fwd_bwd():
@@ -531,7 +636,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tiny", action="store_true", help="small sizes (for the CUDA simulator)")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--seed", type=int, default=None, help="the random seed (default: from the clock)")
-    parser.add_argument("--sizes", type=int, nargs="*", default=None, help="GEMM sizes (default 1024 .. 8192)")
+    parser.add_argument(
+        "--sizes", type=int, nargs="*", default=None, help="GEMM sizes (default 1024 .. 8192)"
+    )
     args = parser.parse_args(argv)
     from numba import cuda
 
@@ -541,11 +648,14 @@ def main(argv=None) -> int:
     if not cuda.is_available():
         print("no CUDA device available")
         return 2
-    if cuda.config.ENABLE_CUDASIM:        # the simulator's block manager polls its threads: switch often
+    if cuda.config.ENABLE_CUDASIM:  # the simulator's block manager polls its threads: switch often
         sys.setswitchinterval(1e-5)
     seed = time.time_ns() % 2**32 if args.seed is None else args.seed
     rng = np.random.default_rng(seed)
-    print(f"device: {'simulator' if cuda.config.ENABLE_CUDASIM else cuda.get_current_device().name}  seed {seed}")
+    print(
+        f"device: {'simulator' if cuda.config.ENABLE_CUDASIM else cuda.get_current_device().name}"
+        f"  seed {seed}"
+    )
     checks = Checks(cuda, rng, args.tiny)
     print("checks against NumPy")
     checks.gemm()

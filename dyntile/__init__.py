@@ -23,6 +23,7 @@ and call one kernel.
 
 Importing dyntile imports NumPy only; names are loaded on first use.
 """
+
 from __future__ import annotations
 
 from dyntile.lazy import lazy_exports

@@ -6,6 +6,7 @@ recognised by :func:`dyntile.dispatch.is_torch_tensor`. Tensors whose dtype NumP
 lacks (bfloat16, float8) travel as same-width unsigned integers: the copy kernels
 only move bits, so they need no arithmetic on them.
 """
+
 from __future__ import annotations
 
 import sys
@@ -14,13 +15,24 @@ import numpy as np
 
 from dyntile.dispatch import is_torch_tensor
 
-__all__ = ["as_numpy", "check_host_tensor", "check_out", "check_out_grad", "wrap_like", "torch_dtype_token",
-           "torch_numpy_dtype", "torch_fill_bits", "bit_view", "bit_out", "carrier_fill"]
+__all__ = [
+    "as_numpy",
+    "check_host_tensor",
+    "check_out",
+    "check_out_grad",
+    "wrap_like",
+    "torch_dtype_token",
+    "torch_numpy_dtype",
+    "torch_fill_bits",
+    "bit_view",
+    "bit_out",
+    "carrier_fill",
+]
 
 _BIT_VIEWS = {1: "uint8", 2: "int16", 4: "int32", 8: "int64"}
 
 
-_TORCH_ONLY: dict = {}          # torch dtype -> whether NumPy lacks it
+_TORCH_ONLY: dict = {}  # torch dtype -> whether NumPy lacks it
 
 
 def torch_dtype_token(t):
@@ -58,7 +70,9 @@ def torch_fill_bits(fill, token) -> int:
     except OverflowError:
         raise ValueError(f"fill={fill!r} overflows {token}") from None
     except (TypeError, ValueError):
-        raise TypeError(f"fill should be a real number, but got {fill!r} of type {type(fill).__name__}") from None
+        raise TypeError(
+            f"fill should be a real number, but got {fill!r} of type {type(fill).__name__}"
+        ) from None
     t = torch.tensor(f, dtype=torch.float64).to(token)
     stored = float(t)
     # torch saturates some float8 types (1000 -> 448, inf -> 448): compare with the value that rounds past
@@ -94,8 +108,10 @@ def bit_out(out, token, what: str = "the result"):
     if out is None:
         return None
     if not is_torch_tensor(out) or out.dtype != token:
-        raise TypeError(f"out should be a torch tensor of dtype {token} for {what}, but got "
-                        f"{getattr(out, 'dtype', type(out).__name__)}")
+        raise TypeError(
+            f"out should be a torch tensor of dtype {token} for {what}, but got "
+            f"{getattr(out, 'dtype', type(out).__name__)}"
+        )
     return bit_view(out)[0]
 
 
@@ -113,11 +129,15 @@ def check_host_tensor(x, what: str) -> None:
     if x.is_cuda:
         raise TypeError(f"{what} is a CUDA tensor; use CUDA arrays for every input of the call")
     if not x.is_cpu:
-        raise TypeError(f"{what} is a tensor on device {x.device.type!r}; dyntile takes CPU tensors, "
-                        f"NumPy arrays and CUDA arrays")
+        raise TypeError(
+            f"{what} is a tensor on device {x.device.type!r}; dyntile takes CPU tensors, "
+            f"NumPy arrays and CUDA arrays"
+        )
     if x.layout != sys.modules["torch"].strided:
-        raise TypeError(f"{what} is a {x.layout} tensor; only dense (strided) tensors are accepted "
-                        f"(x.to_dense() makes one)")
+        raise TypeError(
+            f"{what} is a {x.layout} tensor; only dense (strided) tensors are accepted "
+            f"(x.to_dense() makes one)"
+        )
 
 
 def as_numpy(x, what: str = "array"):
@@ -141,7 +161,8 @@ def as_numpy(x, what: str = "array"):
     if arr.dtype == object or arr.dtype.kind in "USV":
         raise TypeError(
             f"{what} is not a numeric array (it converts to dtype=object, e.g. a ragged nested "
-            f"list or non-numbers); pass NumPy arrays, torch tensors or flat lists of numbers")
+            f"list or non-numbers); pass NumPy arrays, torch tensors or flat lists of numbers"
+        )
     return arr, None
 
 
@@ -163,7 +184,7 @@ def memory_view(x) -> np.ndarray:
     if not is_torch_tensor(x):
         return np.asarray(x)
     if x.is_conj():
-        x = x.conj()                          # a view without the bit, same memory
+        x = x.conj()  # a view without the bit, same memory
     if x.is_neg():
         x = x._neg_view()
     return bit_view(x)[0].detach().numpy()
@@ -182,12 +203,15 @@ def check_out_grad(out) -> None:
     """``TypeError`` for a torch ``out=`` that requires grad: the kernels write it in
     place, which autograd would not see (as ``matmul`` and torch's own ``out=`` refuse)."""
     if is_torch_tensor(out) and out.requires_grad:
-        raise TypeError("out requires grad; dyntile writes out in place without recording autograd, so pass "
-                        "out.detach() (or a tensor that does not require grad)")
+        raise TypeError(
+            "out requires grad; dyntile writes out in place without recording autograd, so pass "
+            "out.detach() (or a tensor that does not require grad)"
+        )
 
 
-def check_out(out, shape: tuple, dtype: np.dtype, what: str = "the result", token=None,
-              inputs: tuple = ()) -> np.ndarray:
+def check_out(
+    out, shape: tuple, dtype: np.dtype, what: str = "the result", token=None, inputs: tuple = ()
+) -> np.ndarray:
     """The NumPy view of a user's ``out=`` (NumPy array or CPU torch tensor), checked
     for shape, dtype and writability the way NumPy checks ``out`` arguments, and for
     overlap with the NumPy views ``inputs`` (the kernels do not buffer). ``token``: the
@@ -196,8 +220,10 @@ def check_out(out, shape: tuple, dtype: np.dtype, what: str = "the result", toke
     if is_torch_tensor(out):
         check_out_grad(out)
         if out.is_conj() or out.is_neg():
-            raise ValueError("out is a conjugate or negative view, whose memory holds other values than it "
-                             "shows; pass a tensor without the bit (e.g. torch.empty_like(out))")
+            raise ValueError(
+                "out is a conjugate or negative view, whose memory holds other values than it "
+                "shows; pass a tensor without the bit (e.g. torch.empty_like(out))"
+            )
         arr, out_token = as_numpy(out, what="out")
     elif isinstance(out, np.ndarray):
         arr = out
@@ -210,8 +236,10 @@ def check_out(out, shape: tuple, dtype: np.dtype, what: str = "the result", toke
         raise TypeError(f"out has dtype {have}, but {what} has dtype {token or dtype}")
     for x in inputs:
         if overlaps(arr, x):
-            raise ValueError(f"out overlaps an input in memory; {what} cannot be written over its data "
-                             f"(pass a separate out)")
+            raise ValueError(
+                f"out overlaps an input in memory; {what} cannot be written over its data "
+                f"(pass a separate out)"
+            )
     if not arr.flags.writeable:
         raise ValueError("out is read-only")
     return arr

@@ -11,10 +11,11 @@ Kernels never inspect types: the API functions call :func:`backend_of` once and
 hand plain arrays to one kernel. torch is never imported here: a tensor is
 recognised by duck typing, and if a user passes one, torch is already loaded.
 """
+
 from __future__ import annotations
 
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 __all__ = ["is_torch_tensor", "is_cuda_array", "backend_of"]
 
@@ -40,8 +41,11 @@ def is_cuda_array(x) -> bool:
     # numba.cuda is loaded, so it is looked up, never imported (and the common host
     # call pays one dict lookup).
     numba_cuda = sys.modules.get("numba.cuda")
-    return numba_cuda is not None and bool(numba_cuda.config.ENABLE_CUDASIM) \
+    return (
+        numba_cuda is not None
+        and bool(numba_cuda.config.ENABLE_CUDASIM)
         and getattr(type(x), "__cuda_ndarray__", False) is True
+    )
 
 
 def backend_of(arrays: Iterable, what: str = "arrays") -> str:
@@ -60,5 +64,6 @@ def backend_of(arrays: Iterable, what: str = "arrays") -> str:
             raise TypeError(
                 f"{what} mix CUDA device and host arrays: {what}[{first}] is on the "
                 f"{'GPU' if kind == 'cuda' else 'host'} but {what}[{i}] ({type(x).__name__}) is on the "
-                f"{'GPU' if k == 'cuda' else 'host'}; move them to one device first")
+                f"{'GPU' if k == 'cuda' else 'host'}; move them to one device first"
+            )
     return kind or "cpu"

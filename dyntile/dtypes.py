@@ -8,14 +8,22 @@ large integers would be rounded) -- stricter than NumPy's ``can_cast(..., "safe"
 Datetimes and timedeltas join only their own kind and unit (a unit change can
 overflow: days in seconds), records only their own layout, and neither joins numbers.
 """
+
 from __future__ import annotations
 
 import warnings
 
 import numpy as np
 
-__all__ = ["as_int64", "check_exact_cast", "check_round_trip", "exactly_representable", "promote_samples",
-           "KERNEL_KINDS", "moved_by_kernels"]
+__all__ = [
+    "as_int64",
+    "check_exact_cast",
+    "check_round_trip",
+    "exactly_representable",
+    "promote_samples",
+    "KERNEL_KINDS",
+    "moved_by_kernels",
+]
 
 #: dtype kinds the width-typed copy kernels move as raw bits (itemsize 1, 2, 4 or 8)
 KERNEL_KINDS = frozenset("biufcmM")
@@ -36,7 +44,7 @@ def exactly_representable(src: np.dtype, dst: np.dtype) -> bool:
     if src.kind in "mM" or dst.kind in "mM":
         if src.kind != dst.kind:
             return False
-        unit = np.datetime_data(src)                 # (unit, count); a generic unit holds no unit to change
+        unit = np.datetime_data(src)  # (unit, count); a generic unit holds no unit to change
         return unit[0] == "generic" or unit == np.datetime_data(dst)
     if src == dst or src.kind == "b":
         return dst.kind in "biufc" if src.kind == "b" else True
@@ -51,8 +59,9 @@ def exactly_representable(src: np.dtype, dst: np.dtype) -> bool:
     return False
 
 
-def promote_samples(strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np.ndarray]],
-                    dtype=None) -> np.dtype:
+def promote_samples(
+    strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np.ndarray]], dtype=None
+) -> np.dtype:
     """The batch dtype for samples ``strong`` (index, dtype) and list samples ``weak``.
 
     ``dtype`` given: every sample must cast to it with ``same_kind`` casting, and
@@ -66,10 +75,11 @@ def promote_samples(strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np
     if dtype is not None:
         dtype = np.dtype(dtype)
         lists = [(i, a.dtype) for i, a in weak if a.size and not (a.dtype.kind == "i" and dtype.kind == "u")]
-        for i, d in strong + lists:              # a list's ints go into unsigned dtypes by value
+        for i, d in strong + lists:  # a list's ints go into unsigned dtypes by value
             if not np.can_cast(d, dtype, "same_kind"):
-                raise TypeError(f"sample {i} has dtype {d}, which cannot be cast to dtype={dtype} "
-                                f"(same_kind casting)")
+                raise TypeError(
+                    f"sample {i} has dtype {d}, which cannot be cast to dtype={dtype} (same_kind casting)"
+                )
         for i, a in weak:
             _check_list_fits(a, dtype, i)
         return dtype
@@ -80,7 +90,8 @@ def promote_samples(strong: list[tuple[int, np.dtype]], weak: list[tuple[int, np
                 others = sorted({str(x) for _, x in strong})
                 raise TypeError(
                     f"samples have dtypes {others} that do not promote safely: sample {i} ({d}) "
-                    f"{_change(d, result)}; cast the samples to one dtype or pass dtype=")
+                    f"{_change(d, result)}; cast the samples to one dtype or pass dtype="
+                )
     else:  # lists only: empty lists carry no type; a batch of only empty lists is int64
         result = np.result_type(*[a.dtype for _, a in weak if a.size] or [np.int64])
     for i, a in weak:
@@ -96,11 +107,13 @@ def _result_type(strong: list[tuple[int, np.dtype]]) -> np.dtype:
     for i, d in strong[1:]:
         try:
             result = np.result_type(result, d)
-        except (TypeError, OverflowError):   # DTypePromotionError; time units without a common one (years
+        except (TypeError, OverflowError):  # DTypePromotionError; time units without a common one (years
             # and days; picoseconds and two days, whose divisor overflows)
             before = sorted({str(x) for j, x in strong if j < i})
-            raise TypeError(f"sample {i} has dtype {d}, which has no common dtype with the samples before it "
-                            f"({', '.join(before)}); cast the samples to one dtype or pass dtype=") from None
+            raise TypeError(
+                f"sample {i} has dtype {d}, which has no common dtype with the samples before it "
+                f"({', '.join(before)}); cast the samples to one dtype or pass dtype="
+            ) from None
     return result
 
 
@@ -118,7 +131,9 @@ def as_int64(arr: np.ndarray, name: str = "lengths") -> np.ndarray:
     first uint64 value of 2**63 or more, which the cast would wrap to a negative."""
     if arr.dtype == np.uint64 and arr.size and arr.max() > np.iinfo(np.int64).max:
         pos = np.unravel_index(int(np.argmax(arr.reshape(-1))), arr.shape)
-        raise ValueError(f"{name} should be below 2**63, but got {name}[{', '.join(map(str, pos))}]={int(arr[pos])}")
+        raise ValueError(
+            f"{name} should be below 2**63, but got {name}[{', '.join(map(str, pos))}]={int(arr[pos])}"
+        )
     return arr.astype(np.int64, copy=False)
 
 
@@ -134,8 +149,10 @@ def _check_list_fits(a: np.ndarray, dtype: np.dtype, i: int) -> None:
         bad = cast.astype(a.dtype) != a if dtype.kind in "iu" else np.isfinite(a) & ~np.isfinite(cast)
     if bad.any():
         j = int(np.flatnonzero(bad.reshape(-1))[0])
-        raise ValueError(f"sample {i} (a list) holds {a.reshape(-1)[j].item()!r}, which dtype={dtype} cannot hold "
-                         f"({'out of range' if dtype.kind in 'iu' else 'it overflows to inf'})")
+        raise ValueError(
+            f"sample {i} (a list) holds {a.reshape(-1)[j].item()!r}, which dtype={dtype} cannot hold "
+            f"({'out of range' if dtype.kind in 'iu' else 'it overflows to inf'})"
+        )
 
 
 def check_exact_cast(a: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
@@ -145,7 +162,7 @@ def check_exact_cast(a: np.ndarray, dtype: np.dtype, what: str) -> np.ndarray:
     with ``a`` itself would compare in the wider type, where an int64 rounded to
     float64 (2**53 + 1) looks equal to itself."""
     with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)   # complex back to ints: judged below
+        warnings.simplefilter("ignore", np.exceptions.ComplexWarning)  # complex back to ints: judged below
         cast = a.astype(dtype)
         back = cast.astype(a.dtype)
     check_round_trip(a, back, dtype, what)
@@ -159,4 +176,6 @@ def check_round_trip(a: np.ndarray, back: np.ndarray, dtype, what: str) -> None:
     if not np.array_equal(back, a, equal_nan=nan):
         flat, changed = a.reshape(-1), back.reshape(-1)
         bad = (changed != flat) & ~(np.isnan(flat) & np.isnan(changed)) if nan else changed != flat
-        raise TypeError(f"{what} holds values that {dtype} cannot store exactly, e.g. {flat[np.argmax(bad)]!r}")
+        raise TypeError(
+            f"{what} holds values that {dtype} cannot store exactly, e.g. {flat[np.argmax(bad)]!r}"
+        )

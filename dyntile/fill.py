@@ -1,4 +1,5 @@
 """Fill values: check that a dtype can hold them, and encode them for the kernels."""
+
 from __future__ import annotations
 
 import functools
@@ -32,7 +33,9 @@ def check_fill(fill, dtype: np.dtype, what: str = "fill") -> np.ndarray:
             raise ValueError(f"{what}={fill!r} cannot be stored in {dtype}: it is complex")
         f = float(fill) if not isinstance(fill, (int, np.integer)) else None
         if f is not None and (math.isnan(f) or math.isinf(f) or f != int(f)):
-            raise ValueError(f"{what}={fill!r} cannot be stored in {dtype}: integer arrays need an integral fill")
+            raise ValueError(
+                f"{what}={fill!r} cannot be stored in {dtype}: integer arrays need an integral fill"
+            )
         v = int(fill)
         lo, hi = (0, 1) if kind == "b" else (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
         if not lo <= v <= hi:
@@ -41,22 +44,26 @@ def check_fill(fill, dtype: np.dtype, what: str = "fill") -> np.ndarray:
     if kind in "fc":
         if kind == "f" and (isinstance(fill, complex) or np.iscomplexobj(fill)):
             raise ValueError(f"{what}={fill!r} cannot be stored in {dtype}: it is complex")
+
         def overflows() -> str:
             return f"{what}={_shown(fill)} overflows {dtype} (max {str(np.finfo(dtype).max)})"
+
         python = float if kind == "f" else complex
-        try:       # longdouble (wider than Python's float) takes the value itself: float() would round it
+        try:  # longdouble (wider than Python's float) takes the value itself: float() would round it
             value = fill if dtype.itemsize > np.dtype(python).itemsize else python(fill)
             with np.errstate(over="ignore", invalid="ignore"):
                 arr = np.array(value, dtype=dtype)
-        except (OverflowError, ValueError):      # ValueError: a Python int past str()'s digit limit
+        except (OverflowError, ValueError):  # ValueError: a Python int past str()'s digit limit
             raise ValueError(overflows()) from None
         parts = (np.real(value), np.imag(value)), (arr.real, arr.imag)
         if any(np.isfinite(x) and not np.isfinite(y) for x, y in zip(*parts)):
             raise ValueError(overflows())
         return arr
-    if kind in "US":                    # np.array(0, "<U2") is the string '0'
-        raise TypeError(f"{dtype} is a string dtype; dyntile pads and tiles numbers (bool, integer, float, "
-                        f"complex, datetime) and records, not strings")
+    if kind in "US":  # np.array(0, "<U2") is the string '0'
+        raise TypeError(
+            f"{dtype} is a string dtype; dyntile pads and tiles numbers (bool, integer, float, "
+            f"complex, datetime) and records, not strings"
+        )
     try:
         return np.array(fill, dtype=dtype)
     except OverflowError:

@@ -9,6 +9,7 @@ tensors and packed token streams use: ``values`` ``(N, *rest)`` holds ``B`` rows
 * :func:`pad_jagged` -- that form -> ``(B, T, *rest)``: one allocation and one copy
   kernel (:func:`dyntile.cpu.pad.pad_flat_rows`), no per-row array objects.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,15 +65,19 @@ def concat_rows(samples):
         if hit is not None:
             torch = sys.modules["torch"]
             return hit[0].detach(), torch.tensor(hit[1], dtype=torch.int64)
-    if backend_of(samples, what="samples") == "cuda":    # (the fast routes above take host data only)
-        raise TypeError("concat_rows runs on the host, but the samples are on a CUDA device; "
-                        "concatenate device arrays on the device (e.g. torch.cat)")
+    if backend_of(samples, what="samples") == "cuda":  # (the fast routes above take host data only)
+        raise TypeError(
+            "concat_rows runs on the host, but the samples are on a CUDA device; "
+            "concatenate device arrays on the device (e.g. torch.cat)"
+        )
     arrays, shapes, _, torch_like, token = _normalize(samples, None)
     bad = np.flatnonzero((shapes[:, 1:] != shapes[0, 1:]).any(axis=1))
     if bad.size:
         i = int(bad[0])
-        raise ValueError(f"sample {i} has shape {tuple(shapes[i].tolist())}, but sample 0 has (L, "
-                         f"{', '.join(map(str, shapes[0, 1:]))}); only the first axis may differ")
+        raise ValueError(
+            f"sample {i} has shape {tuple(shapes[i].tolist())}, but sample 0 has (L, "
+            f"{', '.join(map(str, shapes[0, 1:]))}); only the first axis may differ"
+        )
     lengths = shapes[:, 0].copy()
     values = wrap_like(np.concatenate(arrays), torch_like, token)
     return values, (sys.modules["torch"].from_numpy(lengths) if torch_like else lengths)
@@ -83,8 +88,10 @@ def _row_lengths(lengths) -> list:
     if type(lengths) is not list or not all(type(n) is int for n in lengths):
         arr, _ = as_numpy(lengths, what="lengths")
         if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-            raise TypeError(f"lengths should be a 1-D sequence of integers, but got shape {arr.shape} "
-                            f"and dtype {arr.dtype}")
+            raise TypeError(
+                f"lengths should be a 1-D sequence of integers, but got shape {arr.shape} "
+                f"and dtype {arr.dtype}"
+            )
         lengths = arr.tolist()
     if lengths and min(lengths) < 0:
         i = next(i for i, n in enumerate(lengths) if n < 0)
@@ -99,11 +106,14 @@ def _padded_length(longest: int, multiple, shape, plan, rest: tuple) -> int:
     if shape is not None:
         target = _shapes.check_shape(shape)
         if len(target) not in (1, 1 + len(rest)) or (len(target) > 1 and target[1:] != rest):
-            raise ValueError(f"shape should be (T,) or (T, {', '.join(map(str, rest))}) for values with "
-                             f"rows of shape {rest}, but got {target}")
+            raise ValueError(
+                f"shape should be (T,) or (T, {', '.join(map(str, rest))}) for values with "
+                f"rows of shape {rest}, but got {target}"
+            )
         if target[0] < longest:
-            raise ValueError(f"shape {target} is shorter than the longest row ({longest}); "
-                             f"pad_jagged never cuts")
+            raise ValueError(
+                f"shape {target} is shorter than the longest row ({longest}); pad_jagged never cuts"
+            )
         return target[0]
     if plan is not None:
         check_plan(plan)
@@ -145,8 +155,10 @@ def pad_jagged(values, lengths, *, multiple: int = 8, shape=None, plan=None, fil
     """
     left = _check_side(side)
     if is_cuda_array(values):
-        raise TypeError("pad_jagged runs on the host, but values is on a CUDA device; pad device arrays "
-                        "with pad_batch (CUDA kernels), or copy values to the host first")
+        raise TypeError(
+            "pad_jagged runs on the host, but values is on a CUDA device; pad device arrays "
+            "with pad_batch (CUDA kernels), or copy values to the host first"
+        )
     torch_like = is_torch_tensor(values)
     arr, token = as_numpy(values, what="values")
     if arr.ndim == 0:
@@ -162,14 +174,24 @@ def pad_jagged(values, lengths, *, multiple: int = 8, shape=None, plan=None, fil
     bits = kernel_fill_bits(fill, arr.dtype, token)
     if bits is None and not rows:
         batch = np.empty((0, T) + rest, arr.dtype)
-    elif bits is None:          # a dtype the width-typed kernels do not move: one row view per sample
+    elif bits is None:  # a dtype the width-typed kernels do not move: one row view per sample
         ends = np.cumsum(rows).tolist()
-        batch, _ = pad_batch([arr[e - n:e] for n, e in zip(rows, ends)], shape=(T,) + rest, fill=fill, side=side)
-    else:                       # each row is lengths[i] * R contiguous elements; pad it to T * R
+        batch, _ = pad_batch(
+            [arr[e - n : e] for n, e in zip(rows, ends)], shape=(T,) + rest, fill=fill, side=side
+        )
+    else:  # each row is lengths[i] * R contiguous elements; pad it to T * R
         R = math.prod(rest)
         flat = np.ascontiguousarray(arr)
-        batch = _pad.pad_flat_rows(flat.ctypes.data, flat.size, [n * R for n in rows] if R != 1 else rows,
-                                   flat.dtype, lambda _longest: T * R, bits, left, copy_threads)[0]
+        batch = _pad.pad_flat_rows(
+            flat.ctypes.data,
+            flat.size,
+            [n * R for n in rows] if R != 1 else rows,
+            flat.dtype,
+            lambda _longest: T * R,
+            bits,
+            left,
+            copy_threads,
+        )[0]
         batch = batch.reshape((len(rows), T) + rest)
     out_lengths = np.array(rows, dtype=np.int64)
     if torch_like:

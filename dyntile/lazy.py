@@ -2,10 +2,11 @@
 
 Keeps ``import dyntile`` cheap (NumPy only) and keeps numba and torch out of it.
 """
+
 from __future__ import annotations
 
 import importlib
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 __all__ = ["lazy_exports"]
 

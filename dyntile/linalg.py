@@ -5,6 +5,7 @@ other dtypes follow NumPy's promotion and go to :func:`numpy.matmul`. CUDA devic
 arrays go to :func:`dyntile.cuda.matmul`. This module validates and chooses; the
 kernel only loops.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,6 +26,7 @@ __all__ = ["matmul", "matmul_shapes", "MatmulShapes"]
 PARALLEL_FLOPS = 1 << 23
 #: never start more threads than this
 MAX_THREADS = 64
+
 
 def matmul(a, b, out=None, *, threads: int | None = None):
     """Matrix product with :func:`numpy.matmul` semantics, on dyntile's GEMM kernel.
@@ -50,8 +52,11 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     >>> matmul(np.ones((2, 4, 3), np.float32), np.ones((3, 5), np.float32)).shape
     (2, 4, 5)
     """
-    if type(a) is np.ndarray and type(b) is np.ndarray \
-            and (threads is None or type(threads) is int and 0 < threads <= MAX_THREADS):
+    if (
+        type(a) is np.ndarray
+        and type(b) is np.ndarray
+        and (threads is None or type(threads) is int and 0 < threads <= MAX_THREADS)
+    ):
         # the common call (two 2-D float arrays), checked and run in Cython; None: not that call
         result = _GEMM.matmul_2d(a, b, out, threads or 0, PARALLEL_FLOPS, _check_threads)
         if result is not None:
@@ -60,18 +65,18 @@ def matmul(a, b, out=None, *, threads: int | None = None):
         out = _single_out(out)
     operands = [a, b] if out is None else [a, b, out]
     if backend_of(operands, what="matmul operands") == "cuda":
-        if any(map(_torch_only_dtype, operands)):   # bfloat16, float8 CUDA tensors: torch's (cuBLAS) product
+        if any(map(_torch_only_dtype, operands)):  # bfloat16, float8 CUDA tensors: torch's (cuBLAS) product
             return _torch_matmul(a, b, out, threads)
         from dyntile.cuda import matmul as cuda_matmul  # numba loads only here
 
         return cuda_matmul(a, b, out=out)
-    if any(map(_ndarray_subclass, operands)):       # np.matrix, masked arrays: NumPy's own result and errors
+    if any(map(_ndarray_subclass, operands)):  # np.matrix, masked arrays: NumPy's own result and errors
         _check_threads(threads, 0)
         return np.matmul(a, b, out=out)
     torch_result = is_torch_tensor(a) or is_torch_tensor(b)
     if torch_result and (_torch_only_dtype(a) or _torch_only_dtype(b)):
         return _torch_matmul(a, b, out, threads)
-    if _torch_only_dtype(out):                        # NumPy's product, cast by torch into a bfloat16/float8 out
+    if _torch_only_dtype(out):  # NumPy's product, cast by torch into a bfloat16/float8 out
         return _into_torch_only_out(a, b, out, threads)
     a_np, b_np = _host_array(a, "a"), _host_array(b, "b")
     shapes = matmul_shapes(a_np.shape, b_np.shape)
@@ -79,27 +84,29 @@ def matmul(a, b, out=None, *, threads: int | None = None):
     out_np = None
     if out is not None:
         out_np, shapes = _check_out(out, shapes, res_dtype, a_np, b_np)
-        if is_torch_tensor(out) and (out.is_conj() or out.is_neg()):   # its memory holds conj/-values:
-            result = matmul(a, b, threads=threads)                      # torch's copy_ writes them
+        if is_torch_tensor(out) and (out.is_conj() or out.is_neg()):  # its memory holds conj/-values:
+            result = matmul(a, b, threads=threads)  # torch's copy_ writes them
             out.copy_(result if is_torch_tensor(result) else sys.modules["torch"].as_tensor(result))
             return out
     nthreads = _check_threads(threads, 2 * shapes.m * shapes.n * shapes.k * math.prod(shapes.batch))
 
     if res_dtype in _KERNELS:
-        result = _kernel_matmul(a_np.astype(res_dtype, copy=False),
-                                b_np.astype(res_dtype, copy=False), shapes, out_np, nthreads)
+        result = _kernel_matmul(
+            a_np.astype(res_dtype, copy=False), b_np.astype(res_dtype, copy=False), shapes, out_np, nthreads
+        )
     else:
         result = np.matmul(a_np, b_np, out=out_np)
     if out is not None:
         return out
     if torch_result:
         return sys.modules["torch"].from_numpy(np.asarray(result))
-    if not isinstance(result, np.ndarray):   # object dtype 1-D @ 1-D: np.matmul returns the Python object
+    if not isinstance(result, np.ndarray):  # object dtype 1-D @ 1-D: np.matmul returns the Python object
         return result
     return result[()] if result.ndim == 0 else result
 
 
 # ------------------------------------------------------------------------ input checks
+
 
 def _host_array(x, name: str) -> np.ndarray:
     """A NumPy view of a host operand (torch tensors share memory; lists convert)."""
@@ -108,7 +115,8 @@ def _host_array(x, name: str) -> np.ndarray:
         if x.requires_grad:
             raise TypeError(
                 f"matmul: operand {name} requires grad; dyntile.matmul does not record "
-                f"autograd, so pass {name}.detach() or use torch.matmul")
+                f"autograd, so pass {name}.detach() or use torch.matmul"
+            )
         return x.resolve_conj().resolve_neg().numpy()
     if isinstance(x, np.ndarray):
         arr = x
@@ -120,15 +128,17 @@ def _host_array(x, name: str) -> np.ndarray:
     if arr.dtype.kind not in "biufcO":
         raise TypeError(
             f"matmul: operand {name} has dtype {arr.dtype}; expected numbers "
-            f"(bool, integer, float or complex)")
+            f"(bool, integer, float or complex)"
+        )
     return arr
 
 
 def _single_out(out: tuple):
     """NumPy's ``out=(array,)`` form: the one array."""
     if len(out) != 1:
-        raise ValueError(f"matmul: the 'out' tuple must have exactly one entry (matmul has one "
-                         f"output), but got {len(out)}")
+        raise ValueError(
+            f"matmul: the 'out' tuple must have exactly one entry (matmul has one output), but got {len(out)}"
+        )
     return out[0]
 
 
@@ -149,12 +159,15 @@ def _check_out(out, shapes: MatmulShapes, res_dtype: np.dtype, a: np.ndarray, b:
     elif isinstance(out, np.ndarray):
         out_np = out
     else:
-        raise TypeError(f"matmul: out should be a NumPy array or a torch tensor, but got "
-                        f"{type(out).__name__}")
+        raise TypeError(
+            f"matmul: out should be a NumPy array or a torch tensor, but got {type(out).__name__}"
+        )
     shapes = _out_shapes(tuple(out_np.shape), shapes, a.shape, b.shape)
     if not np.can_cast(res_dtype, out_np.dtype, "same_kind"):
-        raise TypeError(f"matmul: cannot write the {res_dtype} result into out of dtype "
-                        f"{out_np.dtype} (casting rule 'same_kind')")
+        raise TypeError(
+            f"matmul: cannot write the {res_dtype} result into out of dtype "
+            f"{out_np.dtype} (casting rule 'same_kind')"
+        )
     if not out_np.flags.writeable:
         raise ValueError("matmul: out is read-only")
     _check_disjoint(out_np, a, b)
@@ -163,8 +176,10 @@ def _check_out(out, shapes: MatmulShapes, res_dtype: np.dtype, a: np.ndarray, b:
 
 def _check_out_grad(out) -> None:
     if out.requires_grad:
-        raise TypeError("matmul: out requires grad; dyntile.matmul does not record autograd "
-                        "(neither does torch.matmul with out=), so pass out.detach()")
+        raise TypeError(
+            "matmul: out requires grad; dyntile.matmul does not record autograd "
+            "(neither does torch.matmul with out=), so pass out.detach()"
+        )
 
 
 def _out_shapes(out_shape: tuple, shapes: MatmulShapes, a_shape: tuple, b_shape: tuple) -> MatmulShapes:
@@ -172,21 +187,25 @@ def _out_shapes(out_shape: tuple, shapes: MatmulShapes, a_shape: tuple, b_shape:
     extra or larger leading axes the operands' batch broadcasts to; else ``ValueError``."""
     if out_shape == shapes.out_shape:
         return shapes
-    core = shapes.out_shape[len(shapes.batch):]
+    core = shapes.out_shape[len(shapes.batch) :]
     lead = len(out_shape) - len(core)
     out_batch = out_shape[:lead]
     if lead < 0 or out_shape[lead:] != core or broadcast_batch(shapes.batch, out_batch) != out_batch:
-        raise ValueError(f"matmul: out has shape {out_shape}, but the product of shapes "
-                         f"{a_shape} and {b_shape} has shape {shapes.out_shape} (out may only "
-                         f"add leading axes that the batch broadcasts to)")
+        raise ValueError(
+            f"matmul: out has shape {out_shape}, but the product of shapes "
+            f"{a_shape} and {b_shape} has shape {shapes.out_shape} (out may only "
+            f"add leading axes that the batch broadcasts to)"
+        )
     return shapes._replace(batch=out_batch, out_shape=out_shape)
 
 
 def _check_disjoint(out_np: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:
     for name, x in (("a", a), ("b", b)):
         if overlaps(out_np, x):
-            raise ValueError(f"matmul: out overlaps operand {name} in memory; the result "
-                             f"cannot be written over an input (pass a separate out)")
+            raise ValueError(
+                f"matmul: out overlaps operand {name} in memory; the result "
+                f"cannot be written over an input (pass a separate out)"
+            )
 
 
 def _check_threads(threads, flops: int) -> int:
@@ -227,11 +246,20 @@ def _kernel_matmul(a: np.ndarray, b: np.ndarray, shapes: MatmulShapes, out, thre
     if shapes.b_vector:
         c_mat = c_mat[..., None]
     _KERNELS[dtype](
-        a, b, c,
-        _batch_offsets(a_mat, shapes.batch), _batch_offsets(b_mat, shapes.batch),
+        a,
+        b,
+        c,
+        _batch_offsets(a_mat, shapes.batch),
+        _batch_offsets(b_mat, shapes.batch),
         _batch_offsets(c_mat, shapes.batch),
-        shapes.m, shapes.n, shapes.k,
-        _core_strides(a_mat), _core_strides(b_mat), _core_strides(c_mat), threads)
+        shapes.m,
+        shapes.n,
+        shapes.k,
+        _core_strides(a_mat),
+        _core_strides(b_mat),
+        _core_strides(c_mat),
+        threads,
+    )
     if c is not out and out is not None:
         np.copyto(out, c, casting="same_kind")
         return out
@@ -263,16 +291,21 @@ def _batch_offsets(x: np.ndarray, batch: tuple) -> np.ndarray:
     lead = x.ndim - 2
     if len(batch) == 1:
         stride = 0 if lead < 1 or x.shape[0] == 1 else x.strides[0] // x.itemsize
-        return np.arange(0, batch[0] * stride, stride, dtype=np.int64) if stride else np.zeros(batch[0], np.int64)
+        return (
+            np.arange(0, batch[0] * stride, stride, dtype=np.int64)
+            if stride
+            else np.zeros(batch[0], np.int64)
+        )
     off = np.zeros((), np.int64)
     for axis, size in enumerate(batch):
-        xa = axis - (len(batch) - lead)      # the axis of x aligned with batch[axis]
+        xa = axis - (len(batch) - lead)  # the axis of x aligned with batch[axis]
         stride = 0 if xa < 0 or x.shape[xa] == 1 else x.strides[xa] // x.itemsize
         off = off[..., None] + np.arange(size, dtype=np.int64) * stride
     return np.ascontiguousarray(off.reshape(-1))
 
 
 # ------------------------------------------------------------------------ torch dtypes
+
 
 def _torch_only_dtype(x) -> bool:
     """True for a tensor whose dtype NumPy lacks (bfloat16, float8, ...)."""
@@ -305,7 +338,7 @@ def _torch_matmul(a, b, out, threads):
     result = torch.matmul(a_t.to(dtype), b_t.to(dtype))
     if out is None:
         return result
-    out.copy_(result)                         # broadcasts to out's leading axes
+    out.copy_(result)  # broadcasts to out's leading axes
     return out
 
 
@@ -320,10 +353,12 @@ def _into_torch_only_out(a, b, out, threads):
     try:
         dtype = torch.from_numpy(np.empty(0, res_dtype)).dtype
     except TypeError:
-        raise TypeError(f"matmul: cannot write the {res_dtype} result into out of dtype {out.dtype}") from None
+        raise TypeError(
+            f"matmul: cannot write the {res_dtype} result into out of dtype {out.dtype}"
+        ) from None
     _check_torch_out(out, dtype, shapes, a_np, b_np)
     result = matmul(a_np, b_np, threads=threads)
-    out.copy_(torch.as_tensor(result))        # broadcasts to out's leading axes
+    out.copy_(torch.as_tensor(result))  # broadcasts to out's leading axes
     return out
 
 
@@ -340,11 +375,13 @@ def _check_torch_out(out, dtype, shapes: MatmulShapes, a_t, b_t) -> None:
     if not torch.can_cast(dtype, out.dtype):
         raise TypeError(f"matmul: cannot write the {dtype} result into out of dtype {out.dtype}")
     if out.is_cuda:
-        from dyntile.cuda.runtime import bounds_meet   # numba loads only here
+        from dyntile.cuda.runtime import bounds_meet  # numba loads only here
 
         if bounds_meet(out, (a_t, b_t)):
-            raise ValueError("matmul: out overlaps an operand in device memory; the result cannot be "
-                             "written over an input (pass a separate out)")
+            raise ValueError(
+                "matmul: out overlaps an operand in device memory; the result cannot be "
+                "written over an input (pass a separate out)"
+            )
     else:
         check_host_tensor(out, "matmul: out")
         _check_disjoint(memory_view(out), memory_view(a_t), memory_view(b_t))

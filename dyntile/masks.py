@@ -1,4 +1,5 @@
 """Padding masks from lengths: which positions of a padded batch hold data."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +34,9 @@ def padding_mask(lengths, shape, *, side: str = "right"):
     shape = check_shape(shape)
     n = _as_sizes(n, len(shape))
     if n.shape[1] != len(shape):
-        raise ValueError(f"lengths give {n.shape[1]} sizes per sample but shape={shape} has {len(shape)} axes")
+        raise ValueError(
+            f"lengths give {n.shape[1]} sizes per sample but shape={shape} has {len(shape)} axes"
+        )
     if len(shape) == 1:
         mask = _mask_rows(n[:, 0], shape[0], side)
     else:
@@ -51,7 +54,7 @@ def _as_sizes(n: np.ndarray, d: int) -> np.ndarray:
     """Lengths as int64 ``(B, d')``: ``(B,)`` is one size per sample, ``(B, d')`` d' sizes;
     integers only (1.9 is not cut to 1), below 2**63."""
     if n.size == 0 and n.ndim == 1:
-        return np.zeros((0, d), np.int64)     # np.asarray([]) is float64, torch.tensor([]) float32
+        return np.zeros((0, d), np.int64)  # np.asarray([]) is float64, torch.tensor([]) float32
     if n.dtype.kind not in "iu":
         raise TypeError(f"lengths should be integers, but got an array of dtype {n.dtype}")
     if n.ndim > 2:
@@ -64,8 +67,9 @@ def _as_sizes(n: np.ndarray, d: int) -> np.ndarray:
 
 def _mask_rows(lengths: np.ndarray, T: int, side: str) -> np.ndarray:
     """``(B, T)`` mask of int64 lengths ``(B,)``: two memsets per row (the kernel checks the range)."""
-    return _pad.mask_rows(lengths if lengths.flags.c_contiguous else np.ascontiguousarray(lengths), T,
-                          side == "left")
+    return _pad.mask_rows(
+        lengths if lengths.flags.c_contiguous else np.ascontiguousarray(lengths), T, side == "left"
+    )
 
 
 def _raise_out_of_range(n: np.ndarray, shape: tuple) -> None:

@@ -13,6 +13,7 @@ checks ``overflow=`` here, so a word means the same thing everywhere:
 
 Nothing is cut unless ``"truncate"`` or ``"split"`` is asked for.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -42,10 +43,14 @@ def check_overflow(overflow, accepted: tuple[str, ...], renamed: dict | None = N
     'split'
     """
     if renamed and isinstance(overflow, str) and overflow in renamed:
-        warnings.warn(f"overflow={overflow!r} is now called {renamed[overflow]!r}", FutureWarning, stacklevel=3)
+        warnings.warn(
+            f"overflow={overflow!r} is now called {renamed[overflow]!r}", FutureWarning, stacklevel=3
+        )
         return renamed[overflow]
     if overflow not in accepted:
         known = overflow in OVERFLOWS if isinstance(overflow, str) else False
-        raise ValueError(f"overflow should be one of {accepted}, but got {overflow!r}"
-                         + (f" ({OVERFLOWS[overflow]}), which does not apply here" if known else ""))
+        raise ValueError(
+            f"overflow should be one of {accepted}, but got {overflow!r}"
+            + (f" ({OVERFLOWS[overflow]}), which does not apply here" if known else "")
+        )
     return overflow

@@ -3,20 +3,33 @@
 Everything here works on Python ints and tuples, so it is shared by the CPU and
 CUDA backends, the planner and the loaders.
 """
+
 from __future__ import annotations
 
 import operator
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
-__all__ = ["round_up", "padded_shape", "tile_grid", "tiled_shape", "check_multiple", "check_shape",
-           "MatmulShapes", "matmul_shapes", "broadcast_batch"]
+__all__ = [
+    "round_up",
+    "padded_shape",
+    "tile_grid",
+    "tiled_shape",
+    "check_multiple",
+    "check_shape",
+    "MatmulShapes",
+    "matmul_shapes",
+    "broadcast_batch",
+]
 
 
 def _as_index(value, name: str) -> int:
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} should be an integer, but got {value!r} of type {type(value).__name__}") from None
+        raise TypeError(
+            f"{name} should be an integer, but got {value!r} of type {type(value).__name__}"
+        ) from None
 
 
 def check_multiple(multiple, name: str = "multiple") -> int:
@@ -56,7 +69,9 @@ def round_up(n, multiple) -> int:
     return -(-n // m) * m
 
 
-def padded_shape(shapes: Sequence[Sequence[int]], multiple=1, axes: Sequence[int] | None = None) -> tuple[int, ...]:
+def padded_shape(
+    shapes: Sequence[Sequence[int]], multiple=1, axes: Sequence[int] | None = None
+) -> tuple[int, ...]:
     """Per-sample shape that holds every shape in ``shapes``.
 
     Along each axis in ``axes`` the size is the maximum over ``shapes`` rounded up
@@ -87,7 +102,8 @@ def padded_shape(shapes: Sequence[Sequence[int]], multiple=1, axes: Sequence[int
             if s[a] != out[a]:
                 raise ValueError(
                     f"axis {a} is not padded, so every sample needs size {out[a]} there, "
-                    f"but sample {i} has shape {s}")
+                    f"but sample {i} has shape {s}"
+                )
     return tuple(out)
 
 
@@ -137,13 +153,17 @@ def check_tile(tile) -> tuple[int, int]:
 
 _SIGNATURE = "(n?,k),(k,m?)->(n?,m?)"
 
+
 class MatmulShapes(NamedTuple):
     """What a matmul of two operand shapes computes.
 
     ``batch``: broadcast leading shape; ``m, k, n``: one product ``(m, k) @ (k, n)``
     (a 1-D ``a`` is a ``(1, k)`` row, a 1-D ``b`` a ``(k, 1)`` column);
     ``out_shape``: shape of the result (promoted 1-D axes removed);
-    ``a_vector`` / ``b_vector``: whether that operand was 1-D.
+    ``a_vector`` / ``b_vector``: whether that operand is 1-D.
+
+    >>> matmul_shapes((4, 3), (3,))
+    MatmulShapes(batch=(), m=4, k=3, n=1, out_shape=(4,), a_vector=False, b_vector=True)
     """
 
     batch: tuple
@@ -168,7 +188,8 @@ def matmul_shapes(a_shape: Sequence[int], b_shape: Sequence[int]) -> MatmulShape
         if len(shape) == 0:
             raise ValueError(
                 f"matmul: Input operand {i} does not have enough dimensions (has 0, gufunc "
-                f"core with signature {_SIGNATURE} requires 1); use * to multiply by a scalar")
+                f"core with signature {_SIGNATURE} requires 1); use * to multiply by a scalar"
+            )
     a_vector, b_vector = len(a_shape) == 1, len(b_shape) == 1
     m, k = (1, a_shape[0]) if a_vector else a_shape[-2:]
     kb, n = (b_shape[0], 1) if b_vector else b_shape[-2:]
@@ -176,13 +197,15 @@ def matmul_shapes(a_shape: Sequence[int], b_shape: Sequence[int]) -> MatmulShape
         raise ValueError(
             f"matmul: shapes {a_shape} and {b_shape} are not aligned: the last axis of a "
             f"(size {k}) must match the {'only' if b_vector else 'second-to-last'} axis of b "
-            f"(size {kb})")
+            f"(size {kb})"
+        )
     a_batch, b_batch = a_shape[:-2], b_shape[:-2]
     batch = broadcast_batch(a_batch, b_batch)
     if batch is None:
         raise ValueError(
             f"matmul: batch dimensions of shapes {a_shape} and {b_shape} do not broadcast: "
-            f"{a_batch} vs {b_batch}")
+            f"{a_batch} vs {b_batch}"
+        )
     out_shape = batch + (() if a_vector else (m,)) + (() if b_vector else (n,))
     return MatmulShapes(batch, m, k, n, out_shape, a_vector, b_vector)
 

@@ -4,6 +4,7 @@ Copies are memory-bound: a second thread only pays off for large outputs, and on
 two-core machine more threads than cores just fight. ``DYNTILE_NUM_THREADS`` caps it.
 Never call these kernels from inside a BLAS or torch parallel region.
 """
+
 from __future__ import annotations
 
 import os

@@ -4,6 +4,7 @@ The tiled layout stores each ``tm x tn`` tile contiguously (the blocked layout o
 GEMM panels and of TPU ``(8, 128)`` tiles); edge tiles are padded with ``fill``.
 ``untile(tile(x, t), x.shape[-2:])`` returns ``x`` exactly.
 """
+
 from __future__ import annotations
 
 import math
@@ -56,7 +57,7 @@ def tile(x, tile, *, fill=0, out=None):
         from dyntile import cuda as _cuda
 
         _shapes.tile_grid(tuple(x.shape), (tm, tn))
-        view, token = bit_view(x)                     # bfloat16, float8 tensors: tiled as their bits
+        view, token = bit_view(x)  # bfloat16, float8 tensors: tiled as their bits
         if token is None:
             return _cuda.tile_into(x, (tm, tn), check_fill(fill, _cuda.numpy_dtype(x.dtype)).item(), out=out)
         t = _cuda.tile_into(view, (tm, tn), carrier_fill(fill, token), out=bit_out(out, token, "tile"))
@@ -94,11 +95,13 @@ def untile(t, shape, *, out=None):
     True
     """
     if not hasattr(t, "shape"):
-        t = np.asarray(t)                     # a nested list, as tile takes
+        t = np.asarray(t)  # a nested list, as tile takes
     tshape = tuple(int(s) for s in t.shape)
     if len(tshape) < 4:
-        raise ValueError(f"untile needs a tiled array (..., gm, gn, tm, tn) of at least 4 dimensions, "
-                         f"but got shape {tshape}")
+        raise ValueError(
+            f"untile needs a tiled array (..., gm, gn, tm, tn) of at least 4 dimensions, "
+            f"but got shape {tshape}"
+        )
     lead, (gm, gn, tm, tn) = tshape[:-4], tshape[-4:]
     shape = _shapes.check_shape(shape)
     if len(shape) == len(lead) + 2 and len(shape) > 2:
@@ -109,12 +112,14 @@ def untile(t, shape, *, out=None):
         raise ValueError(f"shape should be (M, N) or (..., M, N), but got {shape}")
     M, N = shape
     if _shapes.tile_grid((M, N), (tm, tn)) != (gm, gn):
-        raise ValueError(f"shape (M, N)={shape} needs a {_shapes.tile_grid((M, N), (tm, tn))} grid of "
-                         f"{tm}x{tn} tiles, but the tiled array has {gm}x{gn}; untile never drops tiles")
+        raise ValueError(
+            f"shape (M, N)={shape} needs a {_shapes.tile_grid((M, N), (tm, tn))} grid of "
+            f"{tm}x{tn} tiles, but the tiled array has {gm}x{gn}; untile never drops tiles"
+        )
     if backend_of([t], what="t") == "cuda":
         from dyntile import cuda as _cuda
 
-        view, token = bit_view(t)                     # bfloat16, float8 tensors: moved as their bits
+        view, token = bit_view(t)  # bfloat16, float8 tensors: moved as their bits
         if token is None:
             return _cuda.untile_from(t, (M, N), out=out)
         x = _cuda.untile_from(view, (M, N), out=bit_out(out, token, "untile"))

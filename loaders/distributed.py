@@ -9,12 +9,19 @@ group started later. Under a launcher that has set ``WORLD_SIZE > 1`` but before
 process group exists, the question is an error that says what to do, never a
 silent single process.
 """
+
 from __future__ import annotations
 
 import operator
 import os
 
-__all__ = ["check_replicas", "launcher_world_size", "process_group_started", "ranks_of_sampler", "resolve_replicas"]
+__all__ = [
+    "check_replicas",
+    "launcher_world_size",
+    "process_group_started",
+    "ranks_of_sampler",
+    "resolve_replicas",
+]
 
 
 def _from_torch_distributed() -> tuple[int, int] | None:
@@ -45,7 +52,7 @@ def launcher_world_size() -> int:
     """
     try:
         return max(int(os.environ.get("WORLD_SIZE", "1")), 1)
-    except ValueError:        # not ours to judge: torch.distributed reports it when it starts
+    except ValueError:  # not ours to judge: torch.distributed reports it when it starts
         return 1
 
 
@@ -62,8 +69,9 @@ def check_replicas(num_replicas: int | None, rank: int | None) -> tuple[int | No
     if rank is not None:
         rank = operator.index(rank)
         if num_replicas is not None and not 0 <= rank < num_replicas:
-            raise ValueError(f"rank should be in [0, {num_replicas - 1}] for num_replicas={num_replicas}, "
-                             f"but got {rank}")
+            raise ValueError(
+                f"rank should be in [0, {num_replicas - 1}] for num_replicas={num_replicas}, but got {rank}"
+            )
         if rank < 0:
             raise ValueError(f"rank should be a non-negative integer, but got {rank}")
     return num_replicas, rank
@@ -89,20 +97,24 @@ def resolve_replicas(num_replicas: int | None = None, rank: int | None = None) -
             world = launcher_world_size()
             if world > 1:
                 raise RuntimeError(
-                    f"WORLD_SIZE={world} in the environment, but torch.distributed is not initialised, so this "
-                    f"process cannot know its rank: call torch.distributed.init_process_group() (or let the "
-                    f"framework start it) before iterating the sampler or taking its len() or state_dict(), "
-                    f"or pass num_replicas= and rank= explicitly")
+                    f"WORLD_SIZE={world} in the environment, but torch.distributed is not initialised, so "
+                    "this process cannot know its rank: call torch.distributed.init_process_group() (or let "
+                    "the framework start it) before iterating the sampler or taking its len() or "
+                    "state_dict(), or pass num_replicas= and rank= explicitly"
+                )
             found = (1, 0)
         num_replicas = found[0] if num_replicas is None else num_replicas
         rank = found[1] if rank is None else rank
     if not 0 <= rank < num_replicas:
-        raise ValueError(f"rank should be in [0, {num_replicas - 1}] for num_replicas={num_replicas}, but got {rank}")
+        raise ValueError(
+            f"rank should be in [0, {num_replicas - 1}] for num_replicas={num_replicas}, but got {rank}"
+        )
     return num_replicas, rank
 
 
-def ranks_of_sampler(sampler, num_replicas: int | None, rank: int | None, num_samples: int,
-                     owner: str) -> tuple[int, int]:
+def ranks_of_sampler(
+    sampler, num_replicas: int | None, rank: int | None, num_samples: int, owner: str
+) -> tuple[int, int]:
     """``(num_replicas, rank)`` that a framework's distributed ``sampler`` carries.
 
     Frameworks that shard a loader rebuild its batch sampler around their own
@@ -119,20 +131,26 @@ def ranks_of_sampler(sampler, num_replicas: int | None, rank: int | None, num_sa
     """
     found = getattr(sampler, "num_replicas", None), getattr(sampler, "rank", None)
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in found):
-        raise TypeError(f"{owner} orders its own batches: sampler= takes a distributed sampler, whose num_replicas "
-                        f"and rank it uses (as torch's DistributedSampler has them), but got "
-                        f"{type(sampler).__name__}; pass num_replicas= and rank= instead, or nothing (they come "
-                        f"from torch.distributed)")
+        raise TypeError(
+            f"{owner} orders its own batches: sampler= takes a distributed sampler, whose num_replicas "
+            f"and rank it uses (as torch's DistributedSampler has them), but got "
+            f"{type(sampler).__name__}; pass num_replicas= and rank= instead, or nothing (they come "
+            f"from torch.distributed)"
+        )
     for name, given, theirs in (("num_replicas", num_replicas, found[0]), ("rank", rank, found[1])):
         if given is not None and operator.index(given) != theirs:
-            raise ValueError(f"{owner} was given {name}={given}, but its sampler= ({type(sampler).__name__}) has "
-                             f"{name}={theirs}")
+            raise ValueError(
+                f"{owner} was given {name}={given}, but its sampler= ({type(sampler).__name__}) has "
+                f"{name}={theirs}"
+            )
     dataset = getattr(sampler, "dataset", None)
     try:
         size = len(dataset) if dataset is not None else None
-    except TypeError:                 # an unsized dataset: nothing to compare
+    except TypeError:  # an unsized dataset: nothing to compare
         size = None
     if size is not None and size != num_samples:
-        raise ValueError(f"{owner} has lengths for {num_samples} samples, but the dataset of its sampler= "
-                         f"({type(sampler).__name__}) has {size}: give one length per item of that dataset")
+        raise ValueError(
+            f"{owner} has lengths for {num_samples} samples, but the dataset of its sampler= "
+            f"({type(sampler).__name__}) has {size}: give one length per item of that dataset"
+        )
     return resolve_replicas(*found)

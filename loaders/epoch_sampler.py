@@ -21,13 +21,14 @@ or deal them out to processes again (accelerate's ``BatchSamplerShard`` around a
 sampler that already splits over ranks) is refused when it starts a pass, with the
 fix: both would lose or scramble samples without an error.
 """
+
 from __future__ import annotations
 
 import abc
 import hashlib
 import operator
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch.utils.data
@@ -44,9 +45,9 @@ def layout_digest(*parts) -> str:
     rest by ``repr``): a state saved for one layout is refused by another."""
     h = hashlib.sha1()
     for part in parts:
-        if isinstance(part, np.ndarray):         # arrays: little-endian int64, the same on every machine
+        if isinstance(part, np.ndarray):  # arrays: little-endian int64, the same on every machine
             h.update(np.ascontiguousarray(part, "<i8").tobytes())
-        else:                                    # NumPy scalars as Python numbers: repr differs across versions
+        else:  # NumPy scalars as Python numbers: repr differs across versions
             h.update(repr(_plain(part)).encode())
     return h.hexdigest()[:16]
 
@@ -73,9 +74,19 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
     ``num_replicas``/``rank``: explicit values, else those of ``sampler`` (a
     framework's distributed sampler, see :func:`loaders.distributed.ranks_of_sampler`),
     else ``torch.distributed``'s when they are needed.
+
+    >>> class Pairs(EpochBatchSampler):
+    ...     def __init__(self, n):
+    ...         super().__init__(n, shuffle=False, seed=0, num_replicas=1, rank=0)
+    ...     def batches(self, epoch):
+    ...         return [list(range(i, min(i + 2, self.num_samples))) for i in range(0, self.num_samples, 2)]
+    ...     def __len__(self):
+    ...         return len(self.batches(self.epoch))
+    >>> list(Pairs(5))
+    [[0, 1], [2, 3], [4]]
     """
 
-    batch_size = None     # batches vary in size; frameworks read None as "the batch sampler decides"
+    batch_size = None  # batches vary in size; frameworks read None as "the batch sampler decides"
     drop_last = False
 
     def __new__(cls, *args, **kwargs):
@@ -84,25 +95,37 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
         # batch sampler built outside its train_dataloader hook)
         if args and isinstance(args[0], torch.utils.data.Sampler):
             raise TypeError(
-                f"{cls.__name__} got a {type(args[0]).__name__} where its lengths belong: a framework is rebuilding "
-                f"it as torch's BatchSampler(sampler, batch_size, drop_last) to shard it over ranks, but it already "
-                f"splits its batches over ranks. In Lightning, build the sampler inside train_dataloader() (Lightning "
-                f"then hands it its ranks through sampler=) or set Trainer(use_distributed_sampler=False)")
+                f"{cls.__name__} got a {type(args[0]).__name__} where its lengths belong: a framework is "
+                "rebuilding it as torch's BatchSampler(sampler, batch_size, drop_last) to shard it over "
+                "ranks, but it already splits its batches over ranks. In Lightning, build the sampler inside "
+                "train_dataloader() (Lightning then hands it its ranks through sampler=) or set "
+                "Trainer(use_distributed_sampler=False)"
+            )
         return super().__new__(cls)
 
-    def __init__(self, num_samples: int, *, shuffle: bool, seed: int, num_replicas: int | None,
-                 rank: int | None, sampler=None):
+    def __init__(
+        self,
+        num_samples: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        num_replicas: int | None,
+        rank: int | None,
+        sampler=None,
+    ):
         self.shuffle = bool(shuffle)
         self.seed = check_non_negative(seed, "seed")
         self.num_samples = int(num_samples)
         if sampler is not None:
-            num_replicas, rank = ranks_of_sampler(sampler, num_replicas, rank, self.num_samples, type(self).__name__)
+            num_replicas, rank = ranks_of_sampler(
+                sampler, num_replicas, rank, self.num_samples, type(self).__name__
+            )
         self._given = check_replicas(num_replicas, rank)
-        self._replicas = self._given if None not in self._given else None     # explicit: fixed; else discovered
+        self._replicas = self._given if None not in self._given else None  # explicit: fixed; else discovered
         self.epoch = 0
         self._yielded = 0
         self._loaded = False
-        self.layout: str | None = None    # subclasses: layout_digest() of what fixes the batches
+        self.layout: str | None = None  # subclasses: layout_digest() of what fixes the batches
 
     # ---- ranks
 
@@ -129,7 +152,7 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
         return self.replicas()[1]
 
     @property
-    def sampler(self) -> "EpochIndices":
+    def sampler(self) -> EpochIndices:
         """This rank's indices of the current epoch, batch after batch, as the sampler
         a torch ``BatchSampler`` draws from; its ``set_epoch`` is this sampler's
         (Lightning calls ``loader.batch_sampler.sampler.set_epoch``)."""
@@ -184,8 +207,13 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
         done = self._yielded if batches_done is None else operator.index(batches_done)
         if not 0 <= done <= len(self):
             raise ValueError(f"batches_done should be in [0, {len(self)}], but got {done}")
-        state = {"epoch": self.epoch, "seed": self.seed, "batches_yielded": done,
-                 "num_replicas": self.num_replicas, "num_samples": self.num_samples}
+        state = {
+            "epoch": self.epoch,
+            "seed": self.seed,
+            "batches_yielded": done,
+            "num_replicas": self.num_replicas,
+            "num_samples": self.num_samples,
+        }
         if self.layout is not None:
             state["layout"] = self.layout
         return state
@@ -194,19 +222,25 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
         """Resume from :meth:`state_dict`: the next iteration continues where it stopped."""
         missing = [k for k in STATE_KEYS if k not in state]
         if missing:
-            raise KeyError(f"sampler state is missing keys {missing}; expected the keys of state_dict(): {STATE_KEYS}")
+            raise KeyError(
+                f"sampler state is missing keys {missing}; expected the keys of state_dict(): {STATE_KEYS}"
+            )
         for key, mine in (("num_replicas", self.num_replicas), ("num_samples", self.num_samples)):
             if state[key] != mine:
-                raise ValueError(f"sampler state was saved with {key}={state[key]}, but this sampler has {key}={mine}; "
-                                 f"the epoch's batches would differ")
-        if state.get("layout", self.layout) != self.layout:      # states from before layouts: not checked
-            raise ValueError(f"sampler state was saved for another batch layout ({state['layout']}, this sampler: "
-                             f"{self.layout}): its lengths, plan, budget, shuffle or drop_last differ, so the "
-                             f"epoch's batches would differ")
+                raise ValueError(
+                    f"sampler state was saved with {key}={state[key]}, but this sampler has {key}={mine}; "
+                    f"the epoch's batches would differ"
+                )
+        if state.get("layout", self.layout) != self.layout:  # states from before layouts: not checked
+            raise ValueError(
+                f"sampler state was saved for another batch layout ({state['layout']}, this sampler: "
+                f"{self.layout}): its lengths, plan, budget, shuffle or drop_last differ, so the "
+                f"epoch's batches would differ"
+            )
         seed, epoch = check_non_negative(state["seed"], "seed"), check_non_negative(state["epoch"], "epoch")
         done = operator.index(state["batches_yielded"])
         old = self.seed, self.epoch
-        self.seed, self.epoch = seed, epoch          # len() may depend on them (packing)
+        self.seed, self.epoch = seed, epoch  # len() may depend on them (packing)
         if not 0 <= done <= len(self):
             self.seed, self.epoch = old
             raise ValueError(f"batches_yielded should be in [0, {len(self)}], but got {done}")
@@ -258,16 +292,22 @@ def _refuse_rewrapping(sampler: EpochBatchSampler, frame) -> None:
     name, wrapper = type(sampler).__name__, type(holder).__name__
     if getattr(holder, "sampler", None) is sampler:
         raise TypeError(
-            f"{name} yields whole batches (lists of indices), but a {wrapper} is drawing from it as from an index "
-            f"sampler and would group its batches again: pass it as DataLoader(batch_sampler=...), not "
-            f"DataLoader(sampler=...). (Hugging Face's Trainer passes what _get_train_sampler returns as sampler=: "
-            f"use loaders.integrations.huggingface.DynTileTrainer.)")
+            f"{name} yields whole batches (lists of indices), but a {wrapper} is drawing from it as from an "
+            "index sampler and would group its batches again: pass it as DataLoader(batch_sampler=...), not "
+            "DataLoader(sampler=...). (Hugging Face's Trainer passes what _get_train_sampler returns as "
+            "sampler=: use loaders.integrations.huggingface.DynTileTrainer.)"
+        )
     processes = getattr(holder, "num_processes", None)
-    if (getattr(holder, "batch_sampler", None) is sampler and isinstance(processes, int) and processes > 1
-            and sampler.num_replicas > 1):
+    if (
+        getattr(holder, "batch_sampler", None) is sampler
+        and isinstance(processes, int)
+        and processes > 1
+        and sampler.num_replicas > 1
+    ):
         raise RuntimeError(
-            f"{wrapper} deals the batches of this {name} out to {processes} processes, but the sampler already "
-            f"gives each of its {sampler.num_replicas} ranks its own: every rank would see 1/{processes} of its "
-            f"share, and ranks would differ in shape at a step. Prepare the loader with "
-            f"loaders.integrations.accelerate.prepare_data_loader(accelerator, loader), which keeps its batches "
-            f"whole (under Hugging Face's Trainer: loaders.integrations.huggingface.DynTileTrainer).")
+            f"{wrapper} deals the batches of this {name} out to {processes} processes, but the sampler "
+            f"already gives each of its {sampler.num_replicas} ranks its own: every rank would see "
+            f"1/{processes} of its share, and ranks would differ in shape at a step. Prepare the loader with "
+            "loaders.integrations.accelerate.prepare_data_loader(accelerator, loader), which keeps its "
+            "batches whole (under Hugging Face's Trainer: loaders.integrations.huggingface.DynTileTrainer)."
+        )

@@ -21,6 +21,7 @@ So every rank gets the same number of batches, and at every step all ranks pad
 to the same shape (same bucket, same batch size); each sample appears once per
 epoch on exactly one rank, apart from the repeats of step 3.
 """
+
 from __future__ import annotations
 
 import operator
@@ -60,11 +61,25 @@ class BucketBatchSampler(EpochBatchSampler):
     ([1, 2, 3], 3)
     """
 
-    def __init__(self, lengths, plan: BucketPlan | None = None, *, max_tokens: int | None = None,
-                 batch_size: int | None = None, cost: str | None = None, batch_multiple: int = 8,
-                 max_buckets: int = 8, multiple: int = 8, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = False, num_replicas: int | None = None, rank: int | None = None,
-                 overflow: str = "error", sampler=None):
+    def __init__(
+        self,
+        lengths,
+        plan: BucketPlan | None = None,
+        *,
+        max_tokens: int | None = None,
+        batch_size: int | None = None,
+        cost: str | None = None,
+        batch_multiple: int = 8,
+        max_buckets: int = 8,
+        multiple: int = 8,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        overflow: str = "error",
+        sampler=None,
+    ):
         lengths = np.asarray(lengths)
         if plan is None:
             plan = plan_buckets(lengths, max_buckets=max_buckets, multiple=multiple, cost=cost or "linear")
@@ -79,14 +94,16 @@ class BucketBatchSampler(EpochBatchSampler):
             if longest.size == top.size and (longest > top).any():
                 if overflow == "extend":
                     plan = plan.extend(tuple(int(x) for x in longest))
-                else:                                       # the collate cuts them to the largest boundary
-                    top = top.astype(lengths.dtype)         # uint64 with int64 would promote to float64
+                else:  # the collate cuts them to the largest boundary
+                    top = top.astype(lengths.dtype)  # uint64 with int64 would promote to float64
                     lengths = np.minimum(lengths, top if plan.multi_axis else top[0])
         if (max_tokens is None) == (batch_size is None):
-            raise ValueError("give exactly one of max_tokens (a token budget) and batch_size, "
-                             f"but got max_tokens={max_tokens!r}, batch_size={batch_size!r}")
+            raise ValueError(
+                "give exactly one of max_tokens (a token budget) and batch_size, "
+                f"but got max_tokens={max_tokens!r}, batch_size={batch_size!r}"
+            )
         self.plan = plan
-        self.bucket_ids = plan.bucket_of(lengths)          # validates lengths, names an overflow
+        self.bucket_ids = plan.bucket_of(lengths)  # validates lengths, names an overflow
         if max_tokens is not None:
             self.batch_sizes = self._budget_sizes(lengths, max_tokens, cost, batch_multiple)
         else:
@@ -94,21 +111,33 @@ class BucketBatchSampler(EpochBatchSampler):
             if bs < 1:
                 raise ValueError(f"batch_size should be a positive integer, but got {bs}")
             self.batch_sizes = (bs,) * plan.num_buckets
-        super().__init__(len(self.bucket_ids), shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank,
-                         sampler=sampler)
+        super().__init__(
+            len(self.bucket_ids),
+            shuffle=shuffle,
+            seed=seed,
+            num_replicas=num_replicas,
+            rank=rank,
+            sampler=sampler,
+        )
         self.drop_last = bool(drop_last)
         order = np.argsort(self.bucket_ids, kind="stable")
         splits = np.cumsum(np.bincount(self.bucket_ids, minlength=plan.num_buckets))[:-1]
-        self._members = np.split(order, splits)             # sample indices of each bucket, ascending
-        self._len_for: dict[int, int] = {}                  # num_replicas -> batches per epoch
-        self.layout = layout_digest(np.ascontiguousarray(self.bucket_ids, np.int64), tuple(self.batch_sizes),
-                                    self.shuffle, self.drop_last)
+        self._members = np.split(order, splits)  # sample indices of each bucket, ascending
+        self._len_for: dict[int, int] = {}  # num_replicas -> batches per epoch
+        self.layout = layout_digest(
+            np.ascontiguousarray(self.bucket_ids, np.int64),
+            tuple(self.batch_sizes),
+            self.shuffle,
+            self.drop_last,
+        )
 
     def _budget_sizes(self, lengths, max_tokens, cost, multiple) -> tuple[int, ...]:
         """The plan's batch sizes for the buckets that hold samples; a budget under one
         sample names the first such sample."""
         occupied = np.flatnonzero(np.bincount(self.bucket_ids, minlength=self.plan.num_buckets)).tolist()
-        self.plan.batch_sizes(max_tokens, cost=cost, multiple=multiple, required=[])   # the arguments themselves
+        self.plan.batch_sizes(
+            max_tokens, cost=cost, multiple=multiple, required=[]
+        )  # the arguments themselves
         try:
             return self.plan.batch_sizes(max_tokens, cost=cost, multiple=multiple, required=occupied)
         except ValueError as e:
@@ -130,11 +159,11 @@ class BucketBatchSampler(EpochBatchSampler):
         """Steps ``(R, batch)`` of one bucket's (shuffled) indices; see the module docstring."""
         R = self.num_replicas
         full = len(idx) // (bs * R)
-        steps = list(idx[:full * bs * R].reshape(full, R, bs))
-        rem = idx[full * bs * R:]
+        steps = list(idx[: full * bs * R].reshape(full, R, bs))
+        rem = idx[full * bs * R :]
         if rem.size and not self.drop_last:
             per_rank = -(-rem.size // R)
-            filler = np.resize(idx, per_rank * R - rem.size)   # repeats < R samples of this bucket
+            filler = np.resize(idx, per_rank * R - rem.size)  # repeats < R samples of this bucket
             steps.append(np.concatenate((rem, filler)).reshape(R, per_rank))
         return steps
 

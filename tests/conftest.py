@@ -35,4 +35,4 @@ def docstring_tokens(shared_data):
         pytest.skip(f"real data not found at {path}")
     z = np.load(path)
     ids, offsets = z["ids"], z["offsets"]
-    return [ids[offsets[j]:offsets[j + 1]] for j in range(len(offsets) - 1)]
+    return [ids[offsets[j] : offsets[j + 1]] for j in range(len(offsets) - 1)]

@@ -1,4 +1,5 @@
 """Run a check in a forked child, as a DataLoader worker would, with a deadline."""
+
 import os
 import signal
 import time

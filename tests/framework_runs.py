@@ -14,6 +14,7 @@ In-process: ``with recording() as events: ...``. Under ``torchrun``, a script ru
 that runs several scenarios separates them with :func:`mark` (:func:`scenarios` cuts
 the events there).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +32,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-_active: list[list[dict]] = []          # the events lists of the recordings in progress
+_active: list[list[dict]] = []  # the events lists of the recordings in progress
 
 
 def mark(name: str, **info) -> None:
@@ -66,12 +67,18 @@ def recording():
     from loaders.epoch_sampler import EpochBatchSampler
 
     events: list[dict] = []
-    orig_pass, orig_fetch, orig_backward = EpochBatchSampler._pass, fetch._MapDatasetFetcher.fetch, torch.Tensor.backward
+    orig_pass, orig_fetch, orig_backward = (
+        EpochBatchSampler._pass,
+        fetch._MapDatasetFetcher.fetch,
+        torch.Tensor.backward,
+    )
 
     def _pass(self):
         groups = len(getattr(self, "batch_sizes", None) or getattr(self, "shapes", ()))
         R, rank = self.replicas()
-        events.append({"pass": self.epoch, "replicas": R, "rank": rank, "groups": groups, "n": self.num_samples})
+        events.append(
+            {"pass": self.epoch, "replicas": R, "rank": rank, "groups": groups, "n": self.num_samples}
+        )
         yield from orig_pass(self)
 
     def _fetch(self, index):
@@ -91,7 +98,10 @@ def recording():
     finally:
         _active.remove(events)
         EpochBatchSampler._pass, fetch._MapDatasetFetcher.fetch, torch.Tensor.backward = (
-            orig_pass, orig_fetch, orig_backward)
+            orig_pass,
+            orig_fetch,
+            orig_backward,
+        )
 
 
 def _shape(out):
@@ -123,7 +133,9 @@ def check_run(ranks: list[list[dict]], *, epochs: int = 2) -> list[list[dict]]:
     R = len(ranks)
     per_rank = [epochs_of(events) for events in ranks]
     for r, passes in enumerate(per_rank):
-        assert [p["pass"] for p in passes] == list(range(epochs)), f"rank {r} ran epochs {[p['pass'] for p in passes]}"
+        assert [p["pass"] for p in passes] == list(range(epochs)), (
+            f"rank {r} ran epochs {[p['pass'] for p in passes]}"
+        )
         assert all((p["replicas"], p["rank"]) == (R, r) for p in passes), f"rank {r} split as {passes[0]}"
     n = per_rank[0][0]["n"]
     orders = []
@@ -132,14 +144,20 @@ def check_run(ranks: list[list[dict]], *, epochs: int = 2) -> list[list[dict]]:
         assert steps[0] > 0 and len(set(steps)) == 1, f"epoch {e}: steps per rank {steps}"
         for k in range(steps[0]):
             shapes = [passes[e]["shapes"][k] for passes in per_rank]
-            assert shapes[0] is not None and all(s == shapes[0] for s in shapes), f"epoch {e} step {k}: {shapes}"
+            assert shapes[0] is not None and all(s == shapes[0] for s in shapes), (
+                f"epoch {e} step {k}: {shapes}"
+            )
         seen = Counter(i for passes in per_rank for b in passes[e]["batches"] for i in b)
-        assert set(seen) == set(range(n)), f"epoch {e}: {n - len(set(seen) & set(range(n)))} samples never seen"
+        assert set(seen) == set(range(n)), (
+            f"epoch {e}: {n - len(set(seen) & set(range(n)))} samples never seen"
+        )
         repeats = sum(seen.values()) - n
         assert repeats <= (R - 1) * per_rank[0][e]["groups"], f"epoch {e}: {repeats} repeats over {R} ranks"
         for r, passes in enumerate(per_rank):
             losses = passes[e]["losses"]
-            assert len(losses) == steps[0] and all(map(math.isfinite, losses)), f"epoch {e} rank {r}: {losses}"
+            assert len(losses) == steps[0] and all(map(math.isfinite, losses)), (
+                f"epoch {e} rank {r}: {losses}"
+            )
         orders.append([i for b in per_rank[0][e]["batches"] for i in b])
     assert all(a != b for a, b in zip(orders, orders[1:])), "an epoch repeated the order of the one before"
     return per_rank
@@ -158,9 +176,12 @@ def check_scenarios(ranks: list[list[dict]], expected: dict[str, str | None]) ->
             assert not any(errors), f"scenario {name} failed: {errors}"
             check_run(runs)
         else:
-            assert all(len(found) == 1 and re.search(refusal, found[0]) for found in errors), \
+            assert all(len(found) == 1 and re.search(refusal, found[0]) for found in errors), (
                 f"scenario {name}: expected an error matching {refusal!r}, got {errors}"
-            assert not any("loss" in e for run in runs for e in run), f"scenario {name} trained before its error"
+            )
+            assert not any("loss" in e for run in runs for e in run), (
+                f"scenario {name} trained before its error"
+            )
 
 
 @contextlib.contextmanager
@@ -195,26 +216,53 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(script: Path | str, out: Path, *args: str, nproc: int = 2, timeout: float = 240.0,
-             env: dict | None = None) -> tuple[subprocess.CompletedProcess, list[list[dict]]]:
+def torchrun(
+    script: Path | str, out: Path, *args: str, nproc: int = 2, timeout: float = 240.0, env: dict | None = None
+) -> tuple[subprocess.CompletedProcess, list[list[dict]]]:
     """Run ``script`` under ``torchrun`` on ``nproc`` local processes (gloo, 127.0.0.1, a free
     port), recorded; fail the test if it has not finished within ``timeout`` seconds.
     Returns the finished process (output captured) and each rank's events."""
     import pytest
 
     out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--nnodes=1",
-           "--master-addr=127.0.0.1", f"--master-port={free_port()}", "--max-restarts=0",
-           str(Path(__file__).resolve()), str(out), str(script), *args]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={nproc}",
+        "--nnodes=1",
+        "--master-addr=127.0.0.1",
+        f"--master-port={free_port()}",
+        "--max-restarts=0",
+        str(Path(__file__).resolve()),
+        str(out),
+        str(script),
+        *args,
+    ]
     path = os.pathsep.join(p for p in (str(ROOT), str(HERE), os.environ.get("PYTHONPATH")) if p)
-    full_env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore", **(env or {})}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env,
-                            cwd=out, start_new_session=True)
+    full_env = {
+        **os.environ,
+        "PYTHONPATH": path,
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONWARNINGS": "ignore",
+        **(env or {}),
+    }
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=full_env,
+        cwd=out,
+        start_new_session=True,
+    )
     try:
         stdout, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)          # torchrun and its workers: one session
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers: one session
         stdout, _ = proc.communicate()
         pytest.fail(f"torchrun {Path(script).name} hung past {timeout:.0f} s; its output:\n{stdout[-6000:]}")
     done = subprocess.CompletedProcess(cmd, proc.returncode, stdout, "")
@@ -234,6 +282,6 @@ def _main(out: str, script: str, *args: str) -> None:
 
 
 if __name__ == "__main__":
-    import framework_runs        # the recording lives in the importable module, where mark() finds it
+    import framework_runs  # the recording lives in the importable module, where mark() finds it
 
     framework_runs._main(*sys.argv[1:])

@@ -1,4 +1,5 @@
 """Slow, obviously correct references the fast paths are tested against."""
+
 import numpy as np
 
 
@@ -23,8 +24,8 @@ def tile_reference(x, tm, tn, fill=0):
     out = np.full(tuple(lead) + (gm, gn, tm, tn), fill, dtype=x.dtype)
     for gi in range(gm):
         for gj in range(gn):
-            blk = x[..., gi * tm:(gi + 1) * tm, gj * tn:(gj + 1) * tn]
-            out[..., gi, gj, :blk.shape[-2], :blk.shape[-1]] = blk
+            blk = x[..., gi * tm : (gi + 1) * tm, gj * tn : (gj + 1) * tn]
+            out[..., gi, gj, : blk.shape[-2], : blk.shape[-1]] = blk
     return out
 
 

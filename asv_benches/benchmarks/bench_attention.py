@@ -8,6 +8,7 @@ Useful flops of one pass (forward + backward), the formula the GFLOP/s figures u
 times 2 flops for each of the 2 forward and 4 backward products (QK^T, PV; dV, dP,
 dQ, dK), each with D terms.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,6 +46,7 @@ class Case:
 
     def __init__(self, dim: int, rows=None):
         import torch
+
         self.torch = torch
         self.rows = packed_rows() if rows is None else rows
         B = len(self.rows)
@@ -52,7 +54,7 @@ class Case:
         for b, row in enumerate(self.rows):
             pos = 0
             for i, n in enumerate(row):
-                seg[b, pos:pos + n] = i + 1
+                seg[b, pos : pos + n] = i + 1
                 pos += n
         self.seg = seg
         self.q, self.k, self.v = (torch.randn(B, T, HEADS, dim, requires_grad=True) for _ in range(3))
@@ -62,6 +64,7 @@ class Case:
 
     def dyntile(self):
         import dyntile
+
         out = dyntile.varlen_attention(self.q, self.k, self.v, segment_ids=self.seg)
         out.sum().backward()
 
@@ -76,7 +79,7 @@ class Case:
         for b, row in enumerate(self.rows):
             pos = 0
             for n in row:
-                q, k, v = (x[b:b + 1, pos:pos + n].transpose(1, 2) for x in (self.q, self.k, self.v))
+                q, k, v = (x[b : b + 1, pos : pos + n].transpose(1, 2) for x in (self.q, self.k, self.v))
                 total = total + F.scaled_dot_product_attention(q, k, v, is_causal=True).sum()
                 pos += n
         total.backward()
@@ -93,7 +96,7 @@ class VarlenAttention:
         try:
             import torch  # noqa: F401
         except ImportError:
-            raise NotImplementedError("torch is not installed")
+            raise NotImplementedError("torch is not installed") from None
         self.case = Case(dim)
         self.case.dyntile()
 
@@ -122,6 +125,7 @@ class VarlenAttention:
 
 def _median_seconds(fn, repeat: int = 3) -> float:
     import time
+
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()

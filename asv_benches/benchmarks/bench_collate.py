@@ -26,6 +26,7 @@ a log-normal stand-in), leaves given as torch tensors or as Python lists:
 torch runs single-threaded here, as it does in ``DataLoader`` workers (which set
 ``torch.set_num_threads(1)``), where a ``collate_fn`` runs.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -45,7 +46,7 @@ from .real_data import docstring_lengths
 BATCH = 64
 N_BATCHES = 16
 LIBRARIES = ["dyntile", "dyntile_plan", "pad_sequence", "hf"]
-WARMUP_SECONDS = 0.1        # asv's default warmup_time of a time benchmark (CPython)
+WARMUP_SECONDS = 0.1  # asv's default warmup_time of a time benchmark (CPython)
 
 
 def warmed(seconds, fn, warmup: float = WARMUP_SECONDS) -> float:
@@ -61,8 +62,14 @@ def warmed(seconds, fn, warmup: float = WARMUP_SECONDS) -> float:
     return seconds(fn)
 
 
-def make_batches(leaves: str, n_batches: int = N_BATCHES, batch: int = BATCH, seed: int = 0,
-                 order: str = "random", labels: bool = True):
+def make_batches(
+    leaves: str,
+    n_batches: int = N_BATCHES,
+    batch: int = BATCH,
+    seed: int = 0,
+    order: str = "random",
+    labels: bool = True,
+):
     """``n_batches`` lists of ``batch`` dict samples (``input_ids``, and ``labels``
     unless ``labels=False``).
 
@@ -98,10 +105,12 @@ def pad_sequence_collate(samples):
     ids = [s["input_ids"] for s in samples]
     lengths = torch.tensor([len(x) for x in ids])
     input_ids = pad_sequence(ids, batch_first=True, padding_value=0)
-    return {"input_ids": input_ids,
-            "labels": pad_sequence([s["labels"] for s in samples], batch_first=True, padding_value=-100),
-            "attention_mask": torch.arange(input_ids.shape[1])[None, :] < lengths[:, None],
-            "lengths": lengths}
+    return {
+        "input_ids": input_ids,
+        "labels": pad_sequence([s["labels"] for s in samples], batch_first=True, padding_value=-100),
+        "attention_mask": torch.arange(input_ids.shape[1])[None, :] < lengths[:, None],
+        "lengths": lengths,
+    }
 
 
 def hf_collate():
@@ -115,15 +124,18 @@ def hf_collate():
         from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
     except ImportError:
         raise NotImplementedError("transformers is not installed") from None
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, "[UNK]")),
-                                  pad_token="[PAD]", unk_token="[UNK]")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1}, "[UNK]")),
+        pad_token="[PAD]",
+        unk_token="[UNK]",
+    )
     return DataCollatorWithPadding(tok, pad_to_multiple_of=8, return_tensors="pt")
 
 
 def make_collate(library: str, leaves: str, lengths):
     if torch is None:
         raise NotImplementedError("torch is not installed")
-    torch.set_num_threads(1)        # as in DataLoader workers, where collate_fn runs
+    torch.set_num_threads(1)  # as in DataLoader workers, where collate_fn runs
     from dyntile.planning import plan_buckets
     from loaders import DynTileCollate
 
@@ -146,7 +158,7 @@ class Collate:
     def setup(self, library, leaves):
         lengths, self.batches = make_batches(leaves, n_batches=1, labels=library != "hf")
         self.collate = make_collate(library, leaves, lengths)
-        self.collate(self.batches[0])                     # warm caches and lazy imports
+        self.collate(self.batches[0])  # warm caches and lazy imports
 
     def time_collate(self, library, leaves):
         self.collate(self.batches[0])
@@ -163,8 +175,9 @@ class CollateSpeedup:
     timeout = 300
 
     def setup(self, reference, order, leaves):
-        lengths, self.batches = make_batches(leaves, order="grouped" if order == "fresh" else order,
-                                             labels=reference != "hf")
+        lengths, self.batches = make_batches(
+            leaves, order="grouped" if order == "fresh" else order, labels=reference != "hf"
+        )
         self.ours = make_collate("dyntile", leaves, lengths)
         self.ref = make_collate(reference, leaves, lengths)
         self.rounds = 5 if reference == "hf" else 15
@@ -188,7 +201,7 @@ class CollateSpeedup:
         pairs = ((0, self.ours), (1, self.ref))
         t = [0.0, 0.0]
         for i, b in enumerate(self.batches):
-            for side, fn in (pairs if i % 2 else pairs[::-1]):
+            for side, fn in pairs if i % 2 else pairs[::-1]:
                 samples = self._build(b)
                 t0 = time.perf_counter()
                 fn(samples)
@@ -197,11 +210,11 @@ class CollateSpeedup:
 
     def track_speedup(self, reference, order, leaves):
         ours, ref = [], []
-        for i in range(self.rounds):                    # interleaved: fair on a busy machine
+        for i in range(self.rounds):  # interleaved: fair on a busy machine
             if self.fresh:
                 o, r = self._fresh_seconds()
-            elif i % 2:                                 # the order alternates; each pass is timed
-                r, o = warmed(self._seconds, self.ref), warmed(self._seconds, self.ours)   # in steady state
+            elif i % 2:  # the order alternates; each pass is timed
+                r, o = warmed(self._seconds, self.ref), warmed(self._seconds, self.ours)  # in steady state
             else:
                 o, r = warmed(self._seconds, self.ours), warmed(self._seconds, self.ref)
             ours.append(o)
@@ -229,10 +242,15 @@ def loader_seconds(collate, batches: list, workers: int = 1) -> float:
     ``len(batches[0])``) takes to deliver ``batches`` after its first one: the worker
     collates and the batch crosses to this process, as in training."""
     samples = [s for b in batches for s in b]
-    loader = DataLoader(_Samples(samples), batch_size=len(batches[0]), collate_fn=collate,
-                        num_workers=workers, prefetch_factor=4 if workers else None)
+    loader = DataLoader(
+        _Samples(samples),
+        batch_size=len(batches[0]),
+        collate_fn=collate,
+        num_workers=workers,
+        prefetch_factor=4 if workers else None,
+    )
     it = iter(loader)
-    next(it)                                            # worker start-up: not timed
+    next(it)  # worker start-up: not timed
     t0 = time.perf_counter()
     for _ in it:
         pass
@@ -257,13 +275,14 @@ class LoaderSpeedup:
             self.ref = pad_sequence_collate
         else:
             from loaders import DynTileCollate
+
             self.ref = DynTileCollate(pad_values={"input_ids": 0, "labels": -100}, worker_transfer="torch")
 
     def track_speedup(self, reference, order):
         ours, ref = [], []
         turns = ((self.ours, ours), (self.ref, ref))
-        for i in range(5):                              # interleaved, alternating who goes first
-            for fn, times in (turns if i % 2 else turns[::-1]):
+        for i in range(5):  # interleaved, alternating who goes first
+            for fn, times in turns if i % 2 else turns[::-1]:
                 times.append(loader_seconds(fn, self.batches))
         return statistics.median(ours) / statistics.median(ref)
 
@@ -280,9 +299,13 @@ class CollateMemory:
         if torch is None:
             raise NotImplementedError("torch is not installed")
         rng = np.random.default_rng(0)
-        self.samples = [{"input_ids": torch.from_numpy(rng.integers(1, 30522, int(n))),
-                         "labels": torch.from_numpy(rng.integers(1, 30522, int(n)))}
-                        for n in rng.integers(2048, 16384, BATCH)]
+        self.samples = [
+            {
+                "input_ids": torch.from_numpy(rng.integers(1, 30522, int(n))),
+                "labels": torch.from_numpy(rng.integers(1, 30522, int(n))),
+            }
+            for n in rng.integers(2048, 16384, BATCH)
+        ]
         self.collate = make_collate(library, "tensors", np.array([16384]))
 
     def peakmem_collate(self, library):

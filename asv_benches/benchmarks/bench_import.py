@@ -8,6 +8,7 @@
   pad and one tiny GEMM (``NUMBA_ENABLE_CUDASIM=1`` is set before numba loads).
   Skipped when numba-cuda is not installed.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -41,8 +42,9 @@ class Import:
     def track_modules_imported_by_dyntile(self):
         """Modules that ``import dyntile`` adds to ``sys.modules`` (names load lazily)."""
         code = _COUNT_MODULES.format(stmt="dyntile")
-        return int(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
-                                  text=True).stdout)
+        return int(
+            subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+        )
 
     track_modules_imported_by_dyntile.unit = "modules"
 

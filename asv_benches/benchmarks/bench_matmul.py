@@ -15,6 +15,7 @@ transformer-layer shape, at least 0.9x at two threads. Run OpenBLAS with
 ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` unset; ``asv_benches/gemm_compare.py``
 prints the same comparison as one table.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,9 +31,15 @@ except ImportError:  # torch parameters are skipped
 SEED = 3
 #: square sizes n (n x n @ n x n), one odd size (thin edge micro-panels of A and B)
 #: and the transformer-layer shape (m x k @ k x n)
-SHAPES = {"64": (64, 64, 64), "256": (256, 256, 256), "257": (257, 257, 257), "512": (512, 512, 512),
-          "1024": (1024, 1024, 1024), "2048": (2048, 2048, 2048),
-          "4096x768x768": (4096, 768, 768)}
+SHAPES = {
+    "64": (64, 64, 64),
+    "256": (256, 256, 256),
+    "257": (257, 257, 257),
+    "512": (512, 512, 512),
+    "1024": (1024, 1024, 1024),
+    "2048": (2048, 2048, 2048),
+    "4096x768x768": (4096, 768, 768),
+}
 
 
 class Matmul:

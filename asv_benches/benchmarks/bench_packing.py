@@ -8,6 +8,7 @@ dyntile is Hugging Face's ``DataCollatorWithFlattening`` (no padding, but one
 ``[1, total]`` row whose length changes with every batch); skipped when
 ``transformers`` is not installed.
 """
+
 import numpy as np
 
 from .real_data import DATA, docstring_lengths
@@ -28,6 +29,7 @@ class PackEpoch:
 
     def setup(self, data, seq_len, max_tokens):
         from dyntile.planning.packing import pack_lengths
+
         self.L = _lengths(data)
         self.pack = pack_lengths
         self.batches = pack_lengths(self.L, seq_len, max_tokens=max_tokens, seed=0)
@@ -56,9 +58,10 @@ class SamplerEpoch:
         try:
             from loaders.packing_sampler import PackingBatchSampler
         except ImportError as e:  # torch missing
-            raise NotImplementedError(str(e))
-        self.sampler = PackingBatchSampler(_lengths(data), max_tokens=16384, seed=0,
-                                           num_replicas=num_replicas, rank=0)
+            raise NotImplementedError(str(e)) from e
+        self.sampler = PackingBatchSampler(
+            _lengths(data), max_tokens=16384, seed=0, num_replicas=num_replicas, rank=0
+        )
         self.epoch = 0
 
     def time_sampler_epoch(self, data, num_replicas):
@@ -83,16 +86,17 @@ class CollateEpoch:
             from loaders.packed_collate import PackedCollate
             from loaders.packing_sampler import PackingBatchSampler
         except ImportError as e:
-            raise NotImplementedError(str(e))
+            raise NotImplementedError(str(e)) from e
         path = DATA / "tokens_cpython_docstrings_sample.npz"
         if not path.exists():
             raise NotImplementedError(f"real data not found at {path}")
         z = np.load(path)
         ids, off = z["ids"].astype(np.int64), z["offsets"]
-        seqs = [ids[off[j]:off[j + 1]] for j in range(len(off) - 1)]
+        seqs = [ids[off[j] : off[j + 1]] for j in range(len(off) - 1)]
         sampler = PackingBatchSampler(np.diff(off), max_tokens=4096, seed=0)
         if library == "dyntile-tensors":
             import torch
+
             self.batches = [[{"input_ids": torch.from_numpy(seqs[i])} for i in b] for b in sampler]
         else:
             self.batches = [[{"input_ids": seqs[i].tolist()} for i in b] for b in sampler]
@@ -102,11 +106,12 @@ class CollateEpoch:
             try:
                 from transformers import DataCollatorWithFlattening
             except ImportError as e:
-                raise NotImplementedError(f"transformers is not installed: {e}")
+                raise NotImplementedError(f"transformers is not installed: {e}") from e
             hf = DataCollatorWithFlattening(return_tensors="pt")
 
             def collate(samples):
                 return hf(samples)
+
         self.collate = collate
         self.outputs = [collate(b) for b in self.batches]
 

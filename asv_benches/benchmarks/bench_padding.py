@@ -27,6 +27,7 @@ plus 256, and ``setup`` checks that no source row sits 16 bytes (mod 4 KiB) belo
 its destination row, where glibc's ``memcpy`` is about 10x slower (4K aliasing):
 a benchmark should not measure that by accident.
 """
+
 from __future__ import annotations
 
 import time
@@ -41,10 +42,10 @@ except ImportError:  # torch parameters are skipped
     torch = None
 
 SEED = 20260
-ALIGN = 64          # every sample starts on a 64-byte boundary of the source buffer ...
-GAP = 256           # ... with this many spare bytes after the previous one
+ALIGN = 64  # every sample starts on a 64-byte boundary of the source buffer ...
+GAP = 256  # ... with this many spare bytes after the previous one
 PAGE = 4096
-BAD_DELTA = 16      # (dst - src) % PAGE == 16 triggers glibc's slow memcpy path
+BAD_DELTA = 16  # (dst - src) % PAGE == 16 triggers glibc's slow memcpy path
 
 LIBRARIES = ["dyntile", "numpy", "torch"]
 
@@ -61,8 +62,13 @@ def _lengths(batch: int, mean: int, rng: np.random.Generator) -> np.ndarray:
     return rng.integers(1, 2 * mean, size=batch)
 
 
-def _ragged(lengths: np.ndarray, row_shape: tuple[int, ...], dtype, rng: np.random.Generator,
-            extra: np.ndarray | None = None) -> list[np.ndarray]:
+def _ragged(
+    lengths: np.ndarray,
+    row_shape: tuple[int, ...],
+    dtype,
+    rng: np.random.Generator,
+    extra: np.ndarray | None = None,
+) -> list[np.ndarray]:
     """Samples of shape ``(L_i, *row_shape)`` sliced out of one buffer.
 
     Sample ``i`` starts on an ``ALIGN``-byte boundary, at least ``GAP`` bytes after the
@@ -253,8 +259,9 @@ class PadBatchInto:
         rng = np.random.default_rng(SEED)
         lengths = _lengths(b, mean, rng)
         self.out = np.empty((b, -(-int(lengths.max()) // 8) * 8), dtype)
-        self.samples = _unaliased(lambda extra: _ragged(lengths, (), dtype, rng, extra),
-                                  lambda samples: (self.out,), b)
+        self.samples = _unaliased(
+            lambda extra: _ragged(lengths, (), dtype, rng, extra), lambda samples: (self.out,), b
+        )
         self.library = library
 
     def time_pad_batch_into(self, library, batch, dtype):
@@ -277,6 +284,7 @@ class PadTensorReader:
 
     def setup(self, reader, batch):
         from dyntile import tensor_reader
+
         t = _torch()
         native = tensor_reader.native_module()
         if reader == "native" and native is None:
@@ -285,8 +293,10 @@ class PadTensorReader:
         tensor_reader._native = native if reader == "native" else None
         b, mean, *row = (int(v) for v in batch.split("x"))
         rng = np.random.default_rng(SEED)
-        self.samples = [t.from_numpy(s) for s in _ragged(_lengths(b, mean, rng), tuple(row),
-                                                          "int64" if not row else "float32", rng)]
+        self.samples = [
+            t.from_numpy(s)
+            for s in _ragged(_lengths(b, mean, rng), tuple(row), "int64" if not row else "float32", rng)
+        ]
 
     def teardown(self, reader, batch):
         module, value = self._restore
@@ -301,11 +311,12 @@ def _jagged_runner(library: str, lengths: list):
     if library == "dyntile":
         return lambda values: dyntile.pad_jagged(values, lengths)[0]
     t = _torch()
-    if library == "torch-nested":       # a jagged nested tensor, then its dense padding
+    if library == "torch-nested":  # a jagged nested tensor, then its dense padding
         offsets = t.from_numpy(np.concatenate(([0], np.cumsum(lengths))))
-        longest = max(lengths)             # without it, to_padded_tensor pads every row to the total length
-        return lambda values: t.nested.nested_tensor_from_jagged(values, offsets=offsets,
-                                                                 max_seqlen=longest).to_padded_tensor(0)
+        longest = max(lengths)  # without it, to_padded_tensor pads every row to the total length
+        return lambda values: t.nested.nested_tensor_from_jagged(
+            values, offsets=offsets, max_seqlen=longest
+        ).to_padded_tensor(0)
     if library == "torch-pad-sequence":  # views of each row, then pad_sequence
         return lambda values: t.nn.utils.rnn.pad_sequence(list(values.split(lengths)), batch_first=True)
     raise ValueError(f"unknown library {library!r}")
@@ -328,8 +339,8 @@ class PadJagged:
         self.run = _jagged_runner(library, lengths)
         starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
         buf = t.from_numpy(rng.integers(1, 30000, sum(lengths) + PAGE))
-        for shift in range(0, PAGE // 8, ALIGN // 8):   # keep every row off the 4K-aliasing offset
-            self.values = buf[shift:shift + sum(lengths)]
+        for shift in range(0, PAGE // 8, ALIGN // 8):  # keep every row off the 4K-aliasing offset
+            self.values = buf[shift : shift + sum(lengths)]
             out = self.run(self.values)
             src = self.values.data_ptr() + 8 * starts
             dst = out.data_ptr() + out.stride(0) * 8 * np.arange(b)

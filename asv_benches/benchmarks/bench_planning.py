@@ -12,6 +12,7 @@
   length padded to each batch's maximum (little padding, hundreds of shapes); no
   rounding to a multiple, so these are the plain-batching figures.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -90,11 +91,13 @@ class PaddingTradeoff:
         else:
             try:
                 from loaders import BucketBatchSampler
-            except ImportError as e:       # no torch in this environment
+            except ImportError as e:  # no torch in this environment
                 raise NotImplementedError(str(e)) from None
             sampler = BucketBatchSampler(self.lengths, self.plan, max_tokens=BUDGET, seed=0)
             plan, L = self.plan, self.lengths
-            self.fraction, self.shapes = padded_fraction(list(sampler), L, lambda b: plan.round_up(int(L[b].max()))[0])
+            self.fraction, self.shapes = padded_fraction(
+                list(sampler), L, lambda b: plan.round_up(int(L[b].max()))[0]
+            )
 
     def track_padded_fraction(self, source, max_buckets):
         return self.fraction
@@ -112,8 +115,12 @@ class BatchingBaselines:
 
     def setup(self, order):
         L = docstring_lengths()
-        idx = np.random.default_rng(0).permutation(len(L)) if order == "random" else np.argsort(L, kind="stable")
-        batches = [idx[i:i + BASELINE_BATCH] for i in range(0, len(idx), BASELINE_BATCH)]
+        idx = (
+            np.random.default_rng(0).permutation(len(L))
+            if order == "random"
+            else np.argsort(L, kind="stable")
+        )
+        batches = [idx[i : i + BASELINE_BATCH] for i in range(0, len(idx), BASELINE_BATCH)]
         self.fraction, self.shapes = padded_fraction(batches, L, lambda b: int(L[b].max()))
 
     def track_padded_fraction(self, order):

@@ -2,6 +2,7 @@
 ``../shared/data`` when present, else a fixed synthetic stand-in with the same
 shape of distribution (log-normal, mean ~54, capped at 1600), so CI still records
 every quality figure. ``DYNTILE_DATA`` points at another data folder."""
+
 from __future__ import annotations
 
 import os

@@ -9,6 +9,7 @@ ones), at the cost of its segments (sum of L^2), not of the row (T^2). Routes:
   with autograd (:mod:`dyntile.attention.torch_op`, loaded on first use);
 * CUDA device arrays (Numba's): the Numba kernels (:mod:`dyntile.cuda.attention`), forward only.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,7 +25,9 @@ __all__ = ["varlen_attention", "segment_table", "kernel_dtype"]
 _KERNEL_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def varlen_attention(q, k, v, *, segment_ids=None, cu_seqlens=None, causal: bool = True, scale: float | None = None):
+def varlen_attention(
+    q, k, v, *, segment_ids=None, cu_seqlens=None, causal: bool = True, scale: float | None = None
+):
     """Softmax attention of ``q`` over ``k, v`` inside each segment; zeros on padding.
 
     Layouts: ``q, k, v`` ``[B, T, H, D]`` with ``segment_ids`` ``[B, T]`` (0 = padding,
@@ -45,6 +48,7 @@ def varlen_attention(q, k, v, *, segment_ids=None, cu_seqlens=None, causal: bool
     scale = _scale(scale, tuple(q.shape)[-1])
     if is_torch_tensor(q) or is_torch_tensor(k) or is_torch_tensor(v):
         from dyntile.attention.torch_op import varlen_attention_torch
+
         return varlen_attention_torch(q, k, v, index, bool(causal), scale)
     if backend_of((q, k, v, index), "q, k, v and the segments") == "cuda":
         return _cuda_forward(q, k, v, index, segmented, bool(causal), scale)
@@ -53,8 +57,10 @@ def varlen_attention(q, k, v, *, segment_ids=None, cu_seqlens=None, causal: bool
 
 def _index(segment_ids, cu_seqlens):
     if (segment_ids is None) == (cu_seqlens is None):
-        raise TypeError("varlen_attention needs exactly one of segment_ids= ([B, T], with q [B, T, H, D]) "
-                        "or cu_seqlens= ((S + 1,), with q [total, H, D])")
+        raise TypeError(
+            "varlen_attention needs exactly one of segment_ids= ([B, T], with q [B, T, H, D]) "
+            "or cu_seqlens= ((S + 1,), with q [total, H, D])"
+        )
     return (segment_ids, True) if cu_seqlens is None else (cu_seqlens, False)
 
 
@@ -67,13 +73,17 @@ def _check_shapes(q, k, v, index, segmented: bool) -> None:
         if len(shape) != rank:
             raise ValueError(f"{name} should have shape {layout}, but got shape {shape}")
     if shapes[1] != shapes[0] or shapes[2] != shapes[0]:
-        raise ValueError(f"q, k and v should have one shape, but got {shapes[0]}, {shapes[1]} and {shapes[2]}")
+        raise ValueError(
+            f"q, k and v should have one shape, but got {shapes[0]}, {shapes[1]} and {shapes[2]}"
+        )
     if shapes[0][-1] < 1:
         raise ValueError(f"q, k, v should have a head dim D >= 1, but got shape {shapes[0]}")
     ishape = tuple(getattr(index, "shape", ()))
     if segmented and ishape != shapes[0][:2]:
-        raise ValueError(f"segment_ids should have shape [B, T] = {shapes[0][:2]} (q's first two dims), "
-                         f"but got shape {ishape}")
+        raise ValueError(
+            f"segment_ids should have shape [B, T] = {shapes[0][:2]} (q's first two dims), "
+            f"but got shape {ishape}"
+        )
     if not segmented and len(ishape) != 1:
         raise ValueError(f"cu_seqlens should have shape (S + 1,), but got shape {ishape}")
 
@@ -95,8 +105,9 @@ def kernel_dtype(dtype) -> np.dtype:
         return dtype
     if dtype == np.float16:
         return np.dtype(np.float32)
-    raise TypeError(f"varlen_attention takes float32, float64, float16 (or torch bfloat16) arrays, "
-                    f"but got dtype {dtype}")
+    raise TypeError(
+        f"varlen_attention takes float32, float64, float16 (or torch bfloat16) arrays, but got dtype {dtype}"
+    )
 
 
 def segment_table(index, segmented: bool, total: int) -> tuple[np.ndarray, np.ndarray]:
@@ -105,10 +116,13 @@ def segment_table(index, segmented: bool, total: int) -> tuple[np.ndarray, np.nd
     return from_segment_ids(index) if segmented else from_cu_seqlens(index, total)
 
 
-def kernel_threads(starts: np.ndarray, lengths: np.ndarray, heads: int, dim: int, cap: int | None = None) -> int:
+def kernel_threads(
+    starts: np.ndarray, lengths: np.ndarray, heads: int, dim: int, cap: int | None = None
+) -> int:
     """OpenMP threads for a call: one for small work (waking a team costs more), else the
     cores available (``DYNTILE_NUM_THREADS``, ``cap``), never more than work items."""
     from dyntile.threads import max_threads
+
     work = int((lengths.astype(np.float64) ** 2).sum()) * heads * dim
     if work < (1 << 18):
         return 1
@@ -118,13 +132,15 @@ def kernel_threads(starts: np.ndarray, lengths: np.ndarray, heads: int, dim: int
 
 def _cpu_forward(q, k, v, index, segmented: bool, causal: bool, scale: float):
     from dyntile.cpu import attention as kernel
+
     dtype = np.result_type(*(np.asarray(x).dtype for x in (q, k, v)))
     work = kernel_dtype(dtype)
     shape = q.shape
     q3, k3, v3 = (_kernel_view(x, work, shape) for x in (q, k, v))
     starts, lengths = segment_table(index, segmented, q3.shape[0])
-    out, _ = kernel.forward(q3, k3, v3, starts, lengths, causal, scale,
-                            kernel_threads(starts, lengths, q3.shape[1], q3.shape[2]))
+    out, _ = kernel.forward(
+        q3, k3, v3, starts, lengths, causal, scale, kernel_threads(starts, lengths, q3.shape[1], q3.shape[2])
+    )
     return out.reshape(shape).astype(dtype, copy=False)
 
 
@@ -140,12 +156,17 @@ def _kernel_view(x, dtype: np.dtype, shape: tuple) -> np.ndarray:
 def _cuda_forward(q, k, v, index, segmented: bool, causal: bool, scale: float):
     from dyntile.cuda import attention as kernel
     from dyntile.cuda.runtime import as_device, contiguous, numpy_dtype
+
     dtype = numpy_dtype(q.dtype)
     if dtype not in _KERNEL_DTYPES or any(numpy_dtype(x.dtype) != dtype for x in (k, v)):
-        raise TypeError(f"varlen_attention on CUDA device arrays takes q, k, v of one dtype, float32 or "
-                        f"float64, but got {q.dtype}, {k.dtype} and {v.dtype}")
+        raise TypeError(
+            f"varlen_attention on CUDA device arrays takes q, k, v of one dtype, float32 or "
+            f"float64, but got {q.dtype}, {k.dtype} and {v.dtype}"
+        )
     shape = tuple(q.shape)
-    q3, k3, v3 = (_device_stream(as_device(x, name), segmented, contiguous) for x, name in zip((q, k, v), "qkv"))
+    q3, k3, v3 = (
+        _device_stream(as_device(x, name), segmented, contiguous) for x, name in zip((q, k, v), "qkv")
+    )
     starts, lengths = segment_table(as_device(index, "segments").copy_to_host(), segmented, q3.shape[0])
     out, _ = kernel.varlen_attention_forward(q3, k3, v3, starts, lengths, causal=causal, scale=scale)
     return out.reshape(shape)

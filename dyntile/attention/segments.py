@@ -10,6 +10,7 @@ of ``N`` tokens: ``starts`` and ``lengths``, int64 ``(S,)``; segment ``s`` is to
 * ``cu_seqlens`` ``(S + 1,)`` (flash-attention's varlen layout): segment ``s`` is
   ``cu_seqlens[s] .. cu_seqlens[s + 1] - 1``; tokens from ``cu_seqlens[-1]`` on are padding.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -39,7 +40,9 @@ def from_segment_ids(segment_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return empty, empty
     if seg.dtype.kind == "i" and flat.min() < 0:
         b, t = np.unravel_index(int(np.argmin(flat)), seg.shape)
-        raise ValueError(f"segment_ids should be >= 0 (0 = padding), but segment_ids[{b}, {t}] is {seg[b, t]}")
+        raise ValueError(
+            f"segment_ids should be >= 0 (0 = padding), but segment_ids[{b}, {t}] is {seg[b, t]}"
+        )
     first = np.ones(flat.size, np.bool_)
     np.not_equal(flat[1:], flat[:-1], out=first[1:])
     first[::T] = True
@@ -61,8 +64,10 @@ def _check_contiguous(rows: np.ndarray, ids: np.ndarray, starts: np.ndarray, T: 
     again = np.flatnonzero((r[1:] == r[:-1]) & (i[1:] == i[:-1]))
     if again.size:
         a, b = starts[order[again[0]]], starts[order[again[0] + 1]]
-        raise ValueError(f"segment_ids[{a // T}] has segment {i[again[0]]} at positions {a % T} and {b % T} "
-                         f"with other tokens between them; each segment should be one contiguous run")
+        raise ValueError(
+            f"segment_ids[{a // T}] has segment {i[again[0]]} at positions {a % T} and {b % T} "
+            f"with other tokens between them; each segment should be one contiguous run"
+        )
 
 
 def from_cu_seqlens(cu_seqlens: np.ndarray, total: int) -> tuple[np.ndarray, np.ndarray]:
@@ -82,9 +87,12 @@ def from_cu_seqlens(cu_seqlens: np.ndarray, total: int) -> tuple[np.ndarray, np.
     steps = np.diff(cu)
     if steps.size and steps.min() < 0:
         s = int(np.argmin(steps))
-        raise ValueError(f"cu_seqlens should be non-decreasing, but cu_seqlens[{s + 1}] = {cu[s + 1]} "
-                         f"is less than cu_seqlens[{s}] = {cu[s]}")
+        raise ValueError(
+            f"cu_seqlens should be non-decreasing, but cu_seqlens[{s + 1}] = {cu[s + 1]} "
+            f"is less than cu_seqlens[{s}] = {cu[s]}"
+        )
     if cu[-1] > total:
-        raise ValueError(f"cu_seqlens should end at most at the {total} tokens of q (dim 0), "
-                         f"but ends at {cu[-1]}")
+        raise ValueError(
+            f"cu_seqlens should end at most at the {total} tokens of q (dim 0), but ends at {cu[-1]}"
+        )
     return cu[:-1].copy(), steps

@@ -10,6 +10,7 @@ whatever its segment layout, with no graph break. CPU tensors run the Cython ker
 CUDA tensors the Numba kernels. Loaded on the first call with a tensor (torch is then
 already imported).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,14 +20,20 @@ from dyntile.attention import kernel_threads, segment_table
 
 __all__ = ["varlen_attention_torch"]
 
-_COMPUTE = {torch.float32: torch.float32, torch.float64: torch.float64,
-            torch.float16: torch.float32, torch.bfloat16: torch.float32}
+_COMPUTE = {
+    torch.float32: torch.float32,
+    torch.float64: torch.float64,
+    torch.float16: torch.float32,
+    torch.bfloat16: torch.float32,
+}
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype the kernels compute a tensor of ``dtype`` in (``TypeError`` for others)."""
     if dtype not in _COMPUTE:
-        raise TypeError(f"varlen_attention takes float32, float64, float16 or bfloat16 tensors, but got {dtype}")
+        raise TypeError(
+            f"varlen_attention takes float32, float64, float16 or bfloat16 tensors, but got {dtype}"
+        )
     return _COMPUTE[dtype]
 
 
@@ -35,26 +42,35 @@ def varlen_attention_torch(q, k, v, index, causal: bool, scale: float):
     tensors = {"q": q, "k": k, "v": v, "segments": index}
     for name, x in tensors.items():
         if not isinstance(x, torch.Tensor):
-            raise TypeError(f"varlen_attention with torch tensors needs every input as a tensor, but {name} is "
-                            f"a {type(x).__name__}")
+            raise TypeError(
+                f"varlen_attention with torch tensors needs every input as a tensor, but {name} is "
+                f"a {type(x).__name__}"
+            )
     devices = {name: x.device for name, x in tensors.items()}
     if len(set(devices.values())) > 1:
-        raise ValueError("q, k, v and the segments should be on one device, but got "
-                         + ", ".join(f"{n} on {d}" for n, d in devices.items()) + "; move them to one device first")
+        raise ValueError(
+            "q, k, v and the segments should be on one device, but got "
+            + ", ".join(f"{n} on {d}" for n, d in devices.items())
+            + "; move them to one device first"
+        )
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise TypeError(f"q, k and v should have one dtype, but got {q.dtype}, {k.dtype} and {v.dtype}")
     compute_dtype(q.dtype)
     if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
-        raise TypeError(f"{'segment_ids' if index.dim() == 2 else 'cu_seqlens'} should be integers, "
-                        f"but got dtype {index.dtype}")
+        raise TypeError(
+            f"{'segment_ids' if index.dim() == 2 else 'cu_seqlens'} should be integers, "
+            f"but got dtype {index.dtype}"
+        )
     shape = q.shape
     flat = (-1,) + tuple(shape[-2:])
-    out, _ = torch.ops.dyntile.varlen_attention_fwd(q.reshape(flat), k.reshape(flat), v.reshape(flat),
-                                                    index, causal, scale)
+    out, _ = torch.ops.dyntile.varlen_attention_fwd(
+        q.reshape(flat), k.reshape(flat), v.reshape(flat), index, causal, scale
+    )
     return out.reshape(shape)
 
 
 # ---------------------------------------------------------------------- host arrays
+
 
 def _host(x: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
     """A CPU tensor as the kernels' NumPy ``[N, H, D]`` array (a view where it can be)."""
@@ -69,8 +85,10 @@ def _host(x: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
 def _segments(index: torch.Tensor, total: int) -> tuple[np.ndarray, np.ndarray]:
     segmented = index.dim() == 2
     if segmented and index.numel() != total:
-        raise ValueError(f"segment_ids [B, T] should have B * T = {total} tokens (q's dim 0), "
-                         f"but got shape {tuple(index.shape)}")
+        raise ValueError(
+            f"segment_ids [B, T] should have B * T = {total} tokens (q's dim 0), "
+            f"but got shape {tuple(index.shape)}"
+        )
     return segment_table(index.detach().cpu().numpy(), segmented, total)
 
 
@@ -80,17 +98,28 @@ def _threads(starts, lengths, q) -> int:
 
 # ---------------------------------------------------------------------- the ops
 
+
 @torch.library.custom_op("dyntile::varlen_attention_fwd", mutates_args=())
-def varlen_attention_fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, index: torch.Tensor,
-                         causal: bool, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def varlen_attention_fwd(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, index: torch.Tensor, causal: bool, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out [N, H, D] in q's dtype, lse [N, H] in the compute dtype)``."""
     work = compute_dtype(q.dtype)
     starts, lengths = _segments(index, q.shape[0])
     if q.is_cuda:
         return _cuda_fwd(q, k, v, starts, lengths, causal, scale, work)
     from dyntile.cpu import attention as kernel
-    out, lse = kernel.forward(_host(q, work), _host(k, work), _host(v, work), starts, lengths, causal, scale,
-                              _threads(starts, lengths, q))
+
+    out, lse = kernel.forward(
+        _host(q, work),
+        _host(k, work),
+        _host(v, work),
+        starts,
+        lengths,
+        causal,
+        scale,
+        _threads(starts, lengths, q),
+    )
     return torch.from_numpy(out).to(q.dtype), torch.from_numpy(lse)
 
 
@@ -100,18 +129,37 @@ def _(q, k, v, index, causal, scale):
 
 
 @torch.library.custom_op("dyntile::varlen_attention_bwd", mutates_args=())
-def varlen_attention_bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                         out: torch.Tensor, lse: torch.Tensor, index: torch.Tensor, causal: bool,
-                         scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def varlen_attention_bwd(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    index: torch.Tensor,
+    causal: bool,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)``, each ``[N, H, D]`` in q's dtype."""
     work = compute_dtype(q.dtype)
     starts, lengths = _segments(index, q.shape[0])
     if q.is_cuda:
         return _cuda_bwd(dout, q, k, v, out, lse, starts, lengths, causal, scale, work)
     from dyntile.cpu import attention as kernel
-    grads = kernel.backward(_host(dout, work), _host(q, work), _host(k, work), _host(v, work), _host(out, work),
-                            np.ascontiguousarray(_host(lse, work)), starts, lengths, causal, scale,
-                            _threads(starts, lengths, q))
+
+    grads = kernel.backward(
+        _host(dout, work),
+        _host(q, work),
+        _host(k, work),
+        _host(v, work),
+        _host(out, work),
+        np.ascontiguousarray(_host(lse, work)),
+        starts,
+        lengths,
+        causal,
+        scale,
+        _threads(starts, lengths, q),
+    )
     return tuple(torch.from_numpy(g).to(q.dtype) for g in grads)
 
 
@@ -140,8 +188,10 @@ varlen_attention_fwd.register_autograd(_backward, setup_context=_setup_context)
 
 # ---------------------------------------------------------------------- CUDA tensors
 
+
 def _cuda_fwd(q, k, v, starts, lengths, causal, scale, work):
     from dyntile.cuda import attention as kernel
+
     dtype = q.dtype
     q, k, v = (x.to(work) for x in (q, k, v))
     out = torch.zeros(q.shape, dtype=work, device=q.device)
@@ -152,9 +202,11 @@ def _cuda_fwd(q, k, v, starts, lengths, causal, scale, work):
 
 def _cuda_bwd(dout, q, k, v, out, lse, starts, lengths, causal, scale, work):
     from dyntile.cuda import attention as kernel
+
     dtype = q.dtype
     dout, q, k, v, out = (x.to(work) for x in (dout, q, k, v, out))
     dq, dk, dv = (torch.zeros(q.shape, dtype=work, device=q.device) for _ in range(3))
-    kernel.varlen_attention_backward(dout, q, k, v, out, lse.contiguous(), starts, lengths, causal=causal,
-                                     scale=scale, dq=dq, dk=dk, dv=dv)
+    kernel.varlen_attention_backward(
+        dout, q, k, v, out, lse.contiguous(), starts, lengths, causal=causal, scale=scale, dq=dq, dk=dk, dv=dv
+    )
     return dq.to(dtype), dk.to(dtype), dv.to(dtype)

@@ -8,6 +8,7 @@ that size do: the timing would then depend on the shape, not on the work. Under 
 the demo turns that off (``mallopt``: no ``mmap`` blocks, no trimming), which is what
 PyTorch users get on the CPU from jemalloc or tcmalloc; elsewhere it does nothing.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -26,7 +27,7 @@ def keep_freed_memory() -> bool:
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
-    except (OSError, AttributeError):       # not glibc (musl has no mallopt)
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt)
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2 ** 31 - 1))
+    return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))

@@ -8,9 +8,10 @@ longest sample with ``torch.nn.utils.rnn.pad_sequence``:
 * ``"sorted"``: shuffled, cut into pools, each pool sorted by length, batches shuffled
   (fairseq / torchtext style "bucket iterator").
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -36,7 +37,12 @@ class BudgetBatchSampler(torch.utils.data.Sampler):
         if self.lengths.size and self.lengths.max() > max_tokens:
             i = int(self.lengths.argmax())
             raise ValueError(f"sample {i} has {self.lengths[i]} tokens, more than max_tokens={max_tokens}")
-        self.max_tokens, self.order, self.pool_size, self.seed = int(max_tokens), order, int(pool_size), int(seed)
+        self.max_tokens, self.order, self.pool_size, self.seed = (
+            int(max_tokens),
+            order,
+            int(pool_size),
+            int(seed),
+        )
         self.epoch = 0
         self._batches = self._build()
 
@@ -49,8 +55,12 @@ class BudgetBatchSampler(torch.utils.data.Sampler):
         rng = np.random.default_rng((self.seed, self.epoch))
         order = rng.permutation(self.lengths.size)
         if self.order == "sorted":
-            pools = [order[i:i + self.pool_size] for i in range(0, order.size, self.pool_size)]
-            order = np.concatenate([p[np.argsort(self.lengths[p], kind="stable")] for p in pools]) if pools else order
+            pools = [order[i : i + self.pool_size] for i in range(0, order.size, self.pool_size)]
+            order = (
+                np.concatenate([p[np.argsort(self.lengths[p], kind="stable")] for p in pools])
+                if pools
+                else order
+            )
         batches = _greedy(order, self.lengths, self.max_tokens)
         if self.order == "sorted":
             batches = [batches[i] for i in rng.permutation(len(batches))]

@@ -9,12 +9,13 @@ Each figure is the median of ``--repeat`` runs in one process; the table shows t
 reference time divided by dyntile's (``> 1``: dyntile is faster). For history and
 regressions use the asv suite: ``asv run`` in ``asv_benches/``.
 """
+
 from __future__ import annotations
 
 import argparse
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -50,6 +51,7 @@ def median_time(fn: Callable[[], object], repeat: int) -> float:
 
 def _gemm_rows(shapes, repeat: int, rng, torch) -> list[list]:
     import dyntile
+
     rows = []
     for dtype in (np.float32, np.float64):
         for m, k, n in shapes:
@@ -58,8 +60,12 @@ def _gemm_rows(shapes, repeat: int, rng, torch) -> list[list]:
             out = np.empty((m, n), dtype)
             t_dt = median_time(lambda: dyntile.matmul(a, b, out=out), repeat)
             t_np = median_time(lambda: np.matmul(a, b, out=out), repeat)
-            row = [f"matmul {np.dtype(dtype).name} {m}x{k}x{n}", f"{1e3 * t_dt:.2f}",
-                   f"{2e-9 * m * k * n / t_dt:.1f}", f"{t_np / t_dt:.2f}"]
+            row = [
+                f"matmul {np.dtype(dtype).name} {m}x{k}x{n}",
+                f"{1e3 * t_dt:.2f}",
+                f"{2e-9 * m * k * n / t_dt:.1f}",
+                f"{t_np / t_dt:.2f}",
+            ]
             if torch is not None:
                 ta, tb = torch.from_numpy(a), torch.from_numpy(b)
                 row.append(f"{median_time(lambda: torch.matmul(ta, tb), repeat) / t_dt:.2f}")
@@ -69,6 +75,7 @@ def _gemm_rows(shapes, repeat: int, rng, torch) -> list[list]:
 
 def _collate_rows(batch: int, repeat: int, rng, torch) -> list[list]:
     import dyntile
+
     lengths = np.clip(rng.lognormal(3.2, 1.0, size=batch).astype(np.int64), 1, 1500)
     arrays = [rng.integers(1, 30000, size=int(n), dtype=np.int64) for n in lengths]
     width = -(-int(lengths.max()) // 8) * 8
@@ -76,15 +83,20 @@ def _collate_rows(batch: int, repeat: int, rng, torch) -> list[list]:
     def numpy_loop():
         out = np.zeros((batch, width), np.int64)
         for i, x in enumerate(arrays):
-            out[i, :x.size] = x
+            out[i, : x.size] = x
         return out
 
     t_dt = median_time(lambda: dyntile.pad_batch(arrays, multiple=8), repeat)
     t_np = median_time(numpy_loop, repeat)
-    row = [f"pad_batch int64 B={batch} (max {int(lengths.max())})", f"{1e3 * t_dt:.3f}", "",
-           f"{t_np / t_dt:.2f}"]
+    row = [
+        f"pad_batch int64 B={batch} (max {int(lengths.max())})",
+        f"{1e3 * t_dt:.3f}",
+        "",
+        f"{t_np / t_dt:.2f}",
+    ]
     if torch is not None:
         from torch.nn.utils.rnn import pad_sequence
+
         tensors = [torch.from_numpy(x) for x in arrays]
         t_dt_torch = median_time(lambda: dyntile.pad_batch(tensors, multiple=8), repeat)
         row[1] = f"{1e3 * t_dt_torch:.3f}"
@@ -109,8 +121,11 @@ def run_bench(args: argparse.Namespace, out=None) -> int:
     rows += _collate_rows(512, args.repeat, rng, torch)
     print(format_table(headers if torch is not None else headers[:-1], rows), file=out)
     print(file=out)
-    print("x numpy / x torch: the reference's median time over dyntile's (> 1: dyntile is faster); "
-          f"median of {args.repeat} runs after a warm-up, threads as configured.", file=out)
+    print(
+        "x numpy / x torch: the reference's median time over dyntile's (> 1: dyntile is faster); "
+        f"median of {args.repeat} runs after a warm-up, threads as configured.",
+        file=out,
+    )
     if torch is None:
         print("torch is not installed: torch columns left out (pip install torch==2.13.0)", file=out)
     print("history and regressions: the asv suite in asv_benches/ (asv run; asv compare)", file=out)

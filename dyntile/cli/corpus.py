@@ -1,8 +1,9 @@
 """``Corpus``: the token sequences (or only their lengths) the demo batches and trains on."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -52,32 +53,36 @@ class Corpus:
         return rng.integers(len(SPECIALS), self.vocab_size, size=int(self.lengths[i]), dtype=np.int64)
 
     @classmethod
-    def from_lengths(cls, lengths, name: str, seed: int = 0) -> "Corpus":
+    def from_lengths(cls, lengths, name: str, seed: int = 0) -> Corpus:
         """Lengths only; ids are drawn at random per sample."""
         return cls(name, _check_lengths(lengths, name), _SYNTHETIC_VOCAB, None, seed)
 
     @classmethod
-    def from_sequences(cls, sequences: Sequence, name: str) -> "Corpus":
+    def from_sequences(cls, sequences: Sequence, name: str) -> Corpus:
         """Token id sequences (non-negative integers below ``MAX_VOCAB``); the vocabulary
         is ``max id + 1``."""
         seqs = [_check_ids(s, i, name) for i, s in enumerate(sequences)]
         lengths = _check_lengths([len(s) for s in seqs], name)
-        tops = [int(s.max()) if s.size else 0 for s in seqs]    # before the int64 cast: uint64 ids stay as they are
+        tops = [
+            int(s.max()) if s.size else 0 for s in seqs
+        ]  # before the int64 cast: uint64 ids stay as they are
         top = max(tops, default=0)
         if top >= MAX_VOCAB:
-            raise CLIError(f"{name}: token ids should be below {MAX_VOCAB} (2**20: a model has one embedding row "
-                           f"per id), but the largest is {top} (sequence {tops.index(top)}); renumber the ids "
-                           f"densely first, e.g. numpy.unique(ids, return_inverse=True)[1]")
+            raise CLIError(
+                f"{name}: token ids should be below {MAX_VOCAB} (2**20: a model has one embedding row "
+                f"per id), but the largest is {top} (sequence {tops.index(top)}); renumber the ids "
+                f"densely first, e.g. numpy.unique(ids, return_inverse=True)[1]"
+            )
         return cls(name, lengths, max(top + 1, len(SPECIALS) + 1), [s.astype(np.int64) for s in seqs])
 
     @classmethod
-    def from_texts(cls, texts: Sequence[str], name: str, vocab_size: int = 4096) -> "Corpus":
+    def from_texts(cls, texts: Sequence[str], name: str, vocab_size: int = 4096) -> Corpus:
         """Texts tokenized by a :class:`WordTokenizer` fitted on them."""
         tok = WordTokenizer.fit(texts, vocab_size=vocab_size)
         seqs = tok.encode_all(texts)
         return cls(name, _check_lengths([len(s) for s in seqs], name), tok.vocab_size, seqs)
 
-    def truncated(self, max_length: int) -> "Corpus":
+    def truncated(self, max_length: int) -> Corpus:
         """Explicit truncation: every sequence cut to at most ``max_length`` tokens."""
         lengths = np.minimum(self.lengths, max_length)
         seqs = None if self.sequences is None else [s[:max_length] for s in self.sequences]
@@ -96,7 +101,9 @@ def _check_lengths(lengths, name: str) -> np.ndarray:
         raise CLIError(f"{name}: {exc}") from None
     bad = np.flatnonzero(arr < 1)
     if bad.size:
-        raise CLIError(f"{name}: lengths should be positive integers, but got lengths[{bad[0]}]={arr[bad[0]]}")
+        raise CLIError(
+            f"{name}: lengths should be positive integers, but got lengths[{bad[0]}]={arr[bad[0]]}"
+        )
     return arr
 
 
@@ -106,7 +113,10 @@ def _check_ids(seq, i: int, name: str) -> np.ndarray:
     except ValueError as exc:
         raise CLIError(f"{name}: sequence {i} is not a flat list of token ids ({exc})") from None
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-        raise CLIError(f"{name}: sequence {i} should be a 1-D list of integer token ids, but got shape {arr.shape} dtype {arr.dtype}")
+        raise CLIError(
+            f"{name}: sequence {i} should be a 1-D list of integer token ids, but got shape {arr.shape} "
+            f"dtype {arr.dtype}"
+        )
     if arr.size and arr.min() < 0:
         raise CLIError(f"{name}: token ids should be non-negative, but sequence {i} holds {arr.min()}")
     return arr

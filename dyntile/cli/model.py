@@ -12,6 +12,7 @@ crosses a segment boundary, so packing is not cheating. Two attentions compute t
 * ``"varlen"``: :func:`dyntile.varlen_attention` on the segments (only the scores
   inside segments are computed).
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,7 +38,9 @@ def attention_mask(segment_ids: torch.Tensor) -> torch.Tensor:
     return same & causal
 
 
-def next_token_labels(input_ids: torch.Tensor, segment_ids: torch.Tensor, ignore_index: int = -100) -> torch.Tensor:
+def next_token_labels(
+    input_ids: torch.Tensor, segment_ids: torch.Tensor, ignore_index: int = -100
+) -> torch.Tensor:
     """``[B, T]`` targets: the next token of the same segment, else ``ignore_index``.
 
     >>> next_token_labels(torch.tensor([[5, 6, 7, 0]]), torch.tensor([[1, 1, 2, 0]])).tolist()
@@ -63,7 +66,8 @@ class _Block(nn.Module):
         qkv = self.qkv(self.ln1(x)).view(B, T, 3, self.n_heads, D // self.n_heads)
         if self.attention == "varlen":
             import dyntile
-            att = dyntile.varlen_attention(*qkv.unbind(2), segment_ids=segment_ids)     # [B, T, H, Dh]
+
+            att = dyntile.varlen_attention(*qkv.unbind(2), segment_ids=segment_ids)  # [B, T, H, Dh]
         else:
             q, k, v = qkv.permute(2, 0, 3, 1, 4)
             att = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2)
@@ -86,11 +90,20 @@ class TinyTransformer(nn.Module):
     torch.Size([])
     """
 
-    def __init__(self, vocab_size: int, max_positions: int, d_model: int = 64, n_heads: int = 4, n_layers: int = 2,
-                 attention: str = "dense"):
+    def __init__(
+        self,
+        vocab_size: int,
+        max_positions: int,
+        d_model: int = 64,
+        n_heads: int = 4,
+        n_layers: int = 2,
+        attention: str = "dense",
+    ):
         super().__init__()
         if d_model % n_heads:
-            raise ValueError(f"d_model should be a multiple of n_heads, but got d_model={d_model}, n_heads={n_heads}")
+            raise ValueError(
+                f"d_model should be a multiple of n_heads, but got d_model={d_model}, n_heads={n_heads}"
+            )
         if attention not in ATTENTIONS:
             raise ValueError(f"attention should be one of {ATTENTIONS}, but got {attention!r}")
         self.attention = attention
@@ -101,7 +114,9 @@ class TinyTransformer(nn.Module):
         nn.init.normal_(self.tok.weight, std=0.02)
         nn.init.normal_(self.pos.weight, std=0.02)
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, segment_ids: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, segment_ids: torch.Tensor
+    ) -> torch.Tensor:
         mask = attention_mask(segment_ids) if self.attention == "dense" else None
         x = self.tok(input_ids) + self.pos(position_ids)
         for block in self.blocks:

@@ -1,8 +1,9 @@
 """``--plot FILE.png``: length histogram with the bucket boundaries, and padding per method."""
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
@@ -15,6 +16,7 @@ def require_matplotlib():
     """``matplotlib.pyplot`` (the Agg backend off a notebook), or ``CLIError`` saying how to install it."""
     try:
         import matplotlib
+
         if matplotlib.get_backend().lower() not in ("agg", "module://matplotlib_inline.backend_inline"):
             matplotlib.use("Agg")
         import matplotlib.pyplot as plt
@@ -23,8 +25,13 @@ def require_matplotlib():
     return plt
 
 
-def plot_demo(path, lengths: np.ndarray, boundaries: Sequence[int], methods: Sequence[str],
-              padded_fractions: Sequence[float]) -> Path:
+def plot_demo(
+    path,
+    lengths: np.ndarray,
+    boundaries: Sequence[int],
+    methods: Sequence[str],
+    padded_fractions: Sequence[float],
+) -> Path:
     """Write a two-panel figure to ``path`` (format from its extension) and return the path."""
     plt = require_matplotlib()
     path = Path(path)
@@ -33,8 +40,11 @@ def plot_demo(path, lengths: np.ndarray, boundaries: Sequence[int], methods: Seq
     ax1.set_xscale("log")
     for b in boundaries:
         ax1.axvline(b, color="tab:red", lw=1)
-    ax1.set(xlabel="tokens per sample (log)", ylabel="samples",
-            title=f"lengths and the {len(boundaries)} planned bucket boundaries")
+    ax1.set(
+        xlabel="tokens per sample (log)",
+        ylabel="samples",
+        title=f"lengths and the {len(boundaries)} planned bucket boundaries",
+    )
     bars = ax2.barh(list(methods)[::-1], [100 * f for f in padded_fractions][::-1], color="tab:blue")
     ax2.bar_label(bars, fmt="%.1f%%", padding=3)
     ax2.set(xlabel="padded slots (%)", title="padding per batching method")

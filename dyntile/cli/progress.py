@@ -1,8 +1,10 @@
 """A progress bar on stderr: tqdm when installed, else one rewritten status line."""
+
 from __future__ import annotations
 
 import sys
-from typing import Iterable, Iterator, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
 
 __all__ = ["progress"]
 

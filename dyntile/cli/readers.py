@@ -12,6 +12,7 @@ Accepted files (by extension):
 
 Every error names the file and, where there is one, the line or sample.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,9 @@ __all__ = ["read_corpus", "SUFFIXES"]
 SUFFIXES = (".txt", ".npy", ".npz", ".jsonl")
 
 
-def read_corpus(path, *, field: str | None = None, pad_id: int | None = None,
-                allow_pickle: bool = False, seed: int = 0) -> Corpus:
+def read_corpus(
+    path, *, field: str | None = None, pad_id: int | None = None, allow_pickle: bool = False, seed: int = 0
+) -> Corpus:
     """Read ``path`` (see the module doc for formats) into a :class:`Corpus`.
 
     >>> import tempfile, os
@@ -43,8 +45,10 @@ def read_corpus(path, *, field: str | None = None, pad_id: int | None = None,
     """
     path = Path(path)
     if path.suffix not in SUFFIXES:
-        raise CLIError(f"cannot read {str(path)!r}: unknown extension {path.suffix or '(none)'!r}; "
-                       f"expected one of {', '.join(SUFFIXES)}")
+        raise CLIError(
+            f"cannot read {str(path)!r}: unknown extension {path.suffix or '(none)'!r}; "
+            f"expected one of {', '.join(SUFFIXES)}"
+        )
     if not path.is_file():
         raise CLIError(f"cannot read {str(path)!r}: no such file")
     name = path.name
@@ -72,7 +76,9 @@ def _txt_lengths(path: Path) -> list[int]:
             try:
                 lengths.append(int(text))
             except ValueError:
-                raise CLIError(f"{path.name}: line {lineno} is not an integer length: {text[:40]!r}") from None
+                raise CLIError(
+                    f"{path.name}: line {lineno} is not an integer length: {text[:40]!r}"
+                ) from None
     return lengths
 
 
@@ -91,8 +97,10 @@ def _jsonl(path: Path, field: str) -> Corpus:
                 raise CLIError(f"{path.name}: line {lineno} has no field {field!r} (found {keys})")
             value = record[field]
             if not isinstance(value, (str, list)):
-                raise CLIError(f"{path.name}: line {lineno}: field {field!r} should be a list of token ids "
-                               f"or a string, but got {type(value).__name__}")
+                raise CLIError(
+                    f"{path.name}: line {lineno}: field {field!r} should be a list of token ids "
+                    f"or a string, but got {type(value).__name__}"
+                )
             values.append(value)
     if not values:
         raise CLIError(f"{path.name}: no records")
@@ -113,9 +121,11 @@ _DAMAGED = (zipfile.BadZipFile, EOFError, zlib.error, ValueError)
 def _npz(path: Path, seed: int) -> Corpus:
     with path.open("rb") as fh:
         head = fh.read(4)
-    if head not in _ZIP_MAGIC:      # np.load would take it for a pickle ("allow_pickle=") or fail on EOF
-        raise CLIError(f"{path.name}: not a NumPy .npz file ({'an empty file' if not head else 'no zip archive'}; "
-                       f"numpy.savez writes one)")
+    if head not in _ZIP_MAGIC:  # np.load would take it for a pickle ("allow_pickle=") or fail on EOF
+        raise CLIError(
+            f"{path.name}: not a NumPy .npz file ({'an empty file' if not head else 'no zip archive'}; "
+            f"numpy.savez writes one)"
+        )
     try:
         data = np.load(path, allow_pickle=False)
     except _DAMAGED as exc:
@@ -125,24 +135,36 @@ def _npz(path: Path, seed: int) -> Corpus:
         if {"ids", "offsets"} <= keys:
             ids, offsets = _entry(data, "ids", path), _entry(data, "offsets", path)
             if ids.ndim != 1 or (ids.size and ids.dtype.kind not in "iu"):
-                raise CLIError(f"{path.name}: 'ids' should be 1-D integer token ids, but got shape {ids.shape} "
-                               f"dtype {ids.dtype}")
-            if offsets.dtype.kind not in "iu":     # 5.5 would be cut to 5: a sequence boundary moved
-                raise CLIError(f"{path.name}: 'offsets' should be integers (positions in 'ids'), but got dtype "
-                               f"{offsets.dtype}")
+                raise CLIError(
+                    f"{path.name}: 'ids' should be 1-D integer token ids, but got shape {ids.shape} "
+                    f"dtype {ids.dtype}"
+                )
+            if offsets.dtype.kind not in "iu":  # 5.5 would be cut to 5: a sequence boundary moved
+                raise CLIError(
+                    f"{path.name}: 'offsets' should be integers (positions in 'ids'), but got dtype "
+                    f"{offsets.dtype}"
+                )
             try:
                 offsets = as_int64(offsets, "offsets")
             except ValueError as exc:
                 raise CLIError(f"{path.name}: {exc}") from None
-            if offsets.ndim != 1 or offsets.size < 2 or offsets[0] != 0 or offsets[-1] != len(ids) or np.any(np.diff(offsets) < 0):
+            if (
+                offsets.ndim != 1
+                or offsets.size < 2
+                or offsets[0] != 0
+                or offsets[-1] != len(ids)
+                or np.any(np.diff(offsets) < 0)
+            ):
                 raise CLIError(f"{path.name}: 'offsets' should rise from 0 to len(ids)={len(ids)}")
             return Corpus.from_sequences([ids[a:b] for a, b in zip(offsets[:-1], offsets[1:])], path.name)
         if "lengths" in keys:
             return Corpus.from_lengths(_entry(data, "lengths", path), path.name, seed)
-        if keys == {"arr_0"}:                     # np.savez(f, lengths): one unnamed array
+        if keys == {"arr_0"}:  # np.savez(f, lengths): one unnamed array
             return Corpus.from_lengths(_entry(data, "arr_0", path), path.name, seed)
-    raise CLIError(f"{path.name}: expected arrays 'ids' and 'offsets', or 'lengths' (or one unnamed "
-                   f"array of lengths); found {sorted(keys)}")
+    raise CLIError(
+        f"{path.name}: expected arrays 'ids' and 'offsets', or 'lengths' (or one unnamed "
+        f"array of lengths); found {sorted(keys)}"
+    )
 
 
 def _entry(data, key: str, path: Path) -> np.ndarray:
@@ -151,19 +173,27 @@ def _entry(data, key: str, path: Path) -> np.ndarray:
         arr = data[key]
     except ValueError as exc:
         if "allow_pickle" in str(exc):
-            raise CLIError(f"{path.name}: array {key!r} holds Python objects; .npz files are read without "
-                           f"unpickling (--allow-pickle applies to .npy files only): save it as integers") from None
+            raise CLIError(
+                f"{path.name}: array {key!r} holds Python objects; .npz files are read without "
+                f"unpickling (--allow-pickle applies to .npy files only): save it as integers"
+            ) from None
         raise CLIError(f"{path.name}: array {key!r} is damaged ({_reason(exc)})") from None
     except _DAMAGED as exc:
-        raise CLIError(f"{path.name}: array {key!r} is damaged, cut short or corrupt ({_reason(exc)})") from None
-    if not isinstance(arr, np.ndarray):                # an entry that is no .npy: np.load gives its bytes
+        raise CLIError(
+            f"{path.name}: array {key!r} is damaged, cut short or corrupt ({_reason(exc)})"
+        ) from None
+    if not isinstance(arr, np.ndarray):  # an entry that is no .npy: np.load gives its bytes
         raise CLIError(f"{path.name}: entry {key!r} is not a NumPy array")
     return arr
 
 
 def _reason(exc: Exception) -> str:
     """``module.Type: message`` of an exception, for a one-line error."""
-    kind = type(exc).__qualname__ if type(exc).__module__ == "builtins" else f"{type(exc).__module__}.{type(exc).__qualname__}"
+    kind = (
+        type(exc).__qualname__
+        if type(exc).__module__ == "builtins"
+        else f"{type(exc).__module__}.{type(exc).__qualname__}"
+    )
     return f"{kind}: {exc}" if str(exc) else kind
 
 
@@ -175,10 +205,12 @@ def _npy(path: Path, pad_id: int | None, allow_pickle: bool, seed: int) -> Corpu
         arr = np.load(path, allow_pickle=allow_pickle)
     except ValueError as exc:
         if "allow_pickle" in str(exc):
-            raise CLIError(f"{path.name}: holds Python objects; pass --allow-pickle to load it "
-                           "(only for files you trust: unpickling can run code)") from None
+            raise CLIError(
+                f"{path.name}: holds Python objects; pass --allow-pickle to load it "
+                "(only for files you trust: unpickling can run code)"
+            ) from None
         raise CLIError(f"cannot read {path.name}: {exc}") from None
-    except (EOFError, pickle.UnpicklingError) as exc:     # pickled objects (--allow-pickle) cut short or corrupt
+    except (EOFError, pickle.UnpicklingError) as exc:  # pickled objects (--allow-pickle) cut short or corrupt
         raise CLIError(f"cannot read {path.name}: its pickled objects are damaged ({_reason(exc)})") from None
     if arr.dtype == object and arr.ndim == 1:
         return Corpus.from_sequences(list(arr), path.name)
@@ -186,8 +218,10 @@ def _npy(path: Path, pad_id: int | None, allow_pickle: bool, seed: int) -> Corpu
         return Corpus.from_lengths(arr, path.name, seed)
     if arr.ndim == 2 and arr.dtype.kind in "iu":
         return Corpus.from_sequences([_strip(row, pad_id) for row in arr], path.name)
-    raise CLIError(f"{path.name}: expected 1-D lengths, a 2-D integer array of token ids or a 1-D object "
-                   f"array of sequences, but got shape {arr.shape} dtype {arr.dtype}")
+    raise CLIError(
+        f"{path.name}: expected 1-D lengths, a 2-D integer array of token ids or a 1-D object "
+        f"array of sequences, but got shape {arr.shape} dtype {arr.dtype}"
+    )
 
 
 def _strip(row: np.ndarray, pad_id: int | None) -> np.ndarray:

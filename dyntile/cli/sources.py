@@ -1,4 +1,5 @@
 """Where a subcommand's corpus comes from: a user file, or the embedded stdlib docstrings."""
+
 from __future__ import annotations
 
 import platform
@@ -13,9 +14,17 @@ from dyntile.cli.stdlib_docs import stdlib_docstrings, stdlib_root
 __all__ = ["load_corpus", "describe_lengths"]
 
 
-def load_corpus(path=None, *, field: str | None = None, pad_id: int | None = None, allow_pickle: bool = False,
-                limit: int | None = None, vocab_size: int = 4096, seed: int = 0,
-                max_length: int | None = None) -> Corpus:
+def load_corpus(
+    path=None,
+    *,
+    field: str | None = None,
+    pad_id: int | None = None,
+    allow_pickle: bool = False,
+    limit: int | None = None,
+    vocab_size: int = 4096,
+    seed: int = 0,
+    max_length: int | None = None,
+) -> Corpus:
     """The user's file at ``path``, else the stdlib docstrings tokenized word by word.
 
     ``limit`` keeps the first ``limit`` samples; ``max_length`` truncates explicitly
@@ -48,4 +57,5 @@ def describe_lengths(lengths: np.ndarray) -> str:
     'n=4, mean 4.0, median 3, p90 10, p99 10, max 10'
     """
     p50, p90, p99 = (int(np.percentile(lengths, q, method="higher")) for q in (50, 90, 99))
-    return f"n={lengths.size}, mean {lengths.mean():.1f}, median {p50}, p90 {p90}, p99 {p99}, max {int(lengths.max())}"
+    mean, longest = lengths.mean(), int(lengths.max())
+    return f"n={lengths.size}, mean {mean:.1f}, median {p50}, p90 {p90}, p99 {p99}, max {longest}"

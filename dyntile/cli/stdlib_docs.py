@@ -3,13 +3,14 @@
 Every machine with Python has it, it is real text nobody wrote for this demo, and its
 lengths are as skewed as real training data (median ~24 tokens, a long tail past 1000).
 """
+
 from __future__ import annotations
 
 import ast
 import os
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 __all__ = ["stdlib_root", "stdlib_files", "stdlib_docstrings"]
 

@@ -5,12 +5,13 @@ character is a token of its own. The ``vocab_size - len(SPECIALS)`` most frequen
 words get ids (ties broken alphabetically, so the vocabulary is deterministic);
 everything else maps to ``[UNK]``. Each encoded text is ``[CLS] ... [SEP]``.
 """
+
 from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -39,10 +40,12 @@ class WordTokenizer:
     vocab: dict[str, int] = field(repr=False)
 
     @classmethod
-    def fit(cls, texts: Iterable[str], vocab_size: int = 8192) -> "WordTokenizer":
+    def fit(cls, texts: Iterable[str], vocab_size: int = 8192) -> WordTokenizer:
         """Build the vocabulary from ``texts``: the most frequent words get the low ids."""
         if vocab_size <= len(SPECIALS):
-            raise ValueError(f"vocab_size should be larger than {len(SPECIALS)} (the special tokens), but got {vocab_size}")
+            raise ValueError(
+                f"vocab_size should be larger than {len(SPECIALS)} (the special tokens), but got {vocab_size}"
+            )
         counts = Counter(w for text in texts for w in _words(text))
         ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[: vocab_size - len(SPECIALS)]
         vocab = {w: i for i, w in enumerate(SPECIALS)}

@@ -1,4 +1,5 @@
 """Import torch only where a subcommand needs it, with an install hint when it is missing."""
+
 from __future__ import annotations
 
 from dyntile.cli.errors import CLIError
@@ -13,6 +14,7 @@ def require_torch():
     try:
         import torch
     except ImportError:
-        raise CLIError(f"this command needs PyTorch, which is not installed: {INSTALL_HINT} "
-                       "(a CPU build is enough)") from None
+        raise CLIError(
+            f"this command needs PyTorch, which is not installed: {INSTALL_HINT} (a CPU build is enough)"
+        ) from None
     return torch

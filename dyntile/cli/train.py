@@ -9,11 +9,12 @@ dynamic, a 0/1 specialisation); a step during which Dynamo traced anything
 of its setup and run several times slower on the CPU. Tokens/s is given over all
 steps and over the others ("steady"); only real (non-padding) tokens are counted.
 """
+
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 import torch
 
@@ -24,7 +25,13 @@ BACKENDS = ("inductor", "aot_eager", "eager")
 
 @dataclass(frozen=True)
 class TrainResult:
-    """Figures of one training run; ``graphs`` is ``None`` when not compiled."""
+    """Figures of one training run; ``graphs`` is ``None`` when not compiled.
+
+    >>> r = TrainResult(steps=20, real_tokens=4000, slots=5000, seconds=2.0, compile_steps=1,
+    ...                 compile_seconds=1.5, graphs=1, first_loss=8.3, last_loss=6.1)
+    >>> r.tokens_per_s
+    2000.0
+    """
 
     steps: int
     real_tokens: int
@@ -74,8 +81,17 @@ def warm_up_compiler(backend: str) -> float:
     return time.perf_counter() - t0
 
 
-def train(model: torch.nn.Module, batches: Iterable[dict], *, steps: int, backend: str | None = "inductor",
-          dynamic: bool | None = None, recompile_limit: int = 8, lr: float = 1e-3, on_step=None) -> TrainResult:
+def train(
+    model: torch.nn.Module,
+    batches: Iterable[dict],
+    *,
+    steps: int,
+    backend: str | None = "inductor",
+    dynamic: bool | None = None,
+    recompile_limit: int = 8,
+    lr: float = 1e-3,
+    on_step=None,
+) -> TrainResult:
     """Run at most ``steps`` optimizer steps over ``batches`` and time each one.
 
     ``batches`` yields dicts of int64 ``[B, T]`` ``input_ids``, ``position_ids``,
@@ -117,6 +133,16 @@ def train(model: torch.nn.Module, batches: Iterable[dict], *, steps: int, backen
             steady_tokens, steady_seconds = steady_tokens + tokens, steady_seconds + dt
         if on_step is not None:
             on_step()
-    return TrainResult(n, real, slots, seconds, compile_steps, compile_seconds,
-                       None if backend is None else stats["unique_graphs"] - graphs0, first, last,
-                       steady_tokens, steady_seconds)
+    return TrainResult(
+        n,
+        real,
+        slots,
+        seconds,
+        compile_steps,
+        compile_seconds,
+        None if backend is None else stats["unique_graphs"] - graphs0,
+        first,
+        last,
+        steady_tokens,
+        steady_seconds,
+    )

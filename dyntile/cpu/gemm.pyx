@@ -15,7 +15,7 @@ The five loops around the micro-kernel, BLIS names::
 The micro-kernel broadcasts A and loads B in vectors (C is row-major in NumPy). The
 table's ``jr_outer`` picks the macro-kernel's order per ISA: BLIS's (above; the
 AVX2 rows, sized for a small L2) or the two inner loops swapped (the AVX-512 rows,
-tuned on a 2 MiB L2): A's micro-panel stays in L1 and B's block streams from L2.
+sized for a large L2): A's micro-panel stays in L1 and B's block streams from L2.
 
 Vector products (m == 1 or n == 1) skip the five loops: ``gemv_one`` reads the
 matrix once (``include/gemm_gemv.h``). Small row-major products (MR rows of A in L1,
@@ -34,16 +34,15 @@ Threads: one OpenMP parallel region per call, three ways to share the work:
 - tall products (at least SLAB_ROWS rows per thread): row slabs. C's rows split into
   one or two slabs per thread, claimed from a shared counter; each slab is a whole
   one-thread product (its own packed B, no barrier). Packing B once per slab costs
-  ~1/SLAB_ROWS of the flops. 2 threads on the Zen 3 below, paired in one process
-  against the team: +5-15% at n = 1024 and 2048 (0-5% on 4096x768 @ 768x768) while
-  the host was busy, where the team's barriers wait on a thread the VM is slow to
-  run again; within +-3% on a quiet host;
+  ~1/SLAB_ROWS of the flops, and no thread waits at a barrier for one that the host
+  has descheduled, which is what a team does on a busy, shared machine;
 - otherwise the team shares each matrix. Every thread walks the jc loop; the team
   packs up to KGROUP_MAX (4) KC blocks of B at once (threads claim groups of
   PACK_B_GROUP micro-panels from a shared counter), a barrier, then threads claim
   work items (an ic block through all those KC blocks, so each thread owns its rows
-  of C) and pack A into their own buffers. Below SLAB_ROWS rows per thread (n = 512:
-  slabs ran 0.77-0.96x the team) this keeps both cores busy on short products.
+  of C) and pack A into their own buffers. Below SLAB_ROWS rows per thread, where a
+  slab's own packing of B costs more than it saves, this keeps every core busy on short
+  products.
 
 Kernels take validated arrays: :func:`dyntile.linalg.matmul` checks shapes, dtypes,
 strides and overlap, and chooses ``threads``; its common call (two 2-D float arrays)
@@ -99,8 +98,8 @@ cdef int64_t DIRECT_FLOPS = 1 << 27
 cdef int64_t DIRECT_A_BYTES = 32 << 10
 cdef int64_t DIRECT_B_BYTES = 512 << 10
 # In a batch, only products of at most this many flops: a batch's operands stream
-# from L3 and beyond, and packing reads each once (64 x 128^2 x 64: 0.83-0.92x NumPy
-# direct, 0.94-0.96x packed; 256 x 32^3: 0.84x direct, 0.51x packed).
+# from L3 and beyond, where the direct kernels' repeated reads of B cost more than
+# packing, which reads each operand once.
 cdef int64_t DIRECT_BATCH_FLOPS = 1 << 20
 # KC blocks of B a team packs at once, and the most bytes such a group may take.
 # Each ic block of a group re-reads the group's packed B from L3 once: 4 blocks
@@ -224,8 +223,7 @@ cdef void pack_b_panels(int64_t kc_cur, int64_t cols, const floating *b, int64_t
 
     Contiguous rows are read once each across the panels (one run of cols values per
     p), fetched PACK_B_AHEAD rows ahead: the rows lie a page or more apart, where the
-    hardware prefetchers do not look (packing B: 2.4% -> 1.6% of a float32 n = 1024
-    product, 1.3% -> 0.8% at n = 2048).
+    hardware prefetchers do not look.
     """
     cdef int64_t q, n_full = cols // nr
     if cs_b == 1:
@@ -533,10 +531,9 @@ cdef void gemm_direct(const gemm_problem *g, const floating *a, const floating *
                       floating *c) noexcept nogil:
     """C = A @ B for a small product (:func:`direct_ok`), no packing: each MR x NR tile
     of C from A's rows and B's rows as they lie (whole k at once; A's MR rows stay in
-    L1 while the tiles of their row of C go by, B stays in L2). On the Zen 4 below,
-    one thread: 32^3 0.59 -> 0.92x NumPy in batches (packing A, a transpose, and B took
-    a quarter of the time), 64^3 0.89 -> 1.07x, 128^3 1.05 -> 1.15x; past L1 for A's
-    rows (k = 1024: 0.74-0.86x) or L2 for B the packed kernels win."""
+    L1 while the tiles of their row of C go by, B stays in L2). On such products
+    packing A and B is a large share of the work; once A's rows outgrow L1 or B
+    outgrows L2 the packed kernels win, which is what :func:`direct_ok` checks."""
     cdef int mr = g.bs.mr, nr = g.bs.nr
     cdef int64_t ip, jp, i, j, rows
     cdef int cols
@@ -737,7 +734,7 @@ def matmul_2d(a, b, out, int threads, int64_t parallel_flops, check_threads):
 
     ``threads``: the caller's cap (0: none); a product of under ``parallel_flops``
     runs on one thread, larger ones ask ``check_threads(threads or None, flops)``.
-    (The Python checks of this call cost ~3 us: half the time of a 64 x 64 product.)
+    The checks are in C because, done in Python, they cost as much as a small product.
     """
     if type(a) is not np.ndarray or type(b) is not np.ndarray:
         return None

@@ -2,8 +2,8 @@
 """Python lists of numbers -> one padded array, read straight from the list objects.
 
 Tokenizers hand out token ids as Python lists of ints. Turning each list into an
-array first (``numpy.asarray``: ~1 us per list plus ~20 ns per element) costs far
-more than the padding. :func:`pad_ints` reads lists of ints in one pass (and
+array first (``numpy.asarray``, a call per list and a type check per element) costs
+far more than the padding. :func:`pad_ints` reads lists of ints in one pass (and
 :func:`concat_ints` puts them back to back, unpadded); :func:`scan` +
 :func:`pad_into` handle bools, floats and mixes in two. Only *exact*
 Python numbers qualify (no NumPy scalars, no int subclasses): anything else makes

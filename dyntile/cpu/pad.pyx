@@ -404,8 +404,8 @@ def mask_rows(cnp.ndarray lengths, Py_ssize_t T, bint left):
     """``(B, T)`` bool mask of the int64 C-contiguous ``lengths`` ``(B,)``: true on the
     first ``lengths[b]`` positions of row ``b`` (the last ones if ``left``), two
     ``memset`` calls per row. Raises ``ValueError`` naming the first length outside
-    ``[0, T]``. (Plain ndarray arguments: a typed memoryview costs ~1 us to acquire,
-    as much as the whole mask of a batch.)"""
+    ``[0, T]``. (Plain ndarray arguments: acquiring a typed memoryview costs as much
+    as the whole mask of a batch.)"""
     if cnp.PyArray_TYPE(lengths) != cnp.NPY_INT64 or lengths.ndim != 1 \
             or not cnp.PyArray_IS_C_CONTIGUOUS(lengths):
         raise TypeError("mask_rows needs C-contiguous int64 lengths of shape (B,)")

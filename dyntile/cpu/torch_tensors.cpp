@@ -4,9 +4,9 @@
 // (collate_dicts: a batch of flat dicts of rows, and of numbers stacked beside them).
 //
 // The Python route (dyntile/cpu/pad.pyx: describe_tensors) pays torch's binding for
-// every attribute of every sample (t.dtype, t.shape, t.stride(), t.data_ptr(): about
-// 65 ns each, which is most of a collate of 64 short token rows); here each tensor is
-// read from its TensorImpl directly (a few ns). Built only when torch is importable at
+// every attribute of every sample (t.dtype, t.shape, t.stride(), t.data_ptr(), which
+// together are most of a collate of 64 short token rows); here each tensor is read
+// from its TensorImpl directly. Built only when torch is importable at
 // build time (setup.py), against that torch's headers: the module records the torch
 // version it was built for, and dyntile/tensor_reader.py loads it only under that
 // version, else it keeps the Python route. It accepts plain dense CPU tensors alone
@@ -41,8 +41,7 @@
 // What the module offers its Python callers, as `api`: dyntile/tensor_reader.py uses a
 // module of its own NATIVE_API only, so that a build left from older sources (an
 // editable install after a pull) is not used rather than failing. Bump both with any
-// new function or changed signature. 2: stack_numbers, scalar keys in collate_dicts.
-// 3: first_requiring_grad; collate_dicts declines to stack rows that require grad.
+// new function or changed signature.
 #define DYNTILE_NATIVE_API 3
 
 namespace {
@@ -538,7 +537,7 @@ bool read_scalars(PyObject* const* items, Py_ssize_t n, ScalarKind kind, at::Ten
 
 // stack_numbers(items) -> None | tensor: B Python numbers of one kind (exact ints in int64,
 // floats or bools) -> their (B,) int64, float64 or bool tensor, as torch.tensor(items) makes
-// it (~0.3 us for 64, where torch.tensor takes ~10); None for anything else
+// it, without torch.tensor's per-item type inference; None for anything else
 PyObject* stack_numbers(PyObject*, PyObject* args) {
   PyObject* items;
   if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return nullptr;
@@ -551,7 +550,7 @@ PyObject* stack_numbers(PyObject*, PyObject* args) {
 }
 
 // first_requiring_grad(items) -> the index of the first tensor of the list that requires
-// grad, or -1 (other objects are skipped): what torch's bindings answer at ~90 ns a tensor
+// grad, or -1 (other objects are skipped): what torch's bindings answer at one Python call a tensor
 PyObject* first_requiring_grad(PyObject*, PyObject* args) {
   PyObject* items;
   if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return nullptr;

@@ -22,6 +22,7 @@ with a clear ``ImportError`` when numba-cuda is missing.
 ['matmul', 'numpy_dtype', 'pad_into', 'tile_into', 'untile_from', 'varlen_attention_backward',
  'varlen_attention_forward']
 """
+
 from __future__ import annotations
 
 from dyntile.lazy import lazy_exports

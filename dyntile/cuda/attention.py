@@ -21,6 +21,7 @@ per dtype and number of head-dimension chunks (``ceil(D / dc)``); with one chunk
 row tile stays in shared memory for the whole walk. Entry points:
 :func:`varlen_attention_forward`, :func:`varlen_attention_backward`.
 """
+
 from __future__ import annotations
 
 import functools
@@ -32,8 +33,16 @@ from .config import AttentionBlocking, attention_blocking, copy_block
 from .launch import MAX_GRID_X, MAX_GRID_YZ, attention_items, copy_launch
 from .runtime import as_device, bounds_meet, cuda, numpy_dtype, output
 
-__all__ = ["varlen_attention_forward", "varlen_attention_backward", "make_forward_pyfunc",
-           "make_dq_pyfunc", "make_dkdv_pyfunc", "make_delta_pyfunc", "zero_rows3_pyfunc", "zero_rows2_pyfunc"]
+__all__ = [
+    "varlen_attention_forward",
+    "varlen_attention_backward",
+    "make_forward_pyfunc",
+    "make_dq_pyfunc",
+    "make_dkdv_pyfunc",
+    "make_delta_pyfunc",
+    "zero_rows3_pyfunc",
+    "zero_rows2_pyfunc",
+]
 
 _DTYPES = ("float32", "float64")
 
@@ -57,13 +66,13 @@ def _tile_ops(blk: AttentionBlocking, dtype_name: str):
     BM, BN, DC, NTX, NTY = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty
     TM, TN, DJ = blk.tm, blk.tn, blk.dj
     NT = NTX * NTY
-    u64 = types.uint64          # unsigned shared-memory indices: no negative-index wraparound code
+    u64 = types.uint64  # unsigned shared-memory indices: no negative-index wraparound code
     # Numba-level inlining: a separately compiled device function would ask the current
     # device for its compute capability, which compile_ptx on a machine without one lacks
     jit = cuda.jit(device=True) if cuda.config.ENABLE_CUDASIM else cuda.jit(device=True, inline="always")
 
     def make_load(tokens: int):
-        LOADS = tokens * DC // NT                 # elements per thread (the check makes it exact)
+        LOADS = tokens * DC // NT  # elements per thread (the check makes it exact)
 
         @jit
         def load(x, h, base, r0, L, d0, buf):
@@ -130,9 +139,9 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     BM, BN, DC, NTX, NTY, PAD = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.pad
     TM, TN, DJ = blk.tm, blk.tn, blk.dj
     NCH = nchunks
-    OCOLS = NCH * DJ                # output columns per thread
-    RESIDENT = NCH == 1             # the query tile is loaded once, before the walk
-    ROW_T, COL_T = BM + PAD, BN + PAD          # padded shared rows of the row and column tiles
+    OCOLS = NCH * DJ  # output columns per thread
+    RESIDENT = NCH == 1  # the query tile is loaded once, before the walk
+    ROW_T, COL_T = BM + PAD, BN + PAD  # padded shared rows of the row and column tiles
     load_rows, load_cols, dot_acc, pv_acc = _tile_ops(blk, dtype_name)
 
     def forward_kernel(items, q, k, v, out, lse, scale, causal):
@@ -144,10 +153,10 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
         r0 = items[cuda.blockIdx.x, 2]
         D = q.shape[2]
 
-        q_t = cuda.shared.array((DC, ROW_T), dtype)       # query chunk, transposed
-        kv_t = cuda.shared.array((DC, COL_T), dtype)      # key chunk, then value chunk
-        p_s = cuda.shared.array((BM, COL_T), dtype)       # probabilities of the step
-        part = cuda.shared.array((BM, NTX), dtype)           # per-thread row maxima, then row sums
+        q_t = cuda.shared.array((DC, ROW_T), dtype)  # query chunk, transposed
+        kv_t = cuda.shared.array((DC, COL_T), dtype)  # key chunk, then value chunk
+        p_s = cuda.shared.array((BM, COL_T), dtype)  # probabilities of the step
+        part = cuda.shared.array((BM, NTX), dtype)  # per-thread row maxima, then row sums
         s_acc = cuda.local.array((TM, TN), dtype)
         o_acc = cuda.local.array((TM, OCOLS), dtype)
         m_i = cuda.local.array(TM, dtype)
@@ -160,7 +169,7 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
         if RESIDENT:
             load_rows(q, h, base, r0, L, 0, q_t)
 
-        last = min(L, r0 + BM) if causal else L                    # keys up to the tile's last query
+        last = min(L, r0 + BM) if causal else L  # keys up to the tile's last query
         for step in range((last + BN - 1) // BN):
             c0 = step * BN
             # invariant: m_i, l_i, o_acc hold the softmax state of keys [0, c0) for this thread's rows
@@ -188,7 +197,7 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
                 m_new = m_i[i]
                 for x in range(NTX):
                     m_new = max(m_new, part[ty + i * NTY, x])
-                m_use = m_new if m_new != NEG_INF else ZERO       # a row with no key yet stays at 0
+                m_use = m_new if m_new != NEG_INF else ZERO  # a row with no key yet stays at 0
                 alpha = math.exp(m_i[i] - m_use)
                 m_i[i] = m_new
                 psum = ZERO
@@ -201,7 +210,7 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
                     o_acc[i, j] *= alpha
             for c in range(NCH):
                 load_cols(v, h, base, c0, L, c * DC, kv_t)
-                cuda.syncthreads()                                 # also publishes p_s, and frees part
+                cuda.syncthreads()  # also publishes p_s, and frees part
                 pv_acc(p_s, kv_t, o_acc, c)
                 cuda.syncthreads()
 
@@ -239,9 +248,9 @@ def make_dq_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     BM, BN, DC, NTX, NTY, PAD = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.pad
     TM, TN, DJ = blk.tm, blk.tn, blk.dj
     NCH = nchunks
-    OCOLS = NCH * DJ                # output columns per thread
+    OCOLS = NCH * DJ  # output columns per thread
     RESIDENT = NCH == 1
-    ROW_T, COL_T = BM + PAD, BN + PAD          # padded shared rows of the row and column tiles
+    ROW_T, COL_T = BM + PAD, BN + PAD  # padded shared rows of the row and column tiles
     load_rows, load_cols, dot_acc, pv_acc = _tile_ops(blk, dtype_name)
 
     def dq_kernel(items, q, k, v, dout, lse, delta, dq, scale, causal):
@@ -300,9 +309,9 @@ def make_dq_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
                         ds = p * (dp_acc[i, j] - delta_i[i])
                     ds_s[ty + i * NTY, tx + j * NTX] = ds
             for c in range(NCH):
-                if not RESIDENT:                                   # with one chunk k_t still holds it
+                if not RESIDENT:  # with one chunk k_t still holds it
                     load_cols(k, h, base, c0, L, c * DC, k_t)
-                cuda.syncthreads()                                 # also publishes ds_s
+                cuda.syncthreads()  # also publishes ds_s
                 pv_acc(ds_s, k_t, dq_acc, c)
                 cuda.syncthreads()
 
@@ -331,9 +340,9 @@ def make_dkdv_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     BM, BN, DC, NTX, NTY, PAD = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.pad
     TM, TN, DJ = blk.tm, blk.tn, blk.dj
     NCH = nchunks
-    OCOLS = NCH * DJ                # output columns per thread
-    RESIDENT = NCH == 1             # the key and value tiles are loaded once
-    ROW_T, COL_T = BM + PAD, BN + PAD          # padded shared rows of the row and column tiles
+    OCOLS = NCH * DJ  # output columns per thread
+    RESIDENT = NCH == 1  # the key and value tiles are loaded once
+    ROW_T, COL_T = BM + PAD, BN + PAD  # padded shared rows of the row and column tiles
     load_rows, load_cols, dot_acc, pv_acc = _tile_ops(blk, dtype_name)
 
     def dkdv_kernel(items, q, k, v, dout, lse, delta, dk, dv, scale, causal):
@@ -349,8 +358,8 @@ def make_dkdv_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
         v_t = cuda.shared.array((DC, ROW_T), dtype)
         q_t = cuda.shared.array((DC, COL_T), dtype)
         do_t = cuda.shared.array((DC, COL_T), dtype)
-        p_s = cuda.shared.array((BM, COL_T), dtype)       # P^T of the step
-        ds_s = cuda.shared.array((BM, COL_T), dtype)      # dS^T of the step
+        p_s = cuda.shared.array((BM, COL_T), dtype)  # P^T of the step
+        ds_s = cuda.shared.array((BM, COL_T), dtype)  # dS^T of the step
         s_acc = cuda.local.array((TM, TN), dtype)
         dp_acc = cuda.local.array((TM, TN), dtype)
         dk_acc = cuda.local.array((TM, OCOLS), dtype)
@@ -365,7 +374,7 @@ def make_dkdv_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
             load_rows(k, h, base, r0, L, 0, k_t)
             load_rows(v, h, base, r0, L, 0, v_t)
 
-        first = r0 // BN if causal else 0                          # queries before the tile see none of it
+        first = r0 // BN if causal else 0  # queries before the tile see none of it
         for step in range(first, (L + BN - 1) // BN):
             c0 = step * BN
             for i in range(TM):
@@ -398,10 +407,10 @@ def make_dkdv_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
                     p_s[ty + i * NTY, tx + j * NTX] = p
                     ds_s[ty + i * NTY, tx + j * NTX] = ds
             for c in range(NCH):
-                if not RESIDENT:                                   # with one chunk q_t, do_t still hold it
+                if not RESIDENT:  # with one chunk q_t, do_t still hold it
                     load_cols(q, h, base, c0, L, c * DC, q_t)
                     load_cols(dout, h, base, c0, L, c * DC, do_t)
-                cuda.syncthreads()                                 # also publishes p_s, ds_s
+                cuda.syncthreads()  # also publishes p_s, ds_s
                 pv_acc(p_s, do_t, dv_acc, c)
                 pv_acc(ds_s, q_t, dk_acc, c)
                 cuda.syncthreads()
@@ -429,9 +438,12 @@ def make_delta_pyfunc(dtype_name: str):
 
     def delta_kernel(out, dout, delta):
         N, H, D = out.shape
-        for t in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, N, cuda.gridDim.y * cuda.blockDim.y):
-            for h in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, H,
-                           cuda.gridDim.x * cuda.blockDim.x):
+        for t in range(
+            cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, N, cuda.gridDim.y * cuda.blockDim.y
+        ):
+            for h in range(
+                cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, H, cuda.gridDim.x * cuda.blockDim.x
+            ):
                 acc = ZERO
                 for d in range(D):
                     acc += out[t, h, d] * dout[t, h, d]
@@ -448,8 +460,9 @@ def zero_rows3_pyfunc(tokens, x):
     H, D = x.shape[1], x.shape[2]
     for i in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, n, cuda.gridDim.y * cuda.blockDim.y):
         t = tokens[i]
-        for e in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, H * D,
-                       cuda.gridDim.x * cuda.blockDim.x):
+        for e in range(
+            cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, H * D, cuda.gridDim.x * cuda.blockDim.x
+        ):
             x[t, e // D, e % D] = 0
 
 
@@ -459,13 +472,16 @@ def zero_rows2_pyfunc(tokens, x):
     H = x.shape[1]
     for i in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, n, cuda.gridDim.y * cuda.blockDim.y):
         t = tokens[i]
-        for e in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, H, cuda.gridDim.x * cuda.blockDim.x):
+        for e in range(
+            cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, H, cuda.gridDim.x * cuda.blockDim.x
+        ):
             x[t, e] = 0
 
 
 # ------------------------------------------------------------------------ host side
 
-@functools.lru_cache(maxsize=None)
+
+@functools.cache
 def _kernel(kind: str, dtype_name: str, nchunks: int = 1):
     """The jitted kernel ``kind`` (``forward``, ``dq``, ``dkdv``, ``delta``) of the active profile."""
     if kind == "delta":
@@ -475,7 +491,7 @@ def _kernel(kind: str, dtype_name: str, nchunks: int = 1):
     return cuda.jit(make(blk, dtype_name, nchunks))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _zero_kernel(ndim: int):
     return cuda.jit(zero_rows3_pyfunc if ndim == 3 else zero_rows2_pyfunc)
 
@@ -492,10 +508,14 @@ def _operands(named: dict):
         raise ValueError(f"{first} should have shape [N, H, D], but got {tuple(x0.shape)}")
     for name, x in views.items():
         if numpy_dtype(x.dtype) != dtype:
-            raise TypeError(f"{name} should have {first}'s dtype {dtype}, but got {numpy_dtype(x.dtype)} "
-                            f"(device kernels do not promote)")
+            raise TypeError(
+                f"{name} should have {first}'s dtype {dtype}, but got {numpy_dtype(x.dtype)} "
+                f"(device kernels do not promote)"
+            )
         if tuple(x.shape) != tuple(x0.shape):
-            raise ValueError(f"{name} should have {first}'s shape {tuple(x0.shape)}, but got {tuple(x.shape)}")
+            raise ValueError(
+                f"{name} should have {first}'s shape {tuple(x0.shape)}, but got {tuple(x.shape)}"
+            )
     return list(views.values()), dtype
 
 
@@ -503,7 +523,7 @@ def _host_ints(x, name: str) -> np.ndarray:
     """A host int64 copy of the 1-D integer array ``x`` (host, Numba device or torch)."""
     if hasattr(x, "copy_to_host"):
         x = x.copy_to_host()
-    elif hasattr(x, "detach"):                    # a torch tensor, on any device
+    elif hasattr(x, "detach"):  # a torch tensor, on any device
         x = x.detach().cpu().numpy()
     elif not isinstance(x, np.ndarray) and hasattr(x, "__cuda_array_interface__"):
         x = cuda.as_cuda_array(x).copy_to_host()
@@ -530,7 +550,7 @@ def _segments(starts, lengths, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     edges = np.zeros(N + 1, np.int64)
     np.add.at(edges, st[used], 1)
     np.add.at(edges, st[used] + ln[used], -1)
-    cover = np.cumsum(edges[:N])                  # cover[t]: how many segments hold token t
+    cover = np.cumsum(edges[:N])  # cover[t]: how many segments hold token t
     if N and cover.max() > 1:
         t = int(np.argmax(cover > 1))
         raise ValueError(f"segments should be disjoint, but token {t} lies in {int(cover[t])} of them")
@@ -546,11 +566,13 @@ def _scalar(scale, dtype: np.dtype):
 def _outputs(given: dict, shapes: dict, dtype: np.dtype, like, inputs: tuple):
     """``output`` for each named result (``given[name]``: the caller's array or
     ``None``), refusing two given results that share device memory."""
-    pairs = {name: output(arr, shapes[name], dtype, like, f"the attention's {name}", inputs, name=name)
-             for name, arr in given.items()}
+    pairs = {
+        name: output(arr, shapes[name], dtype, like, f"the attention's {name}", inputs, name=name)
+        for name, arr in given.items()
+    }
     names = list(pairs)
     for i, a in enumerate(names):
-        for b in names[i + 1:]:
+        for b in names[i + 1 :]:
             if given[a] is not None and given[b] is not None and bounds_meet(pairs[a][1], (pairs[b][1],)):
                 raise ValueError(f"{a} and {b} overlap in device memory; pass separate arrays")
     return pairs
@@ -573,7 +595,9 @@ def _launch(kind: str, dtype: np.dtype, D: int, H: int, items: np.ndarray, *args
     if items.shape[0] == 0 or H == 0:
         return
     if items.shape[0] > MAX_GRID_X or H > MAX_GRID_YZ:
-        raise ValueError(f"{items.shape[0]} tiles x {H} heads exceed CUDA's grid of {MAX_GRID_X} x {MAX_GRID_YZ} blocks")
+        raise ValueError(
+            f"{items.shape[0]} tiles x {H} heads exceed CUDA's grid of {MAX_GRID_X} x {MAX_GRID_YZ} blocks"
+        )
     blk = attention_blocking(dtype.name, backward=kind != "forward")
     kernel = _kernel(kind, dtype.name, max(1, -(-D // blk.dc)))
     kernel[(items.shape[0], H), blk.threads](cuda.to_device(items), *args)
@@ -611,8 +635,9 @@ def varlen_attention_forward(q, k, v, starts, lengths, *, causal: bool, scale: f
     return out_res, lse_res
 
 
-def varlen_attention_backward(dout, q, k, v, out, lse, starts, lengths, *, causal: bool, scale: float,
-                              dq=None, dk=None, dv=None):
+def varlen_attention_backward(
+    dout, q, k, v, out, lse, starts, lengths, *, causal: bool, scale: float, dq=None, dk=None, dv=None
+):
     """Gradients ``(dq, dk, dv)`` of ``sum(out * dout)`` for :func:`varlen_attention_forward`.
 
     ``dout, q, k, v, out``: ``[N, H, D]``, ``lse``: ``[N, H]``, as the forward pass
@@ -637,15 +662,20 @@ def varlen_attention_backward(dout, q, k, v, out, lse, starts, lengths, *, causa
     st, ln, pad = _segments(starts, lengths, N)
     sc = _scalar(scale, dtype)
     shape = (N, H, D)
-    res = _outputs({"dq": dq, "dk": dk, "dv": dv}, {"dq": shape, "dk": shape, "dv": shape}, dtype, q,
-                   (qd, kd, vd, dod, od, lsed))
+    res = _outputs(
+        {"dq": dq, "dk": dk, "dv": dv},
+        {"dq": shape, "dk": shape, "dv": shape},
+        dtype,
+        q,
+        (qd, kd, vd, dod, od, lsed),
+    )
     (dq_res, dq_d), (dk_res, dk_d), (dv_res, dv_d) = res["dq"], res["dk"], res["dv"]
     _zero_tokens(pad, (dq_d, dk_d, dv_d))
     blk = attention_blocking(dtype.name, backward=True)
     q_items = attention_items(st, ln, blk.bm, blk.bn, bool(causal))
     if q_items.size == 0 or H == 0 or D == 0:
         return dq_res, dk_res, dv_res
-    delta = cuda.device_array((N, H), dtype)                   # rowsum(dout * out), read by both kernels
+    delta = cuda.device_array((N, H), dtype)  # rowsum(dout * out), read by both kernels
     grid, block = copy_launch(1, N, H, copy_block())
     _kernel("delta", dtype.name)[grid, block](od, dod, delta)
     k_items = attention_items(st, ln, blk.bm, blk.bn, bool(causal), keys_are_rows=True)

@@ -13,16 +13,27 @@ The attention kernels (:mod:`.attention`) have their own table,
 The active profile is chosen from ``NUMBA_ENABLE_CUDASIM`` when a kernel is first
 built (:func:`active_profile`). This module imports nothing from numba.
 """
+
 from __future__ import annotations
 
 import os
 import sys
 from dataclasses import dataclass
 
-__all__ = ["GemmBlocking", "GEMM_BLOCKING", "COPY_BLOCK", "AttentionBlocking", "ATTENTION_BLOCKING",
-           "SHARED_MEMORY_LIMIT", "active_profile", "gemm_blocking", "copy_block", "attention_blocking"]
+__all__ = [
+    "GemmBlocking",
+    "GEMM_BLOCKING",
+    "COPY_BLOCK",
+    "AttentionBlocking",
+    "ATTENTION_BLOCKING",
+    "SHARED_MEMORY_LIMIT",
+    "active_profile",
+    "gemm_blocking",
+    "copy_block",
+    "attention_blocking",
+]
 
-SHARED_MEMORY_LIMIT = 48 * 1024     # bytes of static shared memory a block may declare
+SHARED_MEMORY_LIMIT = 48 * 1024  # bytes of static shared memory a block may declare
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,7 @@ class GemmBlocking:
         tx, ty = self.threads
         return tx * ty
 
-    def check(self) -> "GemmBlocking":
+    def check(self) -> GemmBlocking:
         """Raise ``ValueError`` unless every block is a multiple of its register block
         and the tile loads divide evenly among the threads."""
         for name in ("bm", "bn", "bk", "tm", "tn"):
@@ -72,7 +83,8 @@ class GemmBlocking:
         if (self.bm * self.bk) % nt or (self.bk * self.bn) % nt:
             raise ValueError(
                 f"the A tile ({self.bm}x{self.bk}) and B tile ({self.bk}x{self.bn}) should split evenly "
-                f"over {nt} threads, but got {self}")
+                f"over {nt} threads, but got {self}"
+            )
         return self
 
 
@@ -86,6 +98,7 @@ GEMM_BLOCKING: dict[str, dict[str, GemmBlocking]] = {
         "float64": GemmBlocking(bm=8, bn=4, bk=2, tm=2, tn=2, pad=1),
     },
 }
+
 
 @dataclass(frozen=True)
 class AttentionBlocking:
@@ -134,11 +147,11 @@ class AttentionBlocking:
         """Static shared memory of the forward kernel, or of the larger backward one (dK/dV)."""
         row, col = self.dc * (self.bm + self.pad), self.dc * (self.bn + self.pad)
         scores = self.bm * (self.bn + self.pad)
-        if backward:                      # K, V rows; Q, dO columns; P and dS
+        if backward:  # K, V rows; Q, dO columns; P and dS
             return itemsize * (2 * row + 2 * col + 2 * scores)
-        return itemsize * (row + col + scores + self.bm * self.ntx)     # Q rows, K/V columns, P, row partials
+        return itemsize * (row + col + scores + self.bm * self.ntx)  # Q rows, K/V columns, P, row partials
 
-    def check(self, itemsize: int = 4, backward: bool = False, limit: int | None = None) -> "AttentionBlocking":
+    def check(self, itemsize: int = 4, backward: bool = False, limit: int | None = None) -> AttentionBlocking:
         """Raise ``ValueError`` unless the tiles split evenly over the threads (scores,
         output columns and tile loads) and fit ``limit`` bytes of shared memory."""
         for name in ("bm", "bn", "dc", "ntx", "nty"):
@@ -152,11 +165,15 @@ class AttentionBlocking:
         if nt > 1024:
             raise ValueError(f"attention blocking needs {nt} threads per block, over CUDA's 1024: {self}")
         if (self.bm * self.dc) % nt or (self.bn * self.dc) % nt:
-            raise ValueError(f"the row ({self.bm}x{self.dc}) and column ({self.bn}x{self.dc}) tiles should "
-                             f"split evenly over {nt} threads, but got {self}")
+            raise ValueError(
+                f"the row ({self.bm}x{self.dc}) and column ({self.bn}x{self.dc}) tiles should "
+                f"split evenly over {nt} threads, but got {self}"
+            )
         nbytes = self.shared_bytes(itemsize, backward)
         if limit is not None and nbytes > limit:
-            raise ValueError(f"attention blocking needs {nbytes} bytes of shared memory, over {limit}: {self}")
+            raise ValueError(
+                f"attention blocking needs {nbytes} bytes of shared memory, over {limit}: {self}"
+            )
         return self
 
 
@@ -172,7 +189,7 @@ ATTENTION_BLOCKING: dict[str, dict[str, dict[str, AttentionBlocking]]] = {
             "float64": AttentionBlocking(bm=32, bn=16, dc=32, ntx=8, nty=16, pad=1),
         },
     },
-    "simulator": {                        # rows and columns of unequal tiles, so no geometry slip hides
+    "simulator": {  # rows and columns of unequal tiles, so no geometry slip hides
         "forward": {
             "float32": AttentionBlocking(bm=4, bn=2, dc=8, ntx=2, nty=2, pad=1),
             "float64": AttentionBlocking(bm=4, bn=2, dc=8, ntx=2, nty=2, pad=1),

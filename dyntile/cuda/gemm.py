@@ -15,6 +15,7 @@ The kernel is built by :func:`make_gemm_pyfunc` from a :class:`GemmBlocking`
 (the block sizes are closure constants, so Numba unrolls the register loops);
 :func:`gemm_kernel` returns the jitted kernel of the active profile.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,14 +35,14 @@ def make_gemm_pyfunc(blocking: GemmBlocking, dtype_name: str):
     from numba import types
 
     dtype = getattr(types, dtype_name)
-    u64 = types.uint64        # unsigned indices: Numba emits no negative-index wraparound code
-    ZERO = np.dtype(dtype_name).type(0)              # typed zero: the loads stay in dtype
+    u64 = types.uint64  # unsigned indices: Numba emits no negative-index wraparound code
+    ZERO = np.dtype(dtype_name).type(0)  # typed zero: the loads stay in dtype
     BM, BN, BK, TM, TN, PAD = blocking.bm, blocking.bn, blocking.bk, blocking.tm, blocking.tn, blocking.pad
-    NTX, NTY = blocking.threads                     # thread block: x over N, y over M
+    NTX, NTY = blocking.threads  # thread block: x over N, y over M
     NT = NTX * NTY
-    A_LOADS = BM * BK // NT                         # A-tile elements loaded per thread
-    B_LOADS = BK * BN // NT                         # B-tile elements loaded per thread
-    A_ROW = BM + PAD                                # padded shared row lengths
+    A_LOADS = BM * BK // NT  # A-tile elements loaded per thread
+    B_LOADS = BK * BN // NT  # B-tile elements loaded per thread
+    A_ROW = BM + PAD  # padded shared row lengths
     B_ROW = BN + PAD
 
     def gemm_kernel(a, b, c, a_index, b_index, z0):
@@ -57,8 +58,8 @@ def make_gemm_pyfunc(blocking: GemmBlocking, dtype_name: str):
         N = c.shape[2]
         K = a.shape[2]
 
-        a_tile = cuda.shared.array((2, BK, A_ROW), dtype)   # transposed: a_tile[s, k, m]
-        b_tile = cuda.shared.array((2, BK, B_ROW), dtype)   # b_tile[s, k, n]
+        a_tile = cuda.shared.array((2, BK, A_ROW), dtype)  # transposed: a_tile[s, k, m]
+        b_tile = cuda.shared.array((2, BK, B_ROW), dtype)  # b_tile[s, k, n]
         acc = cuda.local.array((TM, TN), dtype)
         a_frag = cuda.local.array(TM, dtype)
         b_frag = cuda.local.array(TN, dtype)
@@ -130,7 +131,7 @@ def make_gemm_pyfunc(blocking: GemmBlocking, dtype_name: str):
     return gemm_kernel
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def gemm_kernel(dtype_name: str, max_registers: int | None = None):
     """The jitted GEMM kernel for ``dtype_name`` in the active profile (built once).
 

@@ -5,6 +5,7 @@ loops, so their grids are clipped, and the GEMM walks batches past the limit in
 chunks (:func:`gemm_launch` returns one launch per chunk). The attention kernels
 take a table of work items, one block per item and head (:func:`attention_items`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,7 +22,9 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def gemm_launch(batch: int, m: int, n: int, blocking: GemmBlocking) -> list[tuple[int, tuple[int, int, int], tuple[int, int]]]:
+def gemm_launch(
+    batch: int, m: int, n: int, blocking: GemmBlocking
+) -> list[tuple[int, tuple[int, int, int], tuple[int, int]]]:
     """Launches of the GEMM kernel for ``batch`` products of ``m x n`` outputs.
 
     Returns ``[(batch_start, grid, block), ...]``: ``grid = (ceil(n/bn), ceil(m/bm), nb)``
@@ -40,7 +43,9 @@ def gemm_launch(batch: int, m: int, n: int, blocking: GemmBlocking) -> list[tupl
     return [(z0, (gx, gy, min(MAX_GRID_YZ, batch - z0)), block) for z0 in range(0, batch, MAX_GRID_YZ)]
 
 
-def copy_launch(batch: int, rows: int, cols: int, block: tuple[int, int]) -> tuple[tuple[int, int, int], tuple[int, int]] | None:
+def copy_launch(
+    batch: int, rows: int, cols: int, block: tuple[int, int]
+) -> tuple[tuple[int, int, int], tuple[int, int]] | None:
     """Grid and block of a copy kernel over ``batch x rows x cols`` elements.
 
     ``x`` runs along ``cols`` (the contiguous axis), ``y`` along ``rows``, ``z`` along
@@ -59,8 +64,9 @@ def copy_launch(batch: int, rows: int, cols: int, block: tuple[int, int]) -> tup
     return grid, (bx, by)
 
 
-def attention_items(starts: np.ndarray, lengths: np.ndarray, rows: int, cols: int, causal: bool,
-                    keys_are_rows: bool = False) -> np.ndarray:
+def attention_items(
+    starts: np.ndarray, lengths: np.ndarray, rows: int, cols: int, causal: bool, keys_are_rows: bool = False
+) -> np.ndarray:
     """Work items of an attention kernel: int64 ``(n, 3)`` rows ``(start, length, r0)``.
 
     Item ``(start, length, r0)`` is the tile of ``rows`` tokens from ``r0`` of the

@@ -11,6 +11,7 @@ axis, ``R``: the product of the others) from the flat buffer or with ``fill``.
 * device samples (Numba device arrays, CUDA torch tensors) are concatenated on the
   device (device-to-device copies; strided ones through Numba's copy kernel).
 """
+
 from __future__ import annotations
 
 import functools
@@ -40,8 +41,9 @@ def pad_pyfunc(flat, meta, out, fill, left):
     for b in range(cuda.blockIdx.z, B, cuda.gridDim.z):
         last = meta[1 + b, nd]
         shift_c = last_pad - last if left else 0
-        for r in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, R,
-                       cuda.gridDim.y * cuda.blockDim.y):
+        for r in range(
+            cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, R, cuda.gridDim.y * cuda.blockDim.y
+        ):
             inside = True
             src = meta[1 + b, 0]
             rem = r
@@ -54,8 +56,9 @@ def pad_pyfunc(flat, meta, out, fill, left):
                 inside = inside and 0 <= i < s
                 src += i * stride
                 stride *= s
-            for c in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, L,
-                           cuda.gridDim.x * cuda.blockDim.x):
+            for c in range(
+                cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, L, cuda.gridDim.x * cuda.blockDim.x
+            ):
                 j = c - shift_c
                 if inside and 0 <= j < last:
                     out[b, r, c] = flat[src + j]
@@ -63,7 +66,7 @@ def pad_pyfunc(flat, meta, out, fill, left):
                     out[b, r, c] = fill
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def pad_kernel():
     """The jitted pad kernel (compiled per dtype and layout on first launch)."""
     return cuda.jit(pad_pyfunc)
@@ -100,18 +103,18 @@ def _upload_host(samples, meta: np.ndarray, total: int, dtype: np.dtype):
     """Copy ``meta`` and every host sample to the device in one transfer.
 
     Returns device views ``(flat, meta)``."""
-    meta_bytes = -(-meta.nbytes // 16) * 16             # keep the data aligned for any dtype
+    meta_bytes = -(-meta.nbytes // 16) * 16  # keep the data aligned for any dtype
     nbytes = meta_bytes + total * dtype.itemsize
     with _STAGING.lock:
         host = _STAGING.get(nbytes)
-        host[:meta.nbytes] = meta.view(np.uint8).ravel()
+        host[: meta.nbytes] = meta.view(np.uint8).ravel()
         data = host[meta_bytes:].view(dtype)
         for b, x in enumerate(samples):
             o = meta[1 + b, 0]
             n = x.size
-            data[o:o + n].reshape(x.shape)[...] = x     # strided gather on the host
-        dev = cuda.to_device(host)                       # the one host-to-device copy
-    d_meta = dev[:meta.nbytes].view(np.int64).reshape(meta.shape)
+            data[o : o + n].reshape(x.shape)[...] = x  # strided gather on the host
+        dev = cuda.to_device(host)  # the one host-to-device copy
+    d_meta = dev[: meta.nbytes].view(np.int64).reshape(meta.shape)
     d_flat = dev[meta_bytes:].view(dtype)
     return d_flat, d_meta
 
@@ -124,7 +127,7 @@ def _concat_device(samples, meta: np.ndarray, total: int, dtype: np.dtype):
         if n == 0:
             continue
         o = int(meta[1 + b, 0])
-        dst = flat[o:o + n]
+        dst = flat[o : o + n]
         if x.is_c_contiguous():
             dst.copy_to_device(x.reshape(n))
         else:
@@ -163,8 +166,10 @@ def pad_into(samples, out_shape, dtype, fill, left: bool, out=None):
     on_device = [is_device_array(x) for x in samples]
     if any(on_device) and not all(on_device):
         i = on_device.index(not on_device[0])
-        raise TypeError(f"samples mix device and host arrays: sample 0 is on the "
-                        f"{'GPU' if on_device[0] else 'host'} but sample {i} is not; move them to one device first")
+        raise TypeError(
+            f"samples mix device and host arrays: sample 0 is on the "
+            f"{'GPU' if on_device[0] else 'host'} but sample {i} is not; move them to one device first"
+        )
     if on_device and on_device[0]:
         arrays = [as_device(x, f"samples[{i}]") for i, x in enumerate(samples)]
         for i, x in enumerate(arrays):
@@ -175,10 +180,16 @@ def pad_into(samples, out_shape, dtype, fill, left: bool, out=None):
     shapes = [tuple(int(s) for s in x.shape) for x in arrays]
     for i, s in enumerate(shapes):
         if len(s) != len(padded) or any(a > p for a, p in zip(s, padded)):
-            raise ValueError(f"sample {i} of shape {s} does not fit the padded sample shape {padded}; "
-                             f"pad_into never cuts")
-    result, dest = output(out, out_shape, dtype, samples[0] if on_device and on_device[0] else None,
-                          inputs=tuple(arrays) if on_device and on_device[0] else ())
+            raise ValueError(
+                f"sample {i} of shape {s} does not fit the padded sample shape {padded}; pad_into never cuts"
+            )
+    result, dest = output(
+        out,
+        out_shape,
+        dtype,
+        samples[0] if on_device and on_device[0] else None,
+        inputs=tuple(arrays) if on_device and on_device[0] else (),
+    )
     if math.prod(out_shape) == 0:
         return result
     if len(padded) == 0:

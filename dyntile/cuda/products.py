@@ -1,10 +1,12 @@
 """``numpy.matmul`` for CUDA device arrays, on the GEMM kernel of :mod:`.gemm`.
 
 The wrapper applies matmul's rules through :func:`dyntile.shapes.matmul_shapes`
-(1-D operands promoted then squeezed, leading axes broadcast, NumPy's errors), merges each operand's leading axes into one batch axis and hands
-the kernel two small int32 tables, ``a_index[z]`` and ``b_index[z]``: which matrix
-of A and of B output batch ``z`` multiplies. Broadcasting thus never copies data.
+(1-D operands promoted then squeezed, leading axes broadcast, NumPy's errors), merges
+each operand's leading axes into one batch axis and hands the kernel two small int32
+tables, ``a_index[z]`` and ``b_index[z]``: which matrix of A and of B output batch ``z``
+multiplies. Broadcasting thus never copies data.
 """
+
 from __future__ import annotations
 
 import functools
@@ -45,22 +47,25 @@ def matmul(a, b, out=None):
     axes follow NumPy. Both operands need the same dtype (no promotion on the device).
     Returns a CUDA torch tensor for torch input, else a Numba device array, or ``out``.
 
-    >>> c = matmul(cuda.to_device(np.ones((2, 3, 4), np.float32)), cuda.to_device(np.ones((4, 5), np.float32)))
+    >>> a, b = np.ones((2, 3, 4), np.float32), np.ones((4, 5), np.float32)
+    >>> c = matmul(cuda.to_device(a), cuda.to_device(b))
     >>> c.shape
     (2, 3, 5)
     """
     ad, bd = as_device(a, "a"), as_device(b, "b")
     dta, dtb = numpy_dtype(ad.dtype), numpy_dtype(bd.dtype)
     if dta != dtb or dta.name not in _DTYPES:
-        raise TypeError(f"the CUDA matmul needs a and b of one dtype among {_DTYPES}, but got a {dta} and b {dtb}; "
-                        f"cast them first (device kernels do not promote)")
+        raise TypeError(
+            f"the CUDA matmul needs a and b of one dtype among {_DTYPES}, but got a {dta} and b {dtb}; "
+            f"cast them first (device kernels do not promote)"
+        )
     shapes = matmul_shapes(tuple(ad.shape), tuple(bd.shape))
     batch, M, K, N, out_shape = shapes.batch, shapes.m, shapes.k, shapes.n, shapes.out_shape
     result, dest = output(out, out_shape, dta, a, inputs=(ad, bd))
     total = math.prod(batch)
     if total * M * N == 0:
         return result
-    if K == 0:                       # empty sum: numpy gives zeros
+    if K == 0:  # empty sum: numpy gives zeros
         dest[...] = np.zeros(out_shape, dta)
         return result
     am = _as_matrix(ad, (1, K))

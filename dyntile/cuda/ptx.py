@@ -4,9 +4,10 @@ Needs the CUDA toolkit's NVVM and NVRTC (for instance ``pip install
 "numba-cuda[cu13]"``) and must run without the simulator. Used by the PTX test and
 by ``asv_benches/gpu_check.py``; ``python -m dyntile.cuda.ptx`` prints a summary.
 
->>> sorted(KERNEL_SIGNATURES)[:2]
-['gemm_float32', 'gemm_float64']
+>>> sorted({name.split("_")[0] for name in KERNEL_SIGNATURES})
+['attention', 'gemm', 'pad', 'tile', 'untile']
 """
+
 from __future__ import annotations
 
 import sys
@@ -52,8 +53,11 @@ def _attention_pyfunc(name: str):
         return attention.make_delta_pyfunc(dtype_name)
     if kind in ("zero3", "zero2"):
         return attention.zero_rows3_pyfunc if kind == "zero3" else attention.zero_rows2_pyfunc
-    make = {"forward": attention.make_forward_pyfunc, "dq": attention.make_dq_pyfunc,
-            "dkdv": attention.make_dkdv_pyfunc}[kind]
+    make = {
+        "forward": attention.make_forward_pyfunc,
+        "dq": attention.make_dq_pyfunc,
+        "dkdv": attention.make_dkdv_pyfunc,
+    }[kind]
     return make(attention_blocking(dtype_name, kind != "forward", "gpu"), dtype_name, int(rest[0][1:]))
 
 
@@ -77,7 +81,7 @@ def compile_all(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
     out = {}
     for name, sig in KERNEL_SIGNATURES.items():
         for nd, layout in _ARR.items():
-            sig = sig.replace("{%d}" % nd, layout)
+            sig = sig.replace(f"{{{nd}}}", layout)
         ptx, _ = cuda.compile_ptx(_pyfunc(name), sig, cc=cc)
         out[name] = ptx
     return out

@@ -5,6 +5,7 @@ Only imported on first CUDA use. Converts CUDA torch tensors (and any object wit
 outputs of the caller's kind, and reshapes device arrays into the batched views
 the kernels take.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,18 @@ import sys
 
 import numpy as np
 
-__all__ = ["cuda", "simulator_active", "is_device_array", "as_device", "allocate", "as_batched", "contiguous",
-           "byte_bounds", "bounds_meet", "output"]
+__all__ = [
+    "cuda",
+    "simulator_active",
+    "is_device_array",
+    "as_device",
+    "allocate",
+    "as_batched",
+    "contiguous",
+    "byte_bounds",
+    "bounds_meet",
+    "output",
+]
 
 
 def _import_cuda():
@@ -22,7 +33,8 @@ def _import_cuda():
     except ImportError as exc:  # pragma: no cover - exercised only without numba
         raise ImportError(
             "dyntile got a CUDA array, but its CUDA kernels need numba and numba-cuda: "
-            "pip install 'dyntile[cuda]' (or: pip install numba numba-cuda)") from exc
+            "pip install 'dyntile[cuda]' (or: pip install numba numba-cuda)"
+        ) from exc
     return numba_cuda
 
 
@@ -30,7 +42,7 @@ cuda = _import_cuda()
 if cuda.config.ENABLE_CUDASIM:
     from .simulator import make_shared_allocation_atomic
 
-    make_shared_allocation_atomic()       # the simulator's shared arrays, one per block (see .simulator)
+    make_shared_allocation_atomic()  # the simulator's shared arrays, one per block (see .simulator)
 
 
 def simulator_active() -> bool:
@@ -60,7 +72,8 @@ def as_device(x, name: str = "array"):
         return cuda.as_cuda_array(x)
     raise TypeError(
         f"{name} should be a CUDA device array (Numba device array, CUDA torch tensor or an "
-        f"object with __cuda_array_interface__), but got {type(x).__name__}")
+        f"object with __cuda_array_interface__), but got {type(x).__name__}"
+    )
 
 
 def allocate(shape, dtype, like=None):
@@ -105,12 +118,14 @@ def byte_bounds(x) -> tuple[int, int]:
     if _torch_tensor(x):
         ptr, shape, itemsize = x.data_ptr(), tuple(x.shape), x.element_size()
         strides = tuple(st * itemsize for st in x.stride())
-    elif simulator_active() and hasattr(x, "_ary"):    # a simulated device array wraps a host array
+    elif simulator_active() and hasattr(x, "_ary"):  # a simulated device array wraps a host array
         return tuple(int(v) for v in np.lib.array_utils.byte_bounds(x._ary))
     else:
         face = x.__cuda_array_interface__
         ptr, shape, itemsize = int(face["data"][0]), tuple(face["shape"]), np.dtype(face["typestr"]).itemsize
-        strides = face.get("strides") or tuple(itemsize * math.prod(shape[k + 1:]) for k in range(len(shape)))
+        strides = face.get("strides") or tuple(
+            itemsize * math.prod(shape[k + 1 :]) for k in range(len(shape))
+        )
     if math.prod(shape) == 0:
         return ptr, ptr
     lo = ptr + sum(min(0, (n - 1) * st) for n, st in zip(shape, strides))
@@ -118,8 +133,9 @@ def byte_bounds(x) -> tuple[int, int]:
     return lo, hi
 
 
-def output(out, out_shape: tuple, dtype, like=None, what: str = "the result", inputs: tuple = (),
-           name: str = "out"):
+def output(
+    out, out_shape: tuple, dtype, like=None, what: str = "the result", inputs: tuple = (), name: str = "out"
+):
     """``(result, device view)`` to write a result of ``out_shape``/``dtype`` into: the
     user's ``out`` (checked, and refused where its bytes meet those of a device array of
     ``inputs``: the kernels read their inputs while they write) or a fresh allocation
@@ -127,13 +143,19 @@ def output(out, out_shape: tuple, dtype, like=None, what: str = "the result", in
     if out is None:
         return allocate(out_shape, dtype, like)
     dest = as_device(out, name)
-    if tuple(dest.shape) != tuple(out_shape):          # NumPy's kinds: a wrong shape ValueError, a wrong dtype TypeError
-        raise ValueError(f"{name} should have shape {tuple(out_shape)} for {what}, but got {tuple(dest.shape)}")
+    if tuple(dest.shape) != tuple(
+        out_shape
+    ):  # NumPy's kinds: a wrong shape ValueError, a wrong dtype TypeError
+        raise ValueError(
+            f"{name} should have shape {tuple(out_shape)} for {what}, but got {tuple(dest.shape)}"
+        )
     if numpy_dtype(dest.dtype) != dtype:
         raise TypeError(f"{name} should have dtype {dtype} for {what}, but got {numpy_dtype(dest.dtype)}")
     if bounds_meet(dest, inputs):
-        raise ValueError(f"{name} overlaps an input in device memory; {what} cannot be written over "
-                         f"its inputs (pass a separate {name})")
+        raise ValueError(
+            f"{name} overlaps an input in device memory; {what} cannot be written over "
+            f"its inputs (pass a separate {name})"
+        )
     return out, dest
 
 
@@ -150,8 +172,8 @@ def as_batched(x, tail: int):
     reshapes C-contiguous device arrays only): ``(2, 3, 4, 5)`` with ``tail=2`` gives
     ``(6, 4, 5)`` and ``(4, 5)`` gives ``(1, 4, 5)``.
     """
-    lead = x.shape[:x.ndim - tail]
-    core = x.shape[x.ndim - tail:]
+    lead = x.shape[: x.ndim - tail]
+    core = x.shape[x.ndim - tail :]
     if len(lead) == 1:
         return x
     new_shape = (math.prod(lead), *core)

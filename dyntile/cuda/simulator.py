@@ -15,6 +15,7 @@ asking for that key wait until the array is stored, then all get that one array.
 :mod:`.runtime` applies it when it loads numba with the simulator on. It changes
 nothing on a real GPU.
 """
+
 from __future__ import annotations
 
 import threading
@@ -41,7 +42,7 @@ class OnceDict(dict):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._filled = threading.Condition()
-        self._reserved: dict = {}          # key -> the thread that fills it in
+        self._reserved: dict = {}  # key -> the thread that fills it in
 
     def get(self, key, default=None):
         me = threading.current_thread()
@@ -51,7 +52,7 @@ class OnceDict(dict):
                 if owner is None or owner is me or not owner.is_alive():
                     self._reserved[key] = me
                     return default
-                self._filled.wait(0.05)    # the timeout re-checks that the owner still runs
+                self._filled.wait(0.05)  # the timeout re-checks that the owner still runs
             return self[key]
 
     def __setitem__(self, key, value):
@@ -76,7 +77,7 @@ def make_shared_allocation_atomic() -> bool:
         return True
     try:
         probe = shared(0)
-    except Exception:                      # another simulator: leave it as it is
+    except Exception:  # another simulator: leave it as it is
         return False
     if type(getattr(probe, "_allocations", None)) is not dict:
         return False

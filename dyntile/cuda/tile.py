@@ -5,11 +5,11 @@ Both kernels walk the dense ``(B, rows, cols)`` index space with grid-stride loo
 within each tile row of ``tn`` elements. Leading axes of ``(..., M, N)`` inputs are
 merged into one batch axis (:func:`dyntile.cuda.runtime.as_batched`) and restored.
 """
+
 from __future__ import annotations
 
 import functools
 import math
-
 
 from .config import copy_block
 from .launch import copy_launch
@@ -23,12 +23,16 @@ def tile_pyfunc(x, t, fill):
     B, M, N = x.shape
     gm, gn, tm, tn = t.shape[1], t.shape[2], t.shape[3], t.shape[4]
     for b in range(cuda.blockIdx.z, B, cuda.gridDim.z):
-        for i in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, gm * tm,
-                       cuda.gridDim.y * cuda.blockDim.y):
+        for i in range(
+            cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, gm * tm, cuda.gridDim.y * cuda.blockDim.y
+        ):
             gi = i // tm
             ii = i - gi * tm
-            for j in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, gn * tn,
-                           cuda.gridDim.x * cuda.blockDim.x):
+            for j in range(
+                cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x,
+                gn * tn,
+                cuda.gridDim.x * cuda.blockDim.x,
+            ):
                 gj = j // tn
                 t[b, gi, gj, ii, j - gj * tn] = x[b, i, j] if i < M and j < N else fill
 
@@ -38,23 +42,25 @@ def untile_pyfunc(t, x):
     B, M, N = x.shape
     tm, tn = t.shape[3], t.shape[4]
     for b in range(cuda.blockIdx.z, B, cuda.gridDim.z):
-        for i in range(cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, M,
-                       cuda.gridDim.y * cuda.blockDim.y):
+        for i in range(
+            cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, M, cuda.gridDim.y * cuda.blockDim.y
+        ):
             gi = i // tm
             ii = i - gi * tm
-            for j in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, N,
-                           cuda.gridDim.x * cuda.blockDim.x):
+            for j in range(
+                cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, N, cuda.gridDim.x * cuda.blockDim.x
+            ):
                 gj = j // tn
                 x[b, i, j] = t[b, gi, gj, ii, j - gj * tn]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def tile_kernel():
     """The jitted tile kernel."""
     return cuda.jit(tile_pyfunc)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def untile_kernel():
     """The jitted untile kernel."""
     return cuda.jit(untile_pyfunc)
@@ -75,13 +81,16 @@ def tile_into(x, tile, fill, out=None):
     ``gm = ceil(M / tm)``, ``gn = ceil(N / tn)``; edge tiles are completed with ``fill``.
     Returns the input's kind (CUDA torch tensor or Numba device array), or ``out``.
 
+    >>> import numpy as np
     >>> t = tile_into(cuda.to_device(np.ones((5, 33, 17), np.float32)), (8, 8), 0.0)
     >>> t.shape
     (5, 5, 3, 8, 8)
     """
     xd = as_device(x, "x")
     if xd.ndim < 2:
-        raise ValueError(f"tile_into needs an array of at least 2 dimensions (..., M, N), but got shape {xd.shape}")
+        raise ValueError(
+            f"tile_into needs an array of at least 2 dimensions (..., M, N), but got shape {xd.shape}"
+        )
     tm, tn = (int(v) for v in tile)
     *lead, M, N = xd.shape
     gm, gn = -(-M // tm), -(-N // tn)
@@ -106,6 +115,7 @@ def untile_from(t, shape, out=None):
 
     ``shape = (M, N)`` must fit the grid: ``ceil(M / tm) == gm`` and ``ceil(N / tn) == gn``.
 
+    >>> import numpy as np
     >>> x = untile_from(cuda.to_device(np.ones((5, 3, 8, 8), np.float32)), (33, 17))
     >>> x.shape
     (33, 17)
@@ -116,8 +126,10 @@ def untile_from(t, shape, out=None):
     M, N = (int(v) for v in shape)
     *lead, gm, gn, tm, tn = td.shape
     if -(-M // tm) != gm or -(-N // tn) != gn:
-        raise ValueError(f"shape {(M, N)} does not match the tile grid of t {td.shape}: it needs "
-                         f"ceil(M/tm)={-(-M // tm)} x ceil(N/tn)={-(-N // tn)} tiles, t has {gm} x {gn}")
+        raise ValueError(
+            f"shape {(M, N)} does not match the tile grid of t {td.shape}: it needs "
+            f"ceil(M/tm)={-(-M // tm)} x ceil(N/tn)={-(-N // tn)} tiles, t has {gm} x {gn}"
+        )
     dtype = numpy_dtype(td.dtype)
     out_shape = (*lead, M, N)
     result, dest = output(out, out_shape, dtype, t, "untile", inputs=(td,))

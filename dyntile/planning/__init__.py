@@ -12,6 +12,7 @@
 NumPy only, no torch. Packing's best-fit loop is the small Cython kernel
 :mod:`dyntile.cpu.packing`, imported when a packing function first runs.
 """
+
 from __future__ import annotations
 
 from dyntile.lazy import lazy_exports

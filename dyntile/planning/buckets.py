@@ -24,6 +24,7 @@ never increases; the result is a local optimum of the joint problem.
 
 NumPy and that one Cython kernel; no torch.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -31,7 +32,7 @@ import dataclasses
 import json
 import operator
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -65,8 +66,10 @@ def _check_rounding(L: np.ndarray, multiple: int) -> None:
     top = -(-longest // multiple) * multiple
     if top > np.iinfo(np.int64).max:
         pos = np.unravel_index(int(np.argmax(L.reshape(-1))), L.shape)
-        raise ValueError(f"lengths[{', '.join(map(str, pos))}]={longest} rounded up to a multiple of {multiple} "
-                         f"is {top}, past int64's range: no boundary can hold it")
+        raise ValueError(
+            f"lengths[{', '.join(map(str, pos))}]={longest} rounded up to a multiple of {multiple} "
+            f"is {top}, past int64's range: no boundary can hold it"
+        )
 
 
 def _as_lengths(lengths, name: str = "lengths") -> np.ndarray:
@@ -102,7 +105,8 @@ def _check_boundaries(bounds, multiple: int, axis: int) -> tuple[int, ...]:
     for x in b:
         if x <= 0 or x % multiple:
             raise ValueError(
-                f"boundaries of axis {axis} should be positive multiples of {multiple}, but got {x}")
+                f"boundaries of axis {axis} should be positive multiples of {multiple}, but got {x}"
+            )
     if any(x >= y for x, y in zip(b, b[1:])):
         raise ValueError(f"boundaries of axis {axis} should be strictly increasing, but got {b}")
     return b
@@ -185,7 +189,9 @@ class BucketPlan:
         >>> BucketPlan(((8, 16), (32,))).bucket_shapes()
         [(8, 32), (16, 32)]
         """
-        return [tuple(self.axis_boundaries[a][i] for a, i in enumerate(idx)) for idx in np.ndindex(*self.grid)]
+        return [
+            tuple(self.axis_boundaries[a][i] for a, i in enumerate(idx)) for idx in np.ndindex(*self.grid)
+        ]
 
     # ---- lookups
 
@@ -205,7 +211,9 @@ class BucketPlan:
         sizes = tuple(sizes)
         if len(sizes) != self.ndim:
             raise ValueError(
-                f"this plan has {self.ndim} planned axes, so round_up needs {self.ndim} sizes, but got {sizes}")
+                f"this plan has {self.ndim} planned axes, so round_up needs {self.ndim} sizes, but got "
+                f"{sizes}"
+            )
         out = []
         for a, (s, b) in enumerate(zip(sizes, self.axis_boundaries)):
             s = operator.index(s)
@@ -215,7 +223,8 @@ class BucketPlan:
             if i == len(b):
                 raise ValueError(
                     f"size {s} on axis {a} is over the largest boundary {b[-1]} of the plan; "
-                    f"extend the plan (plan.extend) or slice the sample first")
+                    f"extend the plan (plan.extend) or slice the sample first"
+                )
             out.append(b[i])
         return tuple(out)
 
@@ -225,7 +234,8 @@ class BucketPlan:
         if L.shape[1] != self.ndim:
             raise ValueError(
                 f"this plan has {self.ndim} planned axes, so lengths should have shape (n, {self.ndim}), "
-                f"but got shape {lengths.shape}")
+                f"but got shape {lengths.shape}"
+            )
         idx = np.empty(L.shape, dtype=np.int64)
         for a, b in enumerate(self.axis_boundaries):
             idx[:, a] = np.searchsorted(np.asarray(b), L[:, a], side="left")
@@ -235,7 +245,8 @@ class BucketPlan:
                 where = f"lengths[{i}]" if lengths.ndim == 1 else f"lengths[{i}, {a}]"
                 raise ValueError(
                     f"{where}={int(L[i, a])} is over the largest boundary {b[-1]} of axis {a} of the plan "
-                    f"(the samplers take overflow='truncate' or 'extend'; plan.extend grows a plan)")
+                    f"(the samplers take overflow='truncate' or 'extend'; plan.extend grows a plan)"
+                )
         return idx
 
     def bucket_of(self, lengths) -> np.ndarray:
@@ -275,7 +286,8 @@ class BucketPlan:
         if self.ndim > 1 and L.ndim == 1 and L.shape[0] == self.ndim:
             raise ValueError(
                 f"this plan has {self.ndim} planned axes, so lengths should have shape (n, {self.ndim}), "
-                f"but got shape {L.shape}; wrap one sample's sizes in a list")
+                f"but got shape {L.shape}; wrap one sample's sizes in a list"
+            )
         return L
 
     def padding_ratio(self, lengths, cost: str | None = None) -> float:
@@ -298,8 +310,9 @@ class BucketPlan:
 
     # ---- batch sizes from a token budget
 
-    def batch_sizes(self, max_tokens: int, cost: str | None = None, multiple: int = 8,
-                    required=None) -> tuple[int, ...]:
+    def batch_sizes(
+        self, max_tokens: int, cost: str | None = None, multiple: int = 8, required=None
+    ) -> tuple[int, ...]:
         """Batch size of every bucket (bucket-id order) under a token budget.
 
         ``batch_size * tokens <= max_tokens`` where ``tokens`` is the bucket's
@@ -327,19 +340,21 @@ class BucketPlan:
             tokens = int(np.prod(shape, dtype=object)) ** p
             bs = budget // tokens
             if bs < 1:
-                if must_fit is not None and bucket not in must_fit:     # no sample there: any size will do
+                if must_fit is not None and bucket not in must_fit:  # no sample there: any size will do
                     out.append(1)
                     continue
                 raise ValueError(
                     f"max_tokens={budget} is smaller than one sample of bucket {bucket} (padded shape "
-                    f"{shape}, {tokens} tokens at cost={cost or self.cost!r}); raise max_tokens to at least {tokens}")
+                    f"{shape}, {tokens} tokens at cost={cost or self.cost!r}); raise max_tokens to at "
+                    f"least {tokens}"
+                )
             rounded = bs // m * m
             out.append(rounded if rounded >= 1 and 8 * rounded >= 7 * bs else bs)
         return tuple(out)
 
     # ---- changing a plan (returns a new plan)
 
-    def extend(self, sizes) -> "BucketPlan":
+    def extend(self, sizes) -> BucketPlan:
         """A new plan with a larger last boundary so that ``sizes`` fits.
 
         Each axis whose largest boundary is under its size gets one more boundary,
@@ -365,15 +380,23 @@ class BucketPlan:
     def to_json(self) -> str:
         """JSON text; :meth:`from_json` reads it back.
 
-        >>> BucketPlan((8, 32)).to_json()
-        '{"format": "dyntile.BucketPlan", "version": 1, "multiple": 8, "cost": "linear", "boundaries": [8, 32]}'
+        >>> print(BucketPlan((8, 32)).to_json())  # doctest: +NORMALIZE_WHITESPACE
+        {"format": "dyntile.BucketPlan", "version": 1, "multiple": 8, "cost": "linear",
+         "boundaries": [8, 32]}
         """
         b = [list(x) for x in self.boundaries] if self.multi_axis else list(self.boundaries)
-        return json.dumps({"format": _JSON_FORMAT, "version": _JSON_VERSION, "multiple": self.multiple,
-                           "cost": self.cost, "boundaries": b})
+        return json.dumps(
+            {
+                "format": _JSON_FORMAT,
+                "version": _JSON_VERSION,
+                "multiple": self.multiple,
+                "cost": self.cost,
+                "boundaries": b,
+            }
+        )
 
     @classmethod
-    def from_json(cls, text: str) -> "BucketPlan":
+    def from_json(cls, text: str) -> BucketPlan:
         """Plan from the text of :meth:`to_json`."""
         try:
             d = json.loads(text)
@@ -382,7 +405,10 @@ class BucketPlan:
         if not isinstance(d, dict) or d.get("format") != _JSON_FORMAT:
             raise ValueError(f"not a BucketPlan JSON text: expected format {_JSON_FORMAT!r}")
         if d.get("version") != _JSON_VERSION:
-            raise ValueError(f"unsupported BucketPlan JSON version {d.get('version')!r}; this dyntile reads {_JSON_VERSION}")
+            raise ValueError(
+                f"unsupported BucketPlan JSON version {d.get('version')!r}; this dyntile reads "
+                f"{_JSON_VERSION}"
+            )
         b = d["boundaries"]
         b = tuple(tuple(x) for x in b) if b and isinstance(b[0], list) else tuple(b)
         return cls(b, multiple=d["multiple"], cost=d["cost"])
@@ -393,7 +419,7 @@ class BucketPlan:
             f.write(self.to_json() + "\n")
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "BucketPlan":
+    def load(cls, path: str | os.PathLike) -> BucketPlan:
         """Read a plan written by :meth:`save`."""
         with open(path, encoding="utf-8") as f:
             return cls.from_json(f.read())
@@ -420,8 +446,8 @@ def _optimal_boundaries(values: np.ndarray, weights: np.ndarray, k: int, p: int)
     k = min(k, D)
     c = values.astype(np.float64) ** p
     W = np.concatenate(([0.0], np.cumsum(weights, dtype=np.float64)))
-    f = c * W[1:]                                   # one bucket covering 0..j
-    choice = np.zeros((k + 1, D), dtype=np.int64)   # choice[kk][j] = start i of the last bucket
+    f = c * W[1:]  # one bucket covering 0..j
+    choice = np.zeros((k + 1, D), dtype=np.int64)  # choice[kk][j] = start i of the last bucket
     best_k, best = 1, f[D - 1]
     for kk in range(2, k + 1):
         g = np.full(D, np.inf)
@@ -440,9 +466,9 @@ def _optimal_boundaries(values: np.ndarray, weights: np.ndarray, k: int, p: int)
 
 def _rounded_counts(L: np.ndarray, multiple: int, weights: np.ndarray | None = None):
     """Distinct lengths rounded up to positive multiples of ``multiple``, and their weights."""
-    q = np.maximum(-(-L // multiple), 1)            # length 0 pads to one multiple
+    q = np.maximum(-(-L // multiple), 1)  # length 0 pads to one multiple
     top = int(q.max())
-    if weights is None and top <= 4 * L.shape[0] + 1024:   # dense: bincount is fastest
+    if weights is None and top <= 4 * L.shape[0] + 1024:  # dense: bincount is fastest
         counts = np.bincount(q, minlength=top + 1)
         vals = np.flatnonzero(counts)
         return vals * multiple, counts[vals].astype(np.float64)
@@ -461,7 +487,7 @@ def _area_cost(L: np.ndarray, bounds: Sequence[tuple[int, ...]], p: int) -> floa
     for a, b in enumerate(bounds):
         b = np.asarray(b, dtype=np.int64)
         padded *= b[np.searchsorted(b, L[:, a], side="left")]
-    return float((padded ** p).sum())
+    return float((padded**p).sum())
 
 
 def _pad_axis(L: np.ndarray, b: tuple[int, ...]) -> np.ndarray:
@@ -469,8 +495,9 @@ def _pad_axis(L: np.ndarray, b: tuple[int, ...]) -> np.ndarray:
     return arr[np.searchsorted(np.asarray(b), L, side="left")]
 
 
-def plan_buckets(lengths, max_buckets: int | Sequence[int] = 8, multiple: int = 8,
-                 cost: str = "linear") -> BucketPlan:
+def plan_buckets(
+    lengths, max_buckets: int | Sequence[int] = 8, multiple: int = 8, cost: str = "linear"
+) -> BucketPlan:
     """Choose bucket boundaries that minimise expected padding over ``lengths``.
 
     ``lengths``: int array ``(n,)`` (one planned axis) or ``(n, d)`` (``d`` axes,
@@ -500,7 +527,9 @@ def plan_buckets(lengths, max_buckets: int | Sequence[int] = 8, multiple: int = 
             raise TypeError
         ks = tuple(operator.index(k) for k in ks)
     except TypeError:
-        raise TypeError(f"max_buckets should be an int or {d} ints (one per axis), but got {max_buckets!r}") from None
+        raise TypeError(
+            f"max_buckets should be an int or {d} ints (one per axis), but got {max_buckets!r}"
+        ) from None
     for a, k in enumerate(ks):
         if k < 1:
             raise ValueError(f"max_buckets should be >= 1, but got {k}" + (f" for axis {a}" if d > 1 else ""))
@@ -524,7 +553,7 @@ def _coordinate_descent(L, bounds, ks, m, p):
                 if b != a:
                     others *= _pad_axis(L[:, b], bounds[b])
             trial = list(bounds)
-            trial[a] = _plan_axis(L[:, a], ks[a], m, p, weights=others ** p)
+            trial[a] = _plan_axis(L[:, a], ks[a], m, p, weights=others**p)
             c = _area_cost(L, trial, p)
             if c < best * (1 - 1e-12):
                 bounds, best, improved = trial, c, True

@@ -11,6 +11,7 @@ shard into a pass-through, as Hugging Face's Trainer does for its own rank-aware
 batch sampler. ``split_batches`` and ``dispatch_batches`` cut every batch across
 processes, so they are refused.
 """
+
 from __future__ import annotations
 
 from accelerate.data_loader import BatchSamplerShard
@@ -31,7 +32,7 @@ def dyntile_sampler(loader) -> EpochBatchSampler | None:
     True
     """
     found = getattr(loader, "batch_sampler", None)
-    for _ in range(8):               # BatchSamplerShard, SkipBatchSampler: a few levels at most
+    for _ in range(8):  # BatchSamplerShard, SkipBatchSampler: a few levels at most
         if isinstance(found, EpochBatchSampler) or found is None:
             return found
         found = getattr(found, "batch_sampler", None)
@@ -58,17 +59,21 @@ def prepare_data_loader(accelerator, loader, **kwargs):
         return accelerator.prepare_data_loader(loader, **kwargs)
     for option in ("split_batches", "dispatch_batches"):
         if getattr(accelerator, option, False):
-            raise ValueError(f"{option}=True cuts every batch of the loader's {type(sampler).__name__} across "
-                             f"processes, but the sampler gives each rank whole batches: set "
-                             f"{option}=False in accelerate's DataLoaderConfiguration")
+            raise ValueError(
+                f"{option}=True cuts every batch of the loader's {type(sampler).__name__} across "
+                f"processes, but the sampler gives each rank whole batches: set "
+                f"{option}=False in accelerate's DataLoaderConfiguration"
+            )
     prepared = accelerator.prepare_data_loader(loader, **kwargs)
     shard = getattr(prepared, "batch_sampler", None)
     if isinstance(shard, BatchSamplerShard) and shard.batch_sampler is sampler:
         theirs, ours = (shard.num_processes, shard.process_index), sampler.replicas()
         if theirs != ours:
-            raise ValueError(f"accelerate runs {theirs[0]} processes (this one is {theirs[1]}), but the loader's "
-                             f"{type(sampler).__name__} splits over {ours[0]} ranks (this one is {ours[1]}): "
-                             f"build the sampler without num_replicas= and rank= (they come from "
-                             f"torch.distributed, which accelerate starts)")
-        shard.num_processes, shard.process_index = 1, 0       # every batch of this rank's sampler, in order
+            raise ValueError(
+                f"accelerate runs {theirs[0]} processes (this one is {theirs[1]}), but the loader's "
+                f"{type(sampler).__name__} splits over {ours[0]} ranks (this one is {ours[1]}): "
+                f"build the sampler without num_replicas= and rank= (they come from "
+                f"torch.distributed, which accelerate starts)"
+            )
+        shard.num_processes, shard.process_index = 1, 0  # every batch of this rank's sampler, in order
     return prepared

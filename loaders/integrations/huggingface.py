@@ -9,6 +9,7 @@ puts the sampler in as the loader's ``batch_sampler``, prepares the loader with
 ``torchrun`` ranks) and sets the epoch; :class:`SamplerEpochCallback` sets it for a
 ``Trainer`` whose own ``get_train_dataloader`` returns a plain ``DataLoader``.
 """
+
 from __future__ import annotations
 
 from torch.utils.data import DataLoader
@@ -27,13 +28,21 @@ class SamplerEpochCallback(TrainerCallback):
     The epoch count starts from the trainer state's (a resumed run's) and goes up
     by one per epoch, as the ``Trainer``'s own loop counts. ``Trainer(...,
     callbacks=[SamplerEpochCallback()])``; :class:`DynTileTrainer` adds it itself.
+
+    >>> from loaders import BucketBatchSampler
+    >>> sampler = BucketBatchSampler([3, 9, 4], batch_size=2)
+    >>> callback, loader = SamplerEpochCallback(), DataLoader(range(3), batch_sampler=sampler)
+    >>> callback.on_epoch_end(None, None, None)
+    >>> callback.on_epoch_begin(None, None, None, train_dataloader=loader)
+    >>> sampler.epoch
+    1
     """
 
     def __init__(self):
         self.epoch = 0
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.epoch = int(state.epoch or 0)          # a resumed run starts in the epoch it stopped in
+        self.epoch = int(state.epoch or 0)  # a resumed run starts in the epoch it stopped in
 
     def on_epoch_begin(self, args, state, control, train_dataloader=None, **kwargs):
         sampler = dyntile_sampler(train_dataloader)
@@ -56,12 +65,25 @@ class DynTileTrainer(Trainer):
     arguments are ``Trainer``'s; ``per_device_train_batch_size`` and
     ``dataloader_drop_last`` do not apply (the sampler sizes the batches), the
     ``dataloader_*`` worker options do. Evaluation is the ``Trainer``'s own.
+
+    >>> import tempfile, torch
+    >>> from transformers import TrainingArguments
+    >>> from loaders import BucketBatchSampler
+    >>> sampler, out = BucketBatchSampler([3, 9, 4, 12], batch_size=2), tempfile.TemporaryDirectory()
+    >>> trainer = DynTileTrainer(model=torch.nn.Linear(2, 2), train_dataset=list(range(4)),
+    ...                          args=TrainingArguments(out.name, report_to=[], use_cpu=True),
+    ...                          train_batch_sampler=sampler)
+    >>> dyntile_sampler(trainer.get_train_dataloader()) is sampler
+    True
+    >>> out.cleanup()
     """
 
     def __init__(self, *args, train_batch_sampler: EpochBatchSampler | None = None, **kwargs):
         if train_batch_sampler is not None and not isinstance(train_batch_sampler, EpochBatchSampler):
-            raise TypeError(f"train_batch_sampler should be a dyntile batch sampler (BucketBatchSampler or "
-                            f"PackingBatchSampler), but got {type(train_batch_sampler).__name__}")
+            raise TypeError(
+                f"train_batch_sampler should be a dyntile batch sampler (BucketBatchSampler or "
+                f"PackingBatchSampler), but got {type(train_batch_sampler).__name__}"
+            )
         self.train_batch_sampler = train_batch_sampler
         super().__init__(*args, **kwargs)
         self.add_callback(SamplerEpochCallback)
@@ -87,11 +109,22 @@ class DynTileTrainer(Trainer):
         else:
             collate = self._get_collator_with_removed_columns(collate, description="training")
         args = self.args
-        workers = dict(prefetch_factor=args.dataloader_prefetch_factor,
-                       persistent_workers=args.dataloader_persistent_workers) if args.dataloader_num_workers else {}
-        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate,
-                            num_workers=args.dataloader_num_workers, pin_memory=args.dataloader_pin_memory,
-                            **workers)
+        workers = (
+            dict(
+                prefetch_factor=args.dataloader_prefetch_factor,
+                persistent_workers=args.dataloader_persistent_workers,
+            )
+            if args.dataloader_num_workers
+            else {}
+        )
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=args.dataloader_num_workers,
+            pin_memory=args.dataloader_pin_memory,
+            **workers,
+        )
         return prepare_data_loader(self.accelerator, loader)
 
 
@@ -99,4 +132,5 @@ def _is_hf_dataset(dataset) -> bool:
     if not is_datasets_available():
         return False
     import datasets
+
     return isinstance(dataset, datasets.Dataset)

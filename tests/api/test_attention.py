@@ -1,5 +1,6 @@
 """dyntile.varlen_attention against a float64 per-segment reference: both layouts, the
 CPU kernels on every ISA this CPU runs, the torch op (autograd, opcheck, torch.compile)."""
+
 import numpy as np
 import pytest
 
@@ -10,8 +11,11 @@ from tests.reference import attention_grad_reference, attention_reference
 
 torch = pytest.importorskip("torch")
 
-ISAS = [isa for isa in ("ref", "avx2", "avx512") if isa == "ref" or kernel.isa() in ("avx2", "avx512")
-        and (isa == "avx2" or kernel.isa() == "avx512")]
+ISAS = [
+    isa
+    for isa in ("ref", "avx2", "avx512")
+    if isa == "ref" or kernel.isa() in ("avx2", "avx512") and (isa == "avx2" or kernel.isa() == "avx512")
+]
 
 
 @pytest.fixture(params=ISAS)
@@ -69,7 +73,7 @@ def packed_rows(rng, B, T, lengths_per_row):
     for b, lens in enumerate(lengths_per_row):
         pos = 0
         for i, n in enumerate(lens):
-            seg[b, pos:pos + n] = i + 1
+            seg[b, pos : pos + n] = i + 1
             pos += n
     return seg
 
@@ -81,22 +85,24 @@ def test_segment_ids_layout_on_numpy(causal):
     q, k, v = (rng.standard_normal((2, 70, 2, 24)) for _ in range(3))
     out = dt.varlen_attention(q, k, v, segment_ids=seg, causal=causal)
     starts, lens = segments.from_segment_ids(seg)
-    ref, _ = attention_reference(*(x.reshape(140, 2, 24) for x in (q, k, v)), starts, lens, causal, 24 ** -0.5)
+    ref, _ = attention_reference(*(x.reshape(140, 2, 24) for x in (q, k, v)), starts, lens, causal, 24**-0.5)
     np.testing.assert_allclose(out, ref.reshape(out.shape), atol=1e-12)
-    assert (out[0, 66:] == 0).all()                 # padding after the last segment
+    assert (out[0, 66:] == 0).all()  # padding after the last segment
 
 
 def test_layouts_agree_and_views_work():
     rng = np.random.default_rng(3)
     seg = packed_rows(rng, 3, 40, [[5, 20], [40], [1, 1, 30]])
     base = rng.standard_normal((3, 40, 2, 3, 16)).astype(np.float32)
-    q, k, v = base[..., 0, :], base[..., 1, :], base[..., 2, :]     # non-contiguous views
+    q, k, v = base[..., 0, :], base[..., 1, :], base[..., 2, :]  # non-contiguous views
     a = dt.varlen_attention(q, k, v, segment_ids=seg)
     starts, lens = segments.from_segment_ids(seg)
     cu = np.array([0] + list(np.cumsum(lens)))
-    flat = [np.concatenate([x.reshape(120, 2, 16)[s:s + n] for s, n in zip(starts, lens)]) for x in (q, k, v)]
+    flat = [
+        np.concatenate([x.reshape(120, 2, 16)[s : s + n] for s, n in zip(starts, lens)]) for x in (q, k, v)
+    ]
     b = dt.varlen_attention(*flat, cu_seqlens=cu)
-    real = np.concatenate([a.reshape(120, 2, 16)[s:s + n] for s, n in zip(starts, lens)])
+    real = np.concatenate([a.reshape(120, 2, 16)[s : s + n] for s, n in zip(starts, lens)])
     np.testing.assert_allclose(real, b, atol=1e-6)
     assert a.dtype == np.float32
 
@@ -139,7 +145,7 @@ def test_torch_forward_and_gradients(causal):
     want = torch.autograd.grad((ref * g).sum(), (q, k, v))
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
-    assert (got[0][0, 76:] == 0).all()              # padding gets zero gradients
+    assert (got[0][0, 76:] == 0).all()  # padding gets zero gradients
 
 
 def test_torch_gradcheck_tiny():
@@ -148,7 +154,9 @@ def test_torch_gradcheck_tiny():
     assert torch.autograd.gradcheck(lambda q, k, v: dt.varlen_attention(q, k, v, segment_ids=seg), inputs)
     cu = torch.tensor([0, 2, 7])
     flat = [x.detach().reshape(8, 2, 3).requires_grad_() for x in inputs]
-    assert torch.autograd.gradcheck(lambda q, k, v: dt.varlen_attention(q, k, v, cu_seqlens=cu, causal=False), flat)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: dt.varlen_attention(q, k, v, cu_seqlens=cu, causal=False), flat
+    )
 
 
 def test_torch_bfloat16_computes_in_float32():
@@ -163,8 +171,9 @@ def test_torch_bfloat16_computes_in_float32():
 def test_opcheck():
     for causal in (True, False):
         q, k, v = (torch.randn(20, 2, 5, requires_grad=True) for _ in range(3))
-        torch.library.opcheck(torch.ops.dyntile.varlen_attention_fwd, (q, k, v, torch.tensor([0, 3, 3, 12, 20]),
-                                                                        causal, 0.4))
+        torch.library.opcheck(
+            torch.ops.dyntile.varlen_attention_fwd, (q, k, v, torch.tensor([0, 3, 3, 12, 20]), causal, 0.4)
+        )
         seg = torch.tensor([[1, 1, 2, 2, 2, 0, 0, 0, 0, 0], [1] * 10])
         torch.library.opcheck(torch.ops.dyntile.varlen_attention_fwd, (q, k, v, seg, causal, 0.4))
 
@@ -194,13 +203,16 @@ def test_compiled_once_for_every_segment_layout(backend):
 # ---------------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("cu, match", [
-    ([1, 4], "should start at 0"),
-    ([0, 5, 3], r"non-decreasing, but cu_seqlens\[2\] = 3"),
-    ([0, 11], "end at most at the 10 tokens"),
-    ([0.0, 4.0], "should be integers"),
-    ([[0, 4]], r"shape \(S \+ 1,\)"),
-])
+@pytest.mark.parametrize(
+    "cu, match",
+    [
+        ([1, 4], "should start at 0"),
+        ([0, 5, 3], r"non-decreasing, but cu_seqlens\[2\] = 3"),
+        ([0, 11], "end at most at the 10 tokens"),
+        ([0.0, 4.0], "should be integers"),
+        ([[0, 4]], r"shape \(S \+ 1,\)"),
+    ],
+)
 def test_bad_cu_seqlens(cu, match):
     q = np.zeros((10, 1, 4), np.float32)
     with pytest.raises((ValueError, TypeError), match=match):

@@ -4,14 +4,15 @@ one, and the device kernels are replaced by their host twins (the kernels themse
 are tested on the simulator in tests/cuda, and on a GPU by asv_benches/gpu_check.py).
 What is checked is the API's side: the route taken, the integer views the kernels
 get, the fill's bit pattern, the dtype restored, ``out=`` and the errors."""
+
 import importlib.util
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-if importlib.util.find_spec("numba") is None:      # found, not imported: tests/cuda's conftest sets the
-    pytest.skip("numba is not installed", allow_module_level=True)   # simulator up before numba loads
+if importlib.util.find_spec("numba") is None:  # found, not imported: tests/cuda's conftest sets the
+    pytest.skip("numba is not installed", allow_module_level=True)  # simulator up before numba loads
 
 import dyntile as dt  # noqa: E402
 from dyntile import padding  # noqa: E402
@@ -46,8 +47,9 @@ def kernels(monkeypatch):
 
     def pad_into(samples, out_shape, dtype, fill, left, out=None):
         calls.append(("pad_into", np.dtype(dtype), fill))
-        batch, _ = dt.pad_batch([plain(x) for x in samples], shape=out_shape[1:], fill=fill,
-                                side="left" if left else "right")
+        batch, _ = dt.pad_batch(
+            [plain(x) for x in samples], shape=out_shape[1:], fill=fill, side="left" if left else "right"
+        )
         if out is not None:
             plain(out).copy_(batch)
             return out
@@ -95,8 +97,14 @@ def test_torch_only_dtypes_pad_as_their_bits(kernels, dtype, side):
     ref, _ = dt.pad_batch(xs, multiple=4, fill=-1.5, side=side)
     entry, carrier, fill = kernels[-1]
     assert entry == "pad_into" and carrier.itemsize == ref.element_size() and carrier.kind in "iu"
-    assert fill == int(np.array(torch.tensor(-1.5, dtype=dtype).view(torch.uint8 if carrier.itemsize == 1 else
-                                                                         torch.int16).item(), carrier))
+    assert fill == int(
+        np.array(
+            torch.tensor(-1.5, dtype=dtype)
+            .view(torch.uint8 if carrier.itemsize == 1 else torch.int16)
+            .item(),
+            carrier,
+        )
+    )
     assert isinstance(batch, CudaLike) and batch.dtype == dtype
     assert torch.equal(plain(batch).view(torch.uint8), ref.view(torch.uint8))
     assert lengths.tolist() == [[2, 3], [5, 3], [1, 3]]
@@ -109,12 +117,16 @@ def test_torch_only_dtype_out_and_errors(kernels, monkeypatch):
     assert got is out and plain(out)[1].tolist() == [1, 1, 1, 7, 7, 7, 7, 7]
     with pytest.raises(TypeError, match="out should be a torch tensor of dtype torch.bfloat16"):
         dt.pad_batch(xs, out=on_cuda(torch.zeros(2, 8)))
-    with pytest.raises(TypeError, match="every sample needs dtype torch.bfloat16, but sample 1 has torch.float32"):
+    with pytest.raises(
+        TypeError, match="every sample needs dtype torch.bfloat16, but sample 1 has torch.float32"
+    ):
         dt.pad_batch([xs[0], on_cuda(torch.ones(3))])
     with pytest.raises(ValueError, match="overflows torch.bfloat16"):
         dt.pad_batch(xs, fill=1e39)
-    monkeypatch.setattr(padding, "_require_cuda", lambda: None)       # device="cuda" on a machine without one
-    with pytest.raises(TypeError, match="keeps the samples' dtype torch.bfloat16, but got dtype=torch.float32"):
+    monkeypatch.setattr(padding, "_require_cuda", lambda: None)  # device="cuda" on a machine without one
+    with pytest.raises(
+        TypeError, match="keeps the samples' dtype torch.bfloat16, but got dtype=torch.float32"
+    ):
         dt.pad_batch(xs, dtype=torch.float32, device="cuda")
     with pytest.raises(TypeError, match="cannot hold torch.bfloat16; move the tensors to the GPU"):
         dt.pad_batch([plain(x) for x in xs], device="cuda")
@@ -130,7 +142,9 @@ def test_torch_only_dtypes_tile_and_untile_as_their_bits(kernels, dtype):
     back = dt.untile(t, (5, 7))
     assert back.dtype == dtype and torch.equal(plain(back).view(torch.uint8), x.view(torch.uint8))
     out = on_cuda(torch.empty(2, 5, 7, dtype=dtype))
-    assert dt.untile(t, (5, 7), out=out) is out and torch.equal(plain(out).view(torch.uint8), x.view(torch.uint8))
+    assert dt.untile(t, (5, 7), out=out) is out and torch.equal(
+        plain(out).view(torch.uint8), x.view(torch.uint8)
+    )
     with pytest.raises(TypeError, match=f"out should be a torch tensor of dtype {dtype}"):
         dt.untile(t, (5, 7), out=on_cuda(torch.empty(2, 5, 7)))
 

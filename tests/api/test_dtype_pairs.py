@@ -6,6 +6,7 @@ dtypes either pads into NumPy's promoted dtype with NumPy's values, or raises a
 dtype's extreme values, not by dyntile's rule) or mixes kinds dyntile keeps apart
 (records of another layout; times with numbers; datetimes with timedeltas).
 """
+
 import warnings
 
 import numpy as np
@@ -17,10 +18,34 @@ import dyntile as dt
 from reference import pad_reference
 
 UNITS = ["Y", "M", "W", "D", "h", "m", "s", "ms", "us", "ns", "ps", "fs", "as"]
-NUMBERS = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "g", "c8", "c16", ">i4", ">f8"]
+NUMBERS = [
+    "?",
+    "i1",
+    "i2",
+    "i4",
+    "i8",
+    "u1",
+    "u2",
+    "u4",
+    "u8",
+    "f2",
+    "f4",
+    "f8",
+    "g",
+    "c8",
+    "c16",
+    ">i4",
+    ">f8",
+]
 TIMES = [f"{k}8[{u}]" for k in "Mm" for u in UNITS] + ["M8[2D]", "m8[10ms]", "m8", ">M8[s]", ">m8[us]"]
-RECORDS = [[("a", "i4")], [("b", "f4")], [("a", "f4")], [("a", "i4"), ("b", "f8")],
-           np.dtype([("a", "i4"), ("b", "f8")], align=True), [("a", "u1"), ("b", "m8[s]")]]
+RECORDS = [
+    [("a", "i4")],
+    [("b", "f4")],
+    [("a", "f4")],
+    [("a", "i4"), ("b", "f8")],
+    np.dtype([("a", "i4"), ("b", "f8")], align=True),
+    [("a", "u1"), ("b", "m8[s]")],
+]
 DTYPES = [np.dtype(d) for d in NUMBERS + TIMES + RECORDS]
 _NAT = np.iinfo(np.int64).min
 
@@ -28,7 +53,11 @@ _NAT = np.iinfo(np.int64).min
 def _extremes(dtype: np.dtype) -> np.ndarray:
     """Values of ``dtype`` at the edges of its range (NaT, NaN and inf included)."""
     if dtype.kind in "mM":
-        return np.array([_NAT, _NAT + 1, -1, 0, 1, 2**62, 2**63 - 1], np.int64).astype(dtype.byteorder + "i8").view(dtype)
+        return (
+            np.array([_NAT, _NAT + 1, -1, 0, 1, 2**62, 2**63 - 1], np.int64)
+            .astype(dtype.byteorder + "i8")
+            .view(dtype)
+        )
     if dtype.kind == "b":
         return np.array([False, True])
     if dtype.kind in "iu":
@@ -36,7 +65,7 @@ def _extremes(dtype: np.dtype) -> np.ndarray:
         return np.array([info.min, info.min + 1, 0, info.max - 1, info.max], dtype)
     info = np.finfo(dtype)
     real = np.array([info.min, -info.tiny, 0, info.tiny, info.max, np.inf, -np.inf, np.nan], info.dtype)
-    with np.errstate(invalid="ignore"):                 # inf * 1j: nan in the real part
+    with np.errstate(invalid="ignore"):  # inf * 1j: nan in the real part
         return real.astype(dtype) if dtype.kind == "f" else (real + 1j * real[::-1]).astype(dtype)
 
 
@@ -63,7 +92,7 @@ def expected_dtype(d1: np.dtype, d2: np.dtype):
     must refuse the pair."""
     try:
         result = np.result_type(d1, d2)
-    except (TypeError, OverflowError):      # OverflowError: time units whose common divisor overflows
+    except (TypeError, OverflowError):  # OverflowError: time units whose common divisor overflows
         return None
     if _kind(d1) != _kind(d2):
         return None
@@ -71,7 +100,7 @@ def expected_dtype(d1: np.dtype, d2: np.dtype):
         return result if d1 == d2 else None
     if not (_exact(d1, result) and _exact(d2, result)):
         return None
-    return result if result.kind == "V" else result.newbyteorder("=")    # batches are in native byte order
+    return result if result.kind == "V" else result.newbyteorder("=")  # batches are in native byte order
 
 
 def random_sample(rng, dtype: np.dtype, n: int) -> np.ndarray:
@@ -103,8 +132,14 @@ def _same(got: np.ndarray, want: np.ndarray) -> bool:
 
 
 @settings(max_examples=200, deadline=None)
-@given(d1=st.sampled_from(DTYPES), d2=st.sampled_from(DTYPES), n1=st.integers(0, 5), n2=st.integers(0, 5),
-       seed=st.integers(0, 2**32 - 1), side=st.sampled_from(["right", "left"]))
+@given(
+    d1=st.sampled_from(DTYPES),
+    d2=st.sampled_from(DTYPES),
+    n1=st.integers(0, 5),
+    n2=st.integers(0, 5),
+    seed=st.integers(0, 2**32 - 1),
+    side=st.sampled_from(["right", "left"]),
+)
 def test_pairs_pad_into_numpys_dtype_or_raise(d1, d2, n1, n2, seed, side):
     rng = np.random.default_rng(seed)
     a, b = random_sample(rng, d1, n1), random_sample(rng, d2, n2)
@@ -116,7 +151,9 @@ def test_pairs_pad_into_numpys_dtype_or_raise(d1, d2, n1, n2, seed, side):
             dt.concat_rows([a, b])
         return
     T = -(-max(n1, n2) // 3) * 3
-    expected = pad_reference([a.astype(want), b.astype(want)], (T,), np.zeros((), want)[()], side == "left", want)
+    expected = pad_reference(
+        [a.astype(want), b.astype(want)], (T,), np.zeros((), want)[()], side == "left", want
+    )
     batch, lengths = dt.pad_batch([a, b], multiple=3, side=side)
     assert _same(batch, expected) and lengths.tolist() == [n1, n2]
     values, lengths = dt.concat_rows([a, b])
@@ -125,15 +162,21 @@ def test_pairs_pad_into_numpys_dtype_or_raise(d1, d2, n1, n2, seed, side):
 
 
 @settings(max_examples=60, deadline=None)
-@given(dtype=st.sampled_from(DTYPES), lengths=st.lists(st.integers(0, 4), max_size=4),
-       seed=st.integers(0, 2**32 - 1), side=st.sampled_from(["right", "left"]))
+@given(
+    dtype=st.sampled_from(DTYPES),
+    lengths=st.lists(st.integers(0, 4), max_size=4),
+    seed=st.integers(0, 2**32 - 1),
+    side=st.sampled_from(["right", "left"]),
+)
 def test_one_dtype_keeps_its_unit_and_layout(dtype, lengths, seed, side):
     """One dtype: the batch has it (native byte order), unit and fields included."""
     rng = np.random.default_rng(seed)
     rows = [random_sample(rng, dtype, n) for n in lengths]
     native = dtype.newbyteorder("=") if dtype.kind != "V" else dtype
     T = max(lengths, default=0)
-    expected = pad_reference([r.astype(native) for r in rows], (T,), np.zeros((), native)[()], side == "left", native)
+    expected = pad_reference(
+        [r.astype(native) for r in rows], (T,), np.zeros((), native)[()], side == "left", native
+    )
     values = np.concatenate(rows) if rows else np.zeros(0, dtype)
     jagged, _ = dt.pad_jagged(values, lengths, multiple=1, side=side)
     assert _same(jagged, expected)
@@ -143,8 +186,9 @@ def test_one_dtype_keeps_its_unit_and_layout(dtype, lengths, seed, side):
 
 
 def test_mixed_units_and_layouts_are_never_bit_copied():
-    """The issue's cases: sample 0's dtype used to be stamped on every sample's bits."""
-    day, seconds = np.array([1], "M8[D]"), np.array([86400], "M8[s]")        # both 1970-01-02
+    """Samples of one kind but other units or layouts are converted, or refused, never
+    read as the bits of sample 0's dtype."""
+    day, seconds = np.array([1], "M8[D]"), np.array([86400], "M8[s]")  # both 1970-01-02
     with pytest.raises(TypeError, match=r"sample 0 \(datetime64\[D\]\) would change unit to datetime64\[s\]"):
         dt.pad_batch([day, seconds], multiple=1)
     with pytest.raises(TypeError, match="would change unit"):
@@ -153,7 +197,7 @@ def test_mixed_units_and_layouts_are_never_bit_copied():
         dt.pad_batch([np.zeros(1, [("a", "i4")]), np.array([(1.5,)], [("b", "f4")])], multiple=1)
     with pytest.raises(TypeError, match="sample 1 has dtype int64, which has no common dtype .*datetime64"):
         dt.pad_batch([np.zeros(2, "M8[s]"), np.arange(3)])
-    batch, _ = dt.pad_batch([seconds, np.array([0, 1], ">M8[s]")], multiple=1)   # one unit, two byte orders
+    batch, _ = dt.pad_batch([seconds, np.array([0, 1], ">M8[s]")], multiple=1)  # one unit, two byte orders
     assert batch.dtype == np.dtype("M8[s]") and batch.view(np.int64).tolist() == [[86400, 0], [0, 1]]
 
 

@@ -1,4 +1,5 @@
 """padding_mask against masks derived from pad_batch itself."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -36,9 +37,9 @@ def test_mask_lengths_are_integers_and_may_be_empty():
     assert dt.padding_mask([], (2, 3)).shape == (0, 2, 3)
     assert dt.padding_mask(np.array([1, 3], np.int32), 4).sum() == 4
     for bad in (np.array([1.9, 2.5]), np.array([True])):
-        with pytest.raises(TypeError, match="lengths should be integers"):      # 1.9 is not cut to 1
+        with pytest.raises(TypeError, match="lengths should be integers"):  # 1.9 is not cut to 1
             dt.padding_mask(bad, 4)
     with pytest.raises(ValueError, match="below 2\\*\\*63"):
-        dt.padding_mask(np.array([2 ** 63], np.uint64), 4)
+        dt.padding_mask(np.array([2**63], np.uint64), 4)
     with pytest.raises(ValueError, match=r"shape \(B,\) or \(B, d\)"):
         dt.padding_mask(np.ones((2, 1, 1), np.int64), 4)

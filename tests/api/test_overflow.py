@@ -1,4 +1,5 @@
 """One overflow vocabulary: every component checks ``overflow=`` through dyntile.overflow."""
+
 import numpy as np
 import pytest
 
@@ -13,11 +14,14 @@ def test_each_component_takes_a_subset_of_one_vocabulary():
         assert check_overflow(policy, PACKING_OVERFLOWS) == policy
 
 
-@pytest.mark.parametrize("bad, match", [
-    ("truncate", r"'truncate' \(cut it to the largest shape\), which does not apply here"),
-    ("grow", r"one of \('extend', 'split', 'error'\), but got 'grow'$"),
-    (None, "but got None"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("truncate", r"'truncate' \(cut it to the largest shape\), which does not apply here"),
+        ("grow", r"one of \('extend', 'split', 'error'\), but got 'grow'$"),
+        (None, "but got None"),
+    ],
+)
 def test_a_word_another_component_takes_is_named_as_such(bad, match):
     with pytest.raises(ValueError, match=match):
         check_overflow(bad, PACKING_OVERFLOWS)
@@ -29,7 +33,7 @@ def test_the_old_packing_name_reads_as_extend_with_a_warning():
     with pytest.warns(FutureWarning, match="now called 'extend'"):
         assert packing_shapes([3, 20], 8, max_tokens=32, overflow="second_shape") == ((4, 8), (1, 24))
     with pytest.raises(ValueError):
-        check_overflow("second_shape", BUCKET_OVERFLOWS)     # not a bucket word, old or new
+        check_overflow("second_shape", BUCKET_OVERFLOWS)  # not a bucket word, old or new
 
 
 def test_extend_gives_the_long_sample_a_second_shape():

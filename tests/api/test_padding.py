@@ -1,4 +1,5 @@
 """pad_batch / pad_to against the NumPy reference, and every documented error."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -30,7 +31,9 @@ def ragged_views(rng, n, ndim, dtype, max_len=9):
         if kind == 0:
             a = random_array(rng, shape, dtype)
         elif kind == 1:  # every other element along each axis
-            a = random_array(rng, tuple(2 * s for s in shape), dtype)[tuple(slice(None, None, 2) for _ in shape)]
+            a = random_array(rng, tuple(2 * s for s in shape), dtype)[
+                tuple(slice(None, None, 2) for _ in shape)
+            ]
         else:  # negative strides
             a = random_array(rng, shape, dtype)[tuple(slice(None, None, -1) for _ in shape)]
         out.append(a)
@@ -38,9 +41,14 @@ def ragged_views(rng, n, ndim, dtype, max_len=9):
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 7), ndim=st.integers(1, 3),
-       dtype=st.sampled_from(KERNEL_DTYPES), side=st.sampled_from(["right", "left"]),
-       multiple=st.sampled_from([1, 3, 8]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n=st.integers(1, 7),
+    ndim=st.integers(1, 3),
+    dtype=st.sampled_from(KERNEL_DTYPES),
+    side=st.sampled_from(["right", "left"]),
+    multiple=st.sampled_from([1, 3, 8]),
+)
 def test_pad_batch_matches_reference(seed, n, ndim, dtype, side, multiple):
     rng = np.random.default_rng(seed)
     arrays = ragged_views(rng, n, ndim, dtype)
@@ -109,16 +117,20 @@ def test_promotion_and_unsafe_mixes():
 def test_int_lists_never_round_in_a_float_batch():
     """Lists are typed by their own values: an int list beside a float list makes a
     float64 batch only when float64 holds its ints exactly (else the error names it)."""
-    big = 2 ** 53 + 1
-    with pytest.raises(TypeError, match=r"sample 0 \(a list\) .*float64 cannot store exactly, e.g. .*9007199254740993"):
+    big = 2**53 + 1
+    with pytest.raises(
+        TypeError, match=r"sample 0 \(a list\) .*float64 cannot store exactly, e.g. .*9007199254740993"
+    ):
         dt.pad_batch([[big, 1], [0.5]])
-    with pytest.raises(TypeError, match=r"sample 1 \(a list\) .*int64 cannot store exactly"):   # arrays set the dtype
+    with pytest.raises(
+        TypeError, match=r"sample 1 \(a list\) .*int64 cannot store exactly"
+    ):  # arrays set the dtype
         dt.pad_batch([np.array([big, 1]), [0.5]])
-    batch, _ = dt.pad_batch([[2 ** 53, -2 ** 62], [0.5]], multiple=1)     # powers of two are exact
-    assert batch.tolist() == [[2.0 ** 53, -2.0 ** 62], [0.5, 0.0]]
-    batch, _ = dt.pad_batch([[big, 0.5]], multiple=1)                     # within one list: numpy.asarray's float64
+    batch, _ = dt.pad_batch([[2**53, -(2**62)], [0.5]], multiple=1)  # powers of two are exact
+    assert batch.tolist() == [[2.0**53, -(2.0**62)], [0.5, 0.0]]
+    batch, _ = dt.pad_batch([[big, 0.5]], multiple=1)  # within one list: numpy.asarray's float64
     assert batch.dtype == np.float64
-    batch, _ = dt.pad_batch([np.ones(2, np.float32), [float("nan"), 1]], multiple=1)   # NaN is stored exactly
+    batch, _ = dt.pad_batch([np.ones(2, np.float32), [float("nan"), 1]], multiple=1)  # NaN is stored exactly
     assert np.isnan(batch[1, 0]) and batch.dtype == np.float32
 
 
@@ -134,7 +146,7 @@ def test_shapes_must_be_integers():
     assert dt.pad_to(np.ones(2), np.int64(3)).tolist() == [1.0, 1.0, 0.0]
     with pytest.raises(TypeError, match=r"shape\[0\] should be an integer"):
         dt.pad_jagged(np.ones(3), [3], shape=(4.0,))
-    assert dt.pad_batch([np.arange(3)], shape=np.array(8))[0].shape == (1, 8)            # 0-d arrays are ints
+    assert dt.pad_batch([np.arange(3)], shape=np.array(8))[0].shape == (1, 8)  # 0-d arrays are ints
     assert dt.padding_mask(np.array([3, 5]), np.array(8)).shape == (2, 8)
 
 
@@ -177,7 +189,7 @@ def test_plan_and_shape_targets():
         dt.pad_batch([np.ones(65)], plan=Plan())
     batch, _ = dt.pad_batch([np.ones(3), np.ones(5)], shape=(10,))
     assert batch.shape == (2, 10)
-    torch = pytest.importorskip("torch")       # the one-call row routes leave a protocol plan to round_up
+    torch = pytest.importorskip("torch")  # the one-call row routes leave a protocol plan to round_up
     batch, _ = dt.pad_batch([torch.ones(3), torch.ones(17)], plan=Plan())
     assert batch.shape == (2, 64)
     assert dt.pad_rows([[1, 2], [3]], plan=Plan())[0].shape == (2, 16)
@@ -188,17 +200,22 @@ def test_a_plan_that_is_no_plan_is_named():
     """plan=(8, 16) (boundaries, not a BucketPlan): a TypeError saying what to pass,
     on every padding call, as DynTileCollate says it (not an AttributeError)."""
     torch = pytest.importorskip("torch")
-    calls = [lambda: dt.pad_batch([np.ones(3)], plan=(8, 16)),
-             lambda: dt.pad_batch([torch.ones(3)], plan=(8, 16)),
-             lambda: dt.pad_batch([[1, 2]], plan=(8, 16)),
-             lambda: dt.pad_jagged(np.ones(3), [3], plan=(8, 16)),
-             lambda: dt.pad_rows([[1, 2]], plan=(8, 16)),
-             lambda: dt.pad_rows([torch.ones(3)], plan=(8, 16)),
-             lambda: dt.pad_rows_torch([torch.ones(3)], plan=(8, 16)),
-             lambda: dt.pad_rows_torch([[1]], plan=[8, 16])]
+    calls = [
+        lambda: dt.pad_batch([np.ones(3)], plan=(8, 16)),
+        lambda: dt.pad_batch([torch.ones(3)], plan=(8, 16)),
+        lambda: dt.pad_batch([[1, 2]], plan=(8, 16)),
+        lambda: dt.pad_jagged(np.ones(3), [3], plan=(8, 16)),
+        lambda: dt.pad_rows([[1, 2]], plan=(8, 16)),
+        lambda: dt.pad_rows([torch.ones(3)], plan=(8, 16)),
+        lambda: dt.pad_rows_torch([torch.ones(3)], plan=(8, 16)),
+        lambda: dt.pad_rows_torch([[1]], plan=[8, 16]),
+    ]
     for call in calls:
-        with pytest.raises(TypeError, match=r"plan should be a dyntile BucketPlan .*but got (tuple|list) .*"
-                                            r"pass plan=BucketPlan\(\(8, 16\)\)"):
+        with pytest.raises(
+            TypeError,
+            match=r"plan should be a dyntile BucketPlan .*but got (tuple|list) .*"
+            r"pass plan=BucketPlan\(\(8, 16\)\)",
+        ):
             call()
     with pytest.raises(TypeError, match="plan should be a dyntile BucketPlan .*but got str 'buckets'$"):
         dt.pad_batch([np.ones(3)], plan="buckets")
@@ -232,8 +249,18 @@ def test_out_argument():
         ([np.ones(3, np.uint8)], {"fill": 300}, ValueError, r"out of range for uint8 \(accepted: 0 to 255\)"),
         ([np.ones(3, np.float16)], {"fill": 1e6}, ValueError, "overflows float16"),
         ([np.ones(3)], {"fill": "x"}, TypeError, "fill should be a number"),
-        ([np.ones(6)], {"shape": (4,)}, ValueError, "sample 0 has shape \\(6,\\), larger than shape=\\(4,\\)"),
-        ([np.ones((2, 3)), np.ones((2, 4))], {"axes": [0]}, ValueError, "not padded.*sample 1 has \\(2, 4\\)"),
+        (
+            [np.ones(6)],
+            {"shape": (4,)},
+            ValueError,
+            "sample 0 has shape \\(6,\\), larger than shape=\\(4,\\)",
+        ),
+        (
+            [np.ones((2, 3)), np.ones((2, 4))],
+            {"axes": [0]},
+            ValueError,
+            "not padded.*sample 1 has \\(2, 4\\)",
+        ),
         ([np.ones(3)], {"side": "top"}, ValueError, "side should be 'right' or 'left'"),
         ([np.ones(3)], {"multiple": 0}, ValueError, "multiple should be a positive integer"),
         ([np.ones(3)], {"axes": [1]}, ValueError, "axis 1 is out of bounds"),
@@ -275,18 +302,26 @@ def test_threaded_copy_in_forked_child_does_not_hang(monkeypatch):
 
     monkeypatch.setattr(threads, "PARALLEL_COPY_BYTES", 1)
     arrays = [np.arange(n, dtype=np.float32) for n in range(1, 200)]
-    expected, _ = dt.pad_batch(arrays)                 # threaded in the parent
-    check_in_forked_child(lambda: np.array_equal(dt.pad_batch(arrays)[0], expected)
-                          and threads.max_threads() == 1, "pad_batch")
+    expected, _ = dt.pad_batch(arrays)  # threaded in the parent
+    check_in_forked_child(
+        lambda: np.array_equal(dt.pad_batch(arrays)[0], expected) and threads.max_threads() == 1, "pad_batch"
+    )
 
 
-_NUMBERS = {"bool": st.booleans(), "int": st.integers(-2**63, 2**63 - 1),
-            "float": st.floats(allow_nan=True, allow_infinity=True)}
+_NUMBERS = {
+    "bool": st.booleans(),
+    "int": st.integers(-(2**63), 2**63 - 1),
+    "float": st.floats(allow_nan=True, allow_infinity=True),
+}
 
 
 @settings(max_examples=60, deadline=None)
-@given(kinds=st.lists(st.sampled_from(sorted(_NUMBERS)), min_size=1, max_size=3, unique=True),
-       data=st.data(), side=st.sampled_from(["right", "left"]), multiple=st.integers(1, 5))
+@given(
+    kinds=st.lists(st.sampled_from(sorted(_NUMBERS)), min_size=1, max_size=3, unique=True),
+    data=st.data(),
+    side=st.sampled_from(["right", "left"]),
+    multiple=st.integers(1, 5),
+)
 def test_number_lists_match_numpy_asarray(kinds, data, side, multiple):
     """Lists of Python numbers are read directly; the result equals padding each
     ``numpy.asarray(list)`` (bool < int64 < float64; empty lists carry no type),
@@ -295,7 +330,7 @@ def test_number_lists_match_numpy_asarray(kinds, data, side, multiple):
     lists = data.draw(st.lists(st.lists(element, max_size=9), min_size=1, max_size=6))
     typed = [np.asarray(x) for x in lists if x]
     want = np.result_type(*[a.dtype for a in typed]) if typed else np.dtype(np.int64)
-    with np.errstate(invalid="ignore"):           # 2**63 - 1 rounds up to 2**63, outside int64
+    with np.errstate(invalid="ignore"):  # 2**63 - 1 rounds up to 2**63, outside int64
         rounds = [a.dtype.kind == "i" and (a.astype(np.float64).astype(np.int64) != a).any() for a in typed]
     if want.kind == "f" and any(rounds):
         with pytest.raises(TypeError, match="float64 cannot store exactly"):
@@ -309,8 +344,26 @@ def test_number_lists_match_numpy_asarray(kinds, data, side, multiple):
     np.testing.assert_array_equal(lengths, [len(x) for x in lists])
 
 
-_DIGIT_EDGES = [0, 1, -1, 7, 2**30 - 1, 2**30, -(2**30 - 1), -2**30, -(2**30) - 1, 2**31, 2**60 - 1,
-                2**60, -(2**60 - 1), -2**60, 2**62 + 5, 2**63 - 1, -2**63, -2**63 + 1]
+_DIGIT_EDGES = [
+    0,
+    1,
+    -1,
+    7,
+    2**30 - 1,
+    2**30,
+    -(2**30 - 1),
+    -(2**30),
+    -(2**30) - 1,
+    2**31,
+    2**60 - 1,
+    2**60,
+    -(2**60 - 1),
+    -(2**60),
+    2**62 + 5,
+    2**63 - 1,
+    -(2**63),
+    -(2**63) + 1,
+]
 
 
 def test_int_lists_read_every_digit_count():
@@ -326,13 +379,14 @@ def test_int_lists_read_every_digit_count():
     with_bool = [r + [True] for r in rows]
     batch, _ = dt.pad_batch(with_bool, multiple=8, fill=3)
     assert batch.dtype == np.int64
-    np.testing.assert_array_equal(batch, pad_reference([np.array(r, np.int64) for r in with_bool], (24,), 3,
-                                                       False, np.int64))
+    np.testing.assert_array_equal(
+        batch, pad_reference([np.array(r, np.int64) for r in with_bool], (24,), 3, False, np.int64)
+    )
     values, lens = number_lists.concat_ints(rows)
     np.testing.assert_array_equal(values, np.concatenate([np.array(r, np.int64) for r in rows]))
     # one past int64 at either end: never wrapped, the one-pass reader hands over
     assert number_lists.concat_ints([[1, 2**63]]) is None
-    assert number_lists.concat_ints([[-2**63 - 1]]) is None
+    assert number_lists.concat_ints([[-(2**63) - 1]]) is None
     # an int subclass (here a bool, in the one-pass reader) is not an exact int
     assert number_lists.concat_ints([[1, True]]) is None
 
@@ -359,11 +413,13 @@ def test_number_lists_hand_over_to_the_general_path():
 
 def test_promote_false_keeps_tensors_and_arrays_apart():
     torch = pytest.importorskip("torch")
-    with pytest.raises(TypeError, match="sample 2 is a NumPy array, but sample 0 is a torch tensor; promote=False"):
+    with pytest.raises(
+        TypeError, match="sample 2 is a NumPy array, but sample 0 is a torch tensor; promote=False"
+    ):
         dt.pad_batch([torch.arange(3), [1, 2], np.arange(2)], promote=False)
-    batch, _ = dt.pad_batch([torch.arange(3), [1, 2]], promote=False)   # lists join either kind
+    batch, _ = dt.pad_batch([torch.arange(3), [1, 2]], promote=False)  # lists join either kind
     assert batch.tolist() == [[0, 1, 2, 0, 0, 0, 0, 0], [1, 2, 0, 0, 0, 0, 0, 0]]
-    batch, _ = dt.pad_batch([torch.arange(3), np.arange(2)])           # promote=True mixes them
+    batch, _ = dt.pad_batch([torch.arange(3), np.arange(2)])  # promote=True mixes them
     assert isinstance(batch, torch.Tensor)
 
 
@@ -372,13 +428,27 @@ def test_kernel_entries_check_ranks_before_reading_shapes():
     no dims to read: that was a crash)."""
     from dyntile.cpu import number_lists, pad, tile
 
-    calls = [lambda: tile.tile_into(np.zeros(4, np.float32), np.zeros((1, 1, 1, 4, 4), np.float32), 0),
-             lambda: tile.untile_into(np.zeros(4, np.float32), np.zeros(3, np.float32)),
-             lambda: number_lists.pad_into([[1]], np.zeros((), np.int64), 0, False),
-             lambda: pad.pad_pointers(np.zeros(1, np.intp), np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64),
-                                      np.zeros((), np.int64), 0, False),
-             lambda: pad.pad_pointers(np.zeros(1, np.intp), np.zeros((1, 0), np.int64), np.zeros((1, 0), np.int64),
-                                      np.zeros((1, 3), np.int64), 0, False)]
+    calls = [
+        lambda: tile.tile_into(np.zeros(4, np.float32), np.zeros((1, 1, 1, 4, 4), np.float32), 0),
+        lambda: tile.untile_into(np.zeros(4, np.float32), np.zeros(3, np.float32)),
+        lambda: number_lists.pad_into([[1]], np.zeros((), np.int64), 0, False),
+        lambda: pad.pad_pointers(
+            np.zeros(1, np.intp),
+            np.zeros((1, 1), np.int64),
+            np.zeros((1, 1), np.int64),
+            np.zeros((), np.int64),
+            0,
+            False,
+        ),
+        lambda: pad.pad_pointers(
+            np.zeros(1, np.intp),
+            np.zeros((1, 0), np.int64),
+            np.zeros((1, 0), np.int64),
+            np.zeros((1, 3), np.int64),
+            0,
+            False,
+        ),
+    ]
     for call in calls:
         with pytest.raises(ValueError):
             call()
@@ -387,7 +457,9 @@ def test_kernel_entries_check_ranks_before_reading_shapes():
 def test_strings_are_refused_and_cpu_is_the_host():
     with pytest.raises(TypeError, match="pads numbers .* not strings"):
         dt.pad_batch([np.array(["a", "b"]), np.array(["c"])])
-    records = dt.pad_batch([np.ones(2, "i4,f4"), np.ones(1, "i4,f4")], multiple=1)[0]     # records pad with zeros
+    records = dt.pad_batch([np.ones(2, "i4,f4"), np.ones(1, "i4,f4")], multiple=1)[
+        0
+    ]  # records pad with zeros
     assert records.shape == (2, 2) and records[1, 1].tolist() == (0, 0.0)
     assert dt.pad_batch([np.array([1, 2], object)], multiple=4)[0].tolist() == [[1, 2, 0, 0]]
     assert dt.pad_batch([np.ones(2)], device="cpu", multiple=4)[0].tolist() == [[1.0, 1.0, 0.0, 0.0]]
@@ -400,8 +472,11 @@ def test_signed_zero_fills_and_float_multiples_are_not_mixed_up_by_the_caches():
     zero, and a float multiple was taken once an int one had been seen."""
     torch = pytest.importorskip("torch")
     for first, second in ((0.0, -0.0), (-0.0, 0.0), (0j, -0j)):
-        for samples in ([np.ones(1, np.complex128 if isinstance(first, complex) else np.float64)],
-                        [[1.0]], [torch.ones(1)]):
+        for samples in (
+            [np.ones(1, np.complex128 if isinstance(first, complex) else np.float64)],
+            [[1.0]],
+            [torch.ones(1)],
+        ):
             if isinstance(first, complex) and not isinstance(samples[0], np.ndarray):
                 continue
             dt.pad_batch(samples, fill=first)
@@ -415,16 +490,22 @@ def test_signed_zero_fills_and_float_multiples_are_not_mixed_up_by_the_caches():
         dt.pad_batch([[1, 2]], multiple=8.0)
 
 
-@pytest.mark.parametrize("dtype, fill, exc, match", [
-    (np.complex64, 1e39, ValueError, "overflows complex64"),
-    (np.complex64, complex(0, 1e39), ValueError, "overflows complex64"),
-    (np.complex64, 10**400, ValueError, "fill=<an integer of 1329 bits> overflows complex64"),
-    (np.float32, 10**400, ValueError, "overflows float32"),
-    ("m8[s]", 2**63, ValueError, "out of range for timedelta64"),
-], ids=["complex-real", "complex-imag", "complex-huge-int", "float-huge-int", "timedelta"])
+@pytest.mark.parametrize(
+    "dtype, fill, exc, match",
+    [
+        (np.complex64, 1e39, ValueError, "overflows complex64"),
+        (np.complex64, complex(0, 1e39), ValueError, "overflows complex64"),
+        (np.complex64, 10**400, ValueError, "fill=<an integer of 1329 bits> overflows complex64"),
+        (np.float32, 10**400, ValueError, "overflows float32"),
+        ("m8[s]", 2**63, ValueError, "out of range for timedelta64"),
+    ],
+    ids=["complex-real", "complex-imag", "complex-huge-int", "float-huge-int", "timedelta"],
+)
 def test_complex_and_datetime_fills_are_range_checked(dtype, fill, exc, match):
-    for call in (lambda: dt.pad_batch([np.ones(1, dtype)], fill=fill),
-                 lambda: dt.tile(np.ones((1, 1), dtype), (2, 2), fill=fill)):
+    for call in (
+        lambda: dt.pad_batch([np.ones(1, dtype)], fill=fill),
+        lambda: dt.tile(np.ones((1, 1), dtype), (2, 2), fill=fill),
+    ):
         with pytest.raises(exc, match=match):
             call()
 
@@ -438,15 +519,17 @@ def test_longdouble_fills_keep_their_precision():
 
 def test_list_values_must_fit_an_explicit_dtype():
     """dtype= cast lists unsafely: 300 became 44 in int8, 70000.0 inf in float16."""
-    with pytest.raises(ValueError, match=r"sample 0 \(a list\) holds 300, which dtype=int8 cannot hold \(out of range\)"):
+    with pytest.raises(
+        ValueError, match=r"sample 0 \(a list\) holds 300, which dtype=int8 cannot hold \(out of range\)"
+    ):
         dt.pad_batch([[300, 1]], dtype=np.int8)
     with pytest.raises(ValueError, match="holds 70000.0, which dtype=float16 cannot hold"):
         dt.pad_batch([[1.0], [70000.0]], dtype=np.float16)
     with pytest.raises(ValueError, match="holds -1, which dtype=uint8"):
         dt.pad_batch([[-1]], dtype=np.uint8)
-    got, _ = dt.pad_batch([[255, 0], [7]], dtype=np.uint8, multiple=1)    # ints by value, also into unsigned
+    got, _ = dt.pad_batch([[255, 0], [7]], dtype=np.uint8, multiple=1)  # ints by value, also into unsigned
     assert got.dtype == np.uint8 and got.tolist() == [[255, 0], [7, 0]]
-    got, _ = dt.pad_batch([[0.1, 2]], dtype=np.float32, multiple=1)                     # floats may round
+    got, _ = dt.pad_batch([[0.1, 2]], dtype=np.float32, multiple=1)  # floats may round
     assert got.dtype == np.float32 and got[0, 0] == np.float32(0.1)
     with pytest.raises(TypeError, match="same_kind"):
         dt.pad_batch([[1.5]], dtype=np.uint8)

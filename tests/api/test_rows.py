@@ -1,4 +1,5 @@
 """pad_rows (the collate's one-call route) against a reference padded by slicing."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -21,8 +22,13 @@ def check(rows, got, T, fill, left, dtype):
 
 
 @settings(max_examples=80, deadline=None)
-@given(sizes=st.lists(st.integers(0, 40), min_size=1, max_size=20), multiple=st.sampled_from([1, 8, 16]),
-       left=st.booleans(), kind=st.sampled_from(["tensor", "list"]), seed=st.integers(0, 2**16))
+@given(
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=20),
+    multiple=st.sampled_from([1, 8, 16]),
+    left=st.booleans(),
+    kind=st.sampled_from(["tensor", "list"]),
+    seed=st.integers(0, 2**16),
+)
 def test_matches_reference(sizes, multiple, left, kind, seed):
     rng = np.random.default_rng(seed)
     rows = [rng.integers(-1000, 1000, n) for n in sizes]
@@ -39,7 +45,7 @@ def test_tensor_dtypes_are_kept(dtype):
     batch, lengths, longest, total = dt.pad_rows(rows, multiple=4)
     assert batch.dtype == dtype and batch.shape == (3, 8)
     for b, r in zip(batch, rows):
-        assert torch.equal(b[:len(r)], r) and not b[len(r):].any()
+        assert torch.equal(b[: len(r)], r) and not b[len(r) :].any()
     assert (lengths.tolist(), longest, total) == ([3, 0, 5], 5, 8)
 
 
@@ -47,19 +53,25 @@ def test_plan_sizes_and_lists_of_floats_and_bools():
     plan = BucketPlan((8, 16))
     batch, lengths, longest, total = dt.pad_rows([[1.5, 2.0], [3.0, 4, 5]], plan=plan, fill=-1)
     assert batch.dtype == np.float64 and batch.shape == (2, 8)
-    assert batch.tolist() == [[1.5, 2.0] + [-1] * 6, [3.0, 4.0, 5.0] + [-1] * 5] and (longest, total) == (3, 5)
+    assert batch.tolist() == [[1.5, 2.0] + [-1] * 6, [3.0, 4.0, 5.0] + [-1] * 5] and (longest, total) == (
+        3,
+        5,
+    )
     batch, *_ = dt.pad_rows([[True], [False, True]], multiple=2)
     assert batch.dtype == np.bool_ and batch.tolist() == [[True, False], [False, True]]
 
 
-@pytest.mark.parametrize("samples", [
-    [np.arange(3), np.arange(2)],                                    # NumPy arrays: pad_batch's route
-    [torch.arange(3), torch.arange(2, dtype=torch.int32)],           # mixed dtypes
-    [torch.ones(2, 2), torch.ones(3, 2)],                            # not 1-D
-    [[1, 2], ["a"]],                                                 # not numbers
-    [],
-    ([1, 2], [3]),                                                   # not a list of samples
-])
+@pytest.mark.parametrize(
+    "samples",
+    [
+        [np.arange(3), np.arange(2)],  # NumPy arrays: pad_batch's route
+        [torch.arange(3), torch.arange(2, dtype=torch.int32)],  # mixed dtypes
+        [torch.ones(2, 2), torch.ones(3, 2)],  # not 1-D
+        [[1, 2], ["a"]],  # not numbers
+        [],
+        ([1, 2], [3]),  # not a list of samples
+    ],
+)
 def test_refuses_what_needs_the_general_path(samples):
     assert dt.pad_rows(samples) is None
 
@@ -80,6 +92,7 @@ def test_plan_row_length_equals_round_up():
     """The collate's cached row length for a one-axis plan is plan.round_up's, errors included."""
     from dyntile.padding import _plan_rows
     from dyntile.planning import BucketPlan
+
     plan = BucketPlan((8, 24, 48, 1000))
     size_of = _plan_rows(plan)
     for n in list(range(0, 60)) + [999, 1000]:

@@ -1,5 +1,6 @@
 """pad_rows_torch (the native one-call route into new torch tensors) and the native
 dict_columns, against pad_rows, a reference padded by slicing, and the Python walk."""
+
 import collections
 
 import numpy as np
@@ -17,8 +18,18 @@ from reference import pad_reference  # noqa: E402
 native = tensor_reader.native_module()
 pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu.torch_tensors not built for this torch")
 
-DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-          torch.bfloat16, torch.float32, torch.float64]
+DTYPES = [
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+]
 
 
 def _rows(kind, sizes, dtype, rng):
@@ -32,9 +43,17 @@ def _rows(kind, sizes, dtype, rng):
 
 
 @settings(max_examples=120, deadline=None)
-@given(sizes=st.lists(st.integers(0, 37), min_size=1, max_size=12), kind=st.sampled_from(["list", "tensor", "strided"]),
-       dtype=st.sampled_from(DTYPES), multiple=st.sampled_from([1, 3, 8]), use_plan=st.booleans(),
-       left=st.booleans(), want=st.integers(0, 3), fill=st.sampled_from([0, 1, -1]), seed=st.integers(0, 2**16))
+@given(
+    sizes=st.lists(st.integers(0, 37), min_size=1, max_size=12),
+    kind=st.sampled_from(["list", "tensor", "strided"]),
+    dtype=st.sampled_from(DTYPES),
+    multiple=st.sampled_from([1, 3, 8]),
+    use_plan=st.booleans(),
+    left=st.booleans(),
+    want=st.integers(0, 3),
+    fill=st.sampled_from([0, 1, -1]),
+    seed=st.integers(0, 2**16),
+)
 def test_matches_pad_rows_and_a_reference(sizes, kind, dtype, multiple, use_plan, left, want, fill, seed):
     if dtype == torch.bool or dtype == torch.uint8:
         fill = abs(fill)
@@ -42,18 +61,24 @@ def test_matches_pad_rows_and_a_reference(sizes, kind, dtype, multiple, use_plan
     rows, values = _rows(kind, sizes, dtype, rng)
     plan = BucketPlan((5, 16, 40), multiple=1) if use_plan else None
     side = "left" if left else "right"
-    got = pad_rows_torch(rows, multiple=multiple, plan=plan, fill=fill, side=side, lengths=bool(want & 1),
-                         mask=bool(want & 2))
+    got = pad_rows_torch(
+        rows, multiple=multiple, plan=plan, fill=fill, side=side, lengths=bool(want & 1), mask=bool(want & 2)
+    )
     batch, lengths, mask, longest, total = got
-    want_batch, want_lengths, want_longest, want_total = pad_rows(rows, multiple=multiple, plan=plan, fill=fill,
-                                                                  side=side)
+    want_batch, want_lengths, want_longest, want_total = pad_rows(
+        rows, multiple=multiple, plan=plan, fill=fill, side=side
+    )
     want_batch = torch.as_tensor(want_batch)
     assert type(batch) is torch.Tensor and batch.dtype == want_batch.dtype and torch.equal(batch, want_batch)
     assert batch.dtype == (torch.int64 if kind == "list" else dtype)
     T = batch.shape[1]
-    expect = pad_reference([np.asarray(v) for v in values], (T,), fill, left, values[0].dtype if values else None)
-    np.testing.assert_array_equal(batch.to(torch.float64).numpy() if dtype == torch.bfloat16 and kind != "list"
-                                  else batch.numpy(), expect)
+    expect = pad_reference(
+        [np.asarray(v) for v in values], (T,), fill, left, values[0].dtype if values else None
+    )
+    np.testing.assert_array_equal(
+        batch.to(torch.float64).numpy() if dtype == torch.bfloat16 and kind != "list" else batch.numpy(),
+        expect,
+    )
     assert (longest, total) == (want_longest, want_total) == (max(sizes), sum(sizes))
     if want & 1:
         assert lengths.dtype == torch.int64 and lengths.tolist() == sizes == want_lengths.tolist()
@@ -75,8 +100,9 @@ def test_every_run_length_of_padding_and_mask(dtype, fill, side):
     each row take every length on both sides of the inline-store and memset sizes."""
     sizes = list(range(131))
     rows = [torch.arange(1, n + 1, dtype=dtype) for n in sizes]
-    batch, lengths, mask, longest, total = pad_rows_torch(rows, multiple=1, fill=fill, side=side, lengths=True,
-                                                          mask=True)
+    batch, lengths, mask, longest, total = pad_rows_torch(
+        rows, multiple=1, fill=fill, side=side, lengths=True, mask=True
+    )
     expect = pad_reference([r.numpy() for r in rows], (130,), fill, side == "left", rows[0].numpy().dtype)
     np.testing.assert_array_equal(batch.numpy(), expect)
     pos = torch.arange(130)
@@ -85,25 +111,33 @@ def test_every_run_length_of_padding_and_mask(dtype, fill, side):
     assert lengths.tolist() == sizes and (longest, total) == (130, sum(sizes))
 
 
-_NUMBER = st.one_of(st.integers(-2**64, 2**64), st.floats(allow_nan=True, allow_infinity=True), st.booleans())
+_NUMBER = st.one_of(
+    st.integers(-(2**64), 2**64), st.floats(allow_nan=True, allow_infinity=True), st.booleans()
+)
 
 
 @settings(max_examples=200, deadline=None)
-@given(items=st.lists(_NUMBER, min_size=1, max_size=40) | st.lists(st.integers(-2**63, 2**63 - 1), min_size=1)
-       | st.lists(st.floats(), min_size=1) | st.lists(st.booleans(), min_size=1))
+@given(
+    items=st.lists(_NUMBER, min_size=1, max_size=40)
+    | st.lists(st.integers(-(2**63), 2**63 - 1), min_size=1)
+    | st.lists(st.floats(), min_size=1)
+    | st.lists(st.booleans(), min_size=1)
+)
 def test_stack_numbers_equals_torch_tensor(items):
     """Numbers of one kind stack as torch.tensor stacks them (int64, float64, bool, NaN
     and -0.0 kept); anything else (mixed kinds, an int past int64) is declined."""
     got = native.stack_numbers(items)
     kinds = {type(x) for x in items}
-    fits = all(-2**63 <= x < 2**63 for x in items if type(x) is int)
+    fits = all(-(2**63) <= x < 2**63 for x in items if type(x) is int)
     if len(kinds) > 1 or not fits:
         assert got is None
         return
     want = torch.tensor(items, dtype=torch.float64 if kinds == {float} else None)
     assert got.dtype == want.dtype and got.shape == (len(items),)
-    assert torch.equal(got.view(torch.int64) if got.dtype == torch.float64 else got,
-                       want.view(torch.int64) if want.dtype == torch.float64 else want)   # bit for bit
+    assert torch.equal(
+        got.view(torch.int64) if got.dtype == torch.float64 else got,
+        want.view(torch.int64) if want.dtype == torch.float64 else want,
+    )  # bit for bit
 
 
 def test_stack_numbers_declines_what_it_does_not_stack():
@@ -126,20 +160,23 @@ def test_the_batch_owns_its_memory():
     assert batch.tolist() == [[7, 8], [9, 0]]
 
 
-@pytest.mark.parametrize("rows", [
-    [[1, True]],                                   # a bool in a list of ints
-    [[1, 2.0]],                                    # a float
-    [[1, 2**63]],                                  # past int64
-    [[1], torch.tensor([2])],                      # a list then a tensor
-    [torch.tensor([2]), [1]],                      # a tensor then a list
-    [torch.ones(2, 2)],                            # not 1-D
-    [torch.ones(2), torch.ones(2, dtype=torch.float64)],   # mixed dtypes
-    [torch.ones(2), torch.nn.Parameter(torch.ones(2))],    # mixed types
-    [torch.ones(2, dtype=torch.complex64)],        # complex (conjugate bits)
-    [np.arange(3)],                                # not a tensor or list
-    [(1, 2)],                                      # a tuple
-    [],
-])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [[1, True]],  # a bool in a list of ints
+        [[1, 2.0]],  # a float
+        [[1, 2**63]],  # past int64
+        [[1], torch.tensor([2])],  # a list then a tensor
+        [torch.tensor([2]), [1]],  # a tensor then a list
+        [torch.ones(2, 2)],  # not 1-D
+        [torch.ones(2), torch.ones(2, dtype=torch.float64)],  # mixed dtypes
+        [torch.ones(2), torch.nn.Parameter(torch.ones(2))],  # mixed types
+        [torch.ones(2, dtype=torch.complex64)],  # complex (conjugate bits)
+        [np.arange(3)],  # not a tensor or list
+        [(1, 2)],  # a tuple
+        [],
+    ],
+)
 def test_refuses_what_pad_rows_or_pad_batch_decides(rows):
     assert pad_rows_torch(rows) is None
 
@@ -148,7 +185,7 @@ def test_refuses_a_row_over_the_plan_and_odd_fills():
     plan = BucketPlan((4, 8), multiple=4)
     assert pad_rows_torch([[1] * 9], plan=plan) is None
     assert pad_rows_torch([[1] * 8], plan=plan)[0].shape == (1, 8)
-    assert pad_rows_torch([[1, 2]], fill=0.5) is None                  # an int64 row cannot hold it
+    assert pad_rows_torch([[1, 2]], fill=0.5) is None  # an int64 row cannot hold it
     assert pad_rows_torch([torch.ones(2, dtype=torch.int8)], fill=300) is None
     with pytest.raises(ValueError, match="side should be 'right' or 'left'"):
         pad_rows_torch([[1]], side="up")
@@ -156,7 +193,7 @@ def test_refuses_a_row_over_the_plan_and_odd_fills():
 
 def test_native_pad_rows_limits():
     """Over max_bytes (a copy big enough for threads) or a padded length past int64: None."""
-    assert native.pad_rows([[1, 2, 3]], 8, None, 0, False, 0, 63) is None       # 3 -> 8 int64 = 64 bytes
+    assert native.pad_rows([[1, 2, 3]], 8, None, 0, False, 0, 63) is None  # 3 -> 8 int64 = 64 bytes
     assert native.pad_rows([[1, 2, 3]], 8, None, 0, False, 0, 64)[0].shape == (1, 8)
     assert native.pad_rows([[1, 2, 3]], 2**63 - 1, None, 0, False, 0, 1 << 30) is None
     assert native.pad_rows([[]], 2**63 - 1, None, 0, False, 1, 64)[0].shape == (1, 0)
@@ -169,13 +206,18 @@ def test_native_pad_rows_limits():
 
 
 @settings(max_examples=60, deadline=None)
-@given(keys=st.lists(st.sampled_from(["a", "b", "c", 0, 1.5, ("t",)]), unique=True, max_size=4),
-       B=st.integers(1, 5), drop=st.integers(-1, 5), extra=st.integers(-1, 5), seed=st.integers(0, 99))
+@given(
+    keys=st.lists(st.sampled_from(["a", "b", "c", 0, 1.5, ("t",)]), unique=True, max_size=4),
+    B=st.integers(1, 5),
+    drop=st.integers(-1, 5),
+    extra=st.integers(-1, 5),
+    seed=st.integers(0, 99),
+)
 def test_dict_columns_matches_the_python_columns(keys, B, drop, extra, seed):
     rng = np.random.default_rng(seed)
     samples = []
     for i in range(B):
-        order = [keys[j] for j in rng.permutation(len(keys))] if i else list(keys)   # key order may differ
+        order = [keys[j] for j in rng.permutation(len(keys))] if i else list(keys)  # key order may differ
         d = {k: [i, str(k)] for k in order}
         if i == drop and keys:
             del d[keys[0]]
@@ -199,6 +241,7 @@ def test_dict_columns_refuses_other_mappings_and_survives_a_mutating_key():
 
     class Clash:
         """A key whose hash collides with 'a' and whose == empties the batch."""
+
         def __hash__(self):
             return hash("a")
 
@@ -207,19 +250,31 @@ def test_dict_columns_refuses_other_mappings_and_survives_a_mutating_key():
             return False
 
     samples[:] = [{"a": 1}, {Clash(): 2}]
-    assert native.dict_columns(samples) is None                    # no crash, the batch changed under it
+    assert native.dict_columns(samples) is None  # no crash, the batch changed under it
     assert samples == []
 
 
-def _collate_dicts(samples, specs, multiple=8, bounds=None, left=False, marked=None, mask_key="mask",
-                   lengths_key="lengths", max_bytes=1 << 30):
-    return native.collate_dicts(samples, specs, torch.Tensor, multiple, bounds, left, marked, mask_key, lengths_key,
-                                max_bytes)
+def _collate_dicts(
+    samples,
+    specs,
+    multiple=8,
+    bounds=None,
+    left=False,
+    marked=None,
+    mask_key="mask",
+    lengths_key="lengths",
+    max_bytes=1 << 30,
+):
+    return native.collate_dicts(
+        samples, specs, torch.Tensor, multiple, bounds, left, marked, mask_key, lengths_key, max_bytes
+    )
 
 
 def test_collate_dicts_asks_for_each_spec_then_pads_every_key():
-    samples = [{"a": [1, 2, 3], "b": torch.tensor([1.5], dtype=torch.float16)},
-               {"a": [4], "b": torch.tensor([2.5, 3.5], dtype=torch.float16)}]
+    samples = [
+        {"a": [1, 2, 3], "b": torch.tensor([1.5], dtype=torch.float16)},
+        {"a": [4], "b": torch.tensor([2.5, 3.5], dtype=torch.float16)},
+    ]
     specs = {}
     asked = []
     while True:
@@ -229,7 +284,7 @@ def test_collate_dicts_asks_for_each_spec_then_pads_every_key():
         key, code, value = got
         asked.append((key, code))
         assert value is samples[0][key]
-        specs[key, code] = (0xBC00 if key == "b" else 7, True)      # float16 -1.0, and 7 for the ints
+        specs[key, code] = (0xBC00 if key == "b" else 7, True)  # float16 -1.0, and 7 for the ints
     assert [k for k, _ in asked] == ["a", "b"] and asked[0][1] == -1 and asked[1][1] >= 0
     out, real, total, shapes, masked = got
     assert list(out) == ["a", "b", "mask", "lengths"] and masked
@@ -244,28 +299,28 @@ def test_collate_dicts_declines_what_the_python_routes_decide():
     one = [{"a": [1, 2]}, {"a": [3]}]
     assert len(_collate_dicts(one, specs)) == 5
     declined = [
-        [{"a": [1, 2]}, {"a": [3], "b": [1]}],                 # an extra key
-        [{"a": [1, 2]}, {"b": [3]}],                           # another key
-        [{"a": [1, 2]}, collections.OrderedDict(a=[3])],       # another mapping type
-        [{"a": [1, 2]}, {"a": [3, True]}],                     # a bool among the ints
-        [{"a": [1, 2]}, {"a": torch.tensor([3])}],             # a list, then a tensor
-        [{"a": [1, 2]}, {"a": [4, 5, 2**63]}],                 # past int64
-        [{0: [1, 2]}, {0: [3]}],                               # a key the walk names
-        [{"a": []}, {"a": [3]}],                               # sample 0 shows no element kind
-        [{"a": [1, 2]}, [("a", [3])]],                         # not a dict
+        [{"a": [1, 2]}, {"a": [3], "b": [1]}],  # an extra key
+        [{"a": [1, 2]}, {"b": [3]}],  # another key
+        [{"a": [1, 2]}, collections.OrderedDict(a=[3])],  # another mapping type
+        [{"a": [1, 2]}, {"a": [3, True]}],  # a bool among the ints
+        [{"a": [1, 2]}, {"a": torch.tensor([3])}],  # a list, then a tensor
+        [{"a": [1, 2]}, {"a": [4, 5, 2**63]}],  # past int64
+        [{0: [1, 2]}, {0: [3]}],  # a key the walk names
+        [{"a": []}, {"a": [3]}],  # sample 0 shows no element kind
+        [{"a": [1, 2]}, [("a", [3])]],  # not a dict
         [{}, {}],
     ]
     for samples in declined:
         assert _collate_dicts(samples, specs) is None, samples
-    assert _collate_dicts(one, {("a", -1): None}) is None          # a spec that leaves the key to Python
-    assert _collate_dicts(one, specs, marked="b") is None          # mask_from not a key here
-    assert _collate_dicts(one, specs, max_bytes=63) is None        # a copy big enough for threads
-    assert _collate_dicts(one, specs, bounds=np.array([1], np.int64)) is None     # over the plan
+    assert _collate_dicts(one, {("a", -1): None}) is None  # a spec that leaves the key to Python
+    assert _collate_dicts(one, specs, marked="b") is None  # mask_from not a key here
+    assert _collate_dicts(one, specs, max_bytes=63) is None  # a copy big enough for threads
+    assert _collate_dicts(one, specs, bounds=np.array([1], np.int64)) is None  # over the plan
     param = [{"a": torch.nn.Parameter(torch.ones(2))}, {"a": torch.nn.Parameter(torch.ones(1))}]
-    assert _collate_dicts(param, {}) is None                       # exactly torch.Tensor only
+    assert _collate_dicts(param, {}) is None  # exactly torch.Tensor only
     equal = [{"a": [1, 2]}, {"a": [4, 5]}]
-    assert _collate_dicts(equal, specs, marked="a") is None        # mask_from names a key that is stacked
-    assert _collate_dicts(equal, specs, bounds=np.array([1], np.int64)) is None   # stacked, but over the plan
+    assert _collate_dicts(equal, specs, marked="a") is None  # mask_from names a key that is stacked
+    assert _collate_dicts(equal, specs, bounds=np.array([1], np.int64)) is None  # stacked, but over the plan
 
 
 def test_collate_dicts_stacks_a_key_of_one_length_that_is_no_sequence():
@@ -273,11 +328,14 @@ def test_collate_dicts_stacks_a_key_of_one_length_that_is_no_sequence():
     (no padding, no counts, no shape), as the walk stacks it; the mask and lengths come
     from the first padded key, and there are none when no key is padded."""
     specs = {("a", -1): (0, False), ("b", -1): (0, True)}
-    out, real, total, shapes, masked = _collate_dicts([{"a": [1, 2], "b": [7]}, {"a": [4, 5], "b": [8, 9]}], specs,
-                                                      multiple=4)
+    out, real, total, shapes, masked = _collate_dicts(
+        [{"a": [1, 2], "b": [7]}, {"a": [4, 5], "b": [8, 9]}], specs, multiple=4
+    )
     assert out["a"].tolist() == [[1, 2], [4, 5]] and out["b"].tolist() == [[7, 0, 0, 0], [8, 9, 0, 0]]
     assert out["lengths"].tolist() == [1, 2] and masked and (real, total, shapes) == (3, 8, [("b", (2, 4))])
-    out, real, total, shapes, masked = _collate_dicts([{"a": [1, 2]}, {"a": [4, 5]}], specs, multiple=4, left=True)
+    out, real, total, shapes, masked = _collate_dicts(
+        [{"a": [1, 2]}, {"a": [4, 5]}], specs, multiple=4, left=True
+    )
     assert list(out) == ["a"] and out["a"].tolist() == [[1, 2], [4, 5]] and not masked
     assert (real, total, shapes) == (0, 0, [])
 
@@ -286,7 +344,7 @@ def test_collate_dicts_keeps_a_samples_own_mask_and_lengths_keys():
     samples = [{"ids": [1, 2], "mask": [1, 1]}, {"ids": [3], "mask": [1]}]
     specs = {("ids", -1): (0, True), ("mask", -1): (0, True)}
     out, *_, masked = _collate_dicts(samples, specs, multiple=1)
-    assert out["mask"].tolist() == [[1, 1], [1, 0]] and not masked        # the samples' own, padded
+    assert out["mask"].tolist() == [[1, 1], [1, 0]] and not masked  # the samples' own, padded
     assert out["lengths"].tolist() == [2, 1]
     out, *_, masked = _collate_dicts(samples, specs, multiple=1, mask_key=None, lengths_key=None, left=True)
     assert list(out) == ["ids", "mask"] and out["ids"].tolist() == [[1, 2], [0, 3]] and not masked
@@ -295,8 +353,10 @@ def test_collate_dicts_keeps_a_samples_own_mask_and_lengths_keys():
 def test_collate_dicts_survives_a_key_whose_eq_changes_the_batch():
     """A lookup may run Python code (a colliding key's ==): the values gathered before
     it stay alive and are read as they are after it, never freed under the copy."""
+
     class Clash:
         """A key whose hash collides with 'a'; its == empties the batch and rewrites sample 0's row."""
+
         def __init__(self, equal):
             self.equal = equal
 
@@ -312,9 +372,9 @@ def test_collate_dicts_survives_a_key_whose_eq_changes_the_batch():
         first = {"a": [1, 2, 3]}
         samples = [first, {Clash(equal): [4]}]
         got = _collate_dicts(samples, {("a", -1): (0, True)}, multiple=1)
-        if equal:                                     # found: sample 0's row as it is now
+        if equal:  # found: sample 0's row as it is now
             assert got[0]["a"].tolist() == [[9], [4]]
-        else:                                         # not found: a missing key
+        else:  # not found: a missing key
             assert got is None
         assert samples == []
 
@@ -325,10 +385,15 @@ def test_collate_dicts_of_a_batch_past_its_stack_scratch():
     rng = np.random.default_rng(5)
     keys = [f"k{j}" for j in range(6)]
     sizes = rng.integers(0, 9, (3000, 6))
-    samples = [{k: (list(range(1, n + 1)) if j % 2 else torch.arange(1, n + 1, dtype=torch.int32))
-                for j, (k, n) in enumerate(zip(keys, row))} for row in sizes]
+    samples = [
+        {
+            k: (list(range(1, n + 1)) if j % 2 else torch.arange(1, n + 1, dtype=torch.int32))
+            for j, (k, n) in enumerate(zip(keys, row))
+        }
+        for row in sizes
+    ]
     specs = {}
-    while len(got := _collate_dicts(samples, specs, multiple=1)) == 3:    # each key's spec asked for once
+    while len(got := _collate_dicts(samples, specs, multiple=1)) == 3:  # each key's spec asked for once
         specs[got[:2]] = (0, True)
     out, real, total, shapes, masked = got
     for j, k in enumerate(keys):
@@ -342,13 +407,14 @@ def test_collate_dicts_holds_the_samples_walked_before_a_lookup():
     """Samples 1.. whose entries are walked are not held until a lookup (which may run
     Python code) comes: then every row read before it is held, so one replaced by that
     code is still read as it was, never freed memory reused for another list."""
+
     class Clash:
         def __hash__(self):
             return hash("a")
 
         def __eq__(self, other):
             for s in samples[1:3]:
-                s["a"] = [7, 7]                       # the rows walked before: their last reference
+                s["a"] = [7, 7]  # the rows walked before: their last reference
             junk.extend([8, 8, 8] for _ in range(200))  # new lists in any freed list's memory
             return True
 
@@ -364,17 +430,24 @@ def test_views_past_their_resized_storage_are_never_read():
     (torch's own ops crash on it): the native readers refuse it, and a 0-d label of that
     kind reaches torch.stack in the walk, which raises."""
     base = torch.arange(1 << 16, dtype=torch.float64)
-    row, label = base[(1 << 16) - 3:], base[(1 << 16) - 1]
+    row, label = base[(1 << 16) - 3 :], base[(1 << 16) - 1]
     base.untyped_storage().resize_(0)
     assert pad_rows_torch([row, torch.ones(2, dtype=torch.float64)]) is None
     bufs = [np.empty(2, np.int64), np.empty(2, np.int64), np.empty(2, np.int64), np.empty(1, np.int64)]
     assert native.describe([torch.ones(2, dtype=torch.float64), row], 1, *bufs)[0] == 1
     specs = {("ids", -1): (0, True)}
-    assert _collate_dicts([{"ids": [1], "y": label}, {"ids": [2], "y": torch.tensor(2.0, dtype=torch.float64)}],
-                          specs) is None
+    assert (
+        _collate_dicts(
+            [{"ids": [1], "y": label}, {"ids": [2], "y": torch.tensor(2.0, dtype=torch.float64)}], specs
+        )
+        is None
+    )
     from loaders import DynTileCollate
+
     with pytest.raises(RuntimeError, match="out of bounds"):
-        DynTileCollate()([{"ids": [1], "y": label}, {"ids": [2], "y": torch.tensor(2.0, dtype=torch.float64)}])
+        DynTileCollate()(
+            [{"ids": [1], "y": label}, {"ids": [2], "y": torch.tensor(2.0, dtype=torch.float64)}]
+        )
 
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
@@ -383,7 +456,7 @@ def test_declines_dtypes_numpy_cannot_carry_and_plans_of_other_ranks():
     assert pad_rows_torch([q, q]) is None
     sub = torch.zeros(3, dtype=torch.uint3)
     assert pad_rows_torch([sub, sub]) is None
-    assert pad_rows_torch([[1, 2, 3], [4]], plan=BucketPlan(((8, 16), (8,)))) is None   # a 2-axis plan
+    assert pad_rows_torch([[1, 2, 3], [4]], plan=BucketPlan(((8, 16), (8,)))) is None  # a 2-axis plan
     assert pad_rows([[1, 2, 3], [4]], plan=BucketPlan(((8, 16), (8,)))) is None
 
 
@@ -394,16 +467,24 @@ def test_a_plan_past_int64_pads_on_every_route():
     assert pad_rows([[1, 2, 3]], plan=plan)[0].tolist() == [[1, 2, 3, 0, 0, 0, 0, 0]]
     assert pad_rows([torch.arange(3)], plan=plan)[0].tolist() == [[0, 1, 2, 0, 0, 0, 0, 0]]
     from loaders import DynTileCollate
+
     out = DynTileCollate(plan)([{"a": [1, 2, 3]}, {"a": [4]}])
     assert out["a"].shape == (2, 8) and out["lengths"].tolist() == [3, 1]
 
 
 def test_native_bounds_are_checked():
-    for bad in (np.array([4.0, 8.0]), np.array([4, 8], np.uint64), np.array([8, 4], np.int64),
-                np.array([4, 4], np.int64), np.array([], np.int64)):
-        with pytest.raises(ValueError, match="bounds should be a non-empty buffer of int64 boundaries, ascending"):
+    for bad in (
+        np.array([4.0, 8.0]),
+        np.array([4, 8], np.uint64),
+        np.array([8, 4], np.int64),
+        np.array([4, 4], np.int64),
+        np.array([], np.int64),
+    ):
+        with pytest.raises(
+            ValueError, match="bounds should be a non-empty buffer of int64 boundaries, ascending"
+        ):
             native.pad_rows([[1]], 1, bad, 0, False, 0, 64)
-    assert native.pad_rows([[]], 1, None, 0, False, 3, 64)[0].shape == (1, 0)     # T == 0: nothing to write
+    assert native.pad_rows([[]], 1, None, 0, False, 3, 64)[0].shape == (1, 0)  # T == 0: nothing to write
     assert native.pad_rows([[], []], 1, None, 0, True, 3, 64)[2].shape == (2, 0)
 
 
@@ -415,6 +496,7 @@ class _Boom(Exception):
 def test_an_error_raised_by_a_key_during_a_lookup_propagates(call):
     class Raising:
         """A key whose hash collides with 'b' and whose == raises."""
+
         def __hash__(self):
             return hash("b")
 
@@ -432,5 +514,6 @@ def test_an_error_raised_by_a_key_during_a_lookup_propagates(call):
 def test_flags_are_read_as_truth_values():
     batch, lengths, mask, *_ = pad_rows_torch([[1, 2], [3]], lengths=2, mask=0)
     assert lengths.tolist() == [2, 1] and mask is None
-    assert pad_rows_torch([[1]], lengths="yes", mask=[1])[2].tolist() == [[True, False, False, False, False, False,
-                                                                          False, False]]
+    assert pad_rows_torch([[1]], lengths="yes", mask=[1])[2].tolist() == [
+        [True, False, False, False, False, False, False, False]
+    ]

@@ -1,4 +1,5 @@
 """Shape math and the import contract (no torch, no numba on `import dyntile`)."""
+
 import subprocess
 import sys
 
@@ -32,29 +33,34 @@ def test_shape_helpers():
 
 
 def test_import_loads_neither_torch_nor_numba():
-    code = ("import sys, dyntile, numpy as np; dyntile.pad_batch([np.ones(3)]); dyntile.tile(np.ones((2, 2)), (2, 2));"
-            "print(sorted(m for m in ('torch', 'numba') if m in sys.modules))")
+    code = (
+        "import sys, dyntile, numpy as np; dyntile.pad_batch([np.ones(3)]);"
+        " dyntile.tile(np.ones((2, 2)), (2, 2));"
+        "print(sorted(m for m in ('torch', 'numba') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 
 def test_unknown_attribute():
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
-        dt.nope
+        _ = dt.nope
 
 
 def test_exports_stay_functions_after_every_submodule_is_imported():
     """A public name must not share its name with a submodule: importing the
     submodule would replace the function on the package (dyntile.matmul once did).
     The native tensor reader is skipped: a torch extension, it loads after torch only."""
-    code = ("import importlib, pkgutil, dyntile, dyntile.cuda, dyntile.planning\n"
-            "for m in pkgutil.walk_packages(dyntile.__path__, 'dyntile.'):\n"
-            "    if not m.name.startswith(('dyntile.cli', 'dyntile.__main__', 'dyntile.cpu.torch_tensors')):\n"
-            "        importlib.import_module(m.name)\n"
-            "import types\n"
-            "bad = [f'{p.__name__}.{n}' for p in (dyntile, dyntile.cuda, dyntile.planning)\n"
-            "       for n in p._EXPORTS if isinstance(getattr(p, n), types.ModuleType)]\n"
-            "print(bad)")
+    code = (
+        "import importlib, pkgutil, dyntile, dyntile.cuda, dyntile.planning\n"
+        "for m in pkgutil.walk_packages(dyntile.__path__, 'dyntile.'):\n"
+        "    if not m.name.startswith(('dyntile.cli', 'dyntile.__main__', 'dyntile.cpu.torch_tensors')):\n"
+        "        importlib.import_module(m.name)\n"
+        "import types\n"
+        "bad = [f'{p.__name__}.{n}' for p in (dyntile, dyntile.cuda, dyntile.planning)\n"
+        "       for n in p._EXPORTS if isinstance(getattr(p, n), types.ModuleType)]\n"
+        "print(bad)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

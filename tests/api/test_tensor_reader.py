@@ -1,5 +1,6 @@
 """The native tensor reader (dyntile.cpu.torch_tensors) against torch's own answers,
 and the padding routes with and without it."""
+
 import os
 
 import numpy as np
@@ -34,6 +35,7 @@ def test_ci_builds_the_native_reader():
         pytest.skip("set DYNTILE_REQUIRE_NATIVE=1 to require the native reader")
     assert native is not None
     from dyntile.cpu import torch_tensors
+
     assert torch_tensors.built_for == torch.__version__ and torch_tensors.api == tensor_reader.NATIVE_API
 
 
@@ -48,20 +50,33 @@ def test_a_build_from_other_sources_is_not_used(monkeypatch):
     status = tensor_reader.native_status()
     assert status.startswith("not used: built from other sources") and "rebuild" in status
     from loaders import DynTileCollate
-    out = DynTileCollate()([{"ids": [1, 2], "label": 3}, {"ids": [4], "label": 5}])    # the Python route
-    assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [4, 0, 0, 0, 0, 0, 0, 0]] and out["label"].tolist() == [3, 5]
+
+    out = DynTileCollate()([{"ids": [1, 2], "label": 3}, {"ids": [4], "label": 5}])  # the Python route
+    assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [4, 0, 0, 0, 0, 0, 0, 0]] and out[
+        "label"
+    ].tolist() == [3, 5]
 
 
 def _views(rng):
     """Odd-size tensors of many dtypes, ranks and layouts (views, offsets, zero strides)."""
     out = []
-    for dtype in (torch.bool, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-                  torch.bfloat16, torch.float32, torch.float64, torch.uint8):
+    for dtype in (
+        torch.bool,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+        torch.uint8,
+    ):
         base = torch.from_numpy(rng.integers(0, 100, (7, 9, 5))).to(dtype)
-        out.append([base[i, : 1 + i][:, 0] for i in range(7)])                          # 1-D rows of a 3-D block
-        out.append([base[i, ::2, 1:] for i in range(3)] + [base[0].t()[:3]])          # 2-D, strided, transposed
-        out.append([base[:0, 0, 0], base[:3, 0, 0], base[2:, 1, 3]])                 # zero size, offsets
-        out.append([base[0, 0, :1].expand(6), base[1, :, 0]])                          # a zero stride
+        out.append([base[i, : 1 + i][:, 0] for i in range(7)])  # 1-D rows of a 3-D block
+        out.append([base[i, ::2, 1:] for i in range(3)] + [base[0].t()[:3]])  # 2-D, strided, transposed
+        out.append([base[:0, 0, 0], base[:3, 0, 0], base[2:, 1, 3]])  # zero size, offsets
+        out.append([base[0, 0, :1].expand(6), base[1, :, 0]])  # a zero stride
     return out
 
 
@@ -71,8 +86,11 @@ def test_native_matches_the_bindings_on_views():
     for samples in _views(rng):
         want = _pad.describe_tensors(samples, torch.Tensor)
         nd = samples[0].dim()
-        shapes, strides, ptrs = (np.empty((len(samples), nd), np.int64), np.empty((len(samples), nd), np.int64),
-                                 np.empty(len(samples), np.intp))
+        shapes, strides, ptrs = (
+            np.empty((len(samples), nd), np.int64),
+            np.empty((len(samples), nd), np.int64),
+            np.empty(len(samples), np.intp),
+        )
         maxes = np.empty(max(nd, 1), np.int64)
         refused, elements = native(samples, nd, shapes, strides, ptrs, maxes)
         assert refused == want[4] == -1
@@ -89,16 +107,19 @@ class _Sub(torch.Tensor):
 
 @needs_native
 @pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")
-@pytest.mark.parametrize("odd, why", [
-    (lambda x: x.to(torch.int32), "another dtype"),
-    (lambda x: x[None], "another rank"),
-    (lambda x: x.as_subclass(_Sub), "a subclass"),
-    (lambda x: x.to_sparse(), "a sparse layout"),
-    (lambda x: torch.nested.nested_tensor([x, x]), "a nested tensor"),
-    (lambda x: torch.empty(3, device="meta", dtype=x.dtype), "the meta device"),
-    (lambda x: torch._neg_view(x), "a negative view"),
-    (lambda x: "not a tensor", "a string"),
-])
+@pytest.mark.parametrize(
+    "odd, why",
+    [
+        (lambda x: x.to(torch.int32), "another dtype"),
+        (lambda x: x[None], "another rank"),
+        (lambda x: x.as_subclass(_Sub), "a subclass"),
+        (lambda x: x.to_sparse(), "a sparse layout"),
+        (lambda x: torch.nested.nested_tensor([x, x]), "a nested tensor"),
+        (lambda x: torch.empty(3, device="meta", dtype=x.dtype), "the meta device"),
+        (lambda x: torch._neg_view(x), "a negative view"),
+        (lambda x: "not a tensor", "a string"),
+    ],
+)
 def test_native_refuses_what_it_cannot_read_as_is(odd, why):
     x = torch.arange(5)
     samples = [x, x[1:], odd(x[2:])]
@@ -110,7 +131,12 @@ def test_native_refuses_what_it_cannot_read_as_is(odd, why):
 @needs_native
 def test_native_refuses_complex_and_checks_its_buffers():
     c = torch.randn(4, dtype=torch.complex64)
-    bufs = [np.empty((2, 1), np.int64), np.empty((2, 1), np.int64), np.empty(2, np.intp), np.empty(1, np.int64)]
+    bufs = [
+        np.empty((2, 1), np.int64),
+        np.empty((2, 1), np.int64),
+        np.empty(2, np.intp),
+        np.empty(1, np.int64),
+    ]
     assert native([c, c], 1, *bufs)[0] == 0
     with pytest.raises(ValueError, match="shapes should hold at least 2"):
         native([torch.ones(2), torch.ones(3)], 1, np.empty(1, np.int64), *bufs[1:])
@@ -124,7 +150,10 @@ def test_reader_is_refused_under_another_torch_version(monkeypatch):
     monkeypatch.setattr(tensor_reader, "_native", tensor_reader._UNSET)
     monkeypatch.setattr(torch, "__version__", "0.0.0-other")
     assert tensor_reader.native_reader() is None
-    assert "built for torch 2" in tensor_reader.native_status() and "0.0.0-other" in tensor_reader.native_status()
+    assert (
+        "built for torch 2" in tensor_reader.native_status()
+        and "0.0.0-other" in tensor_reader.native_status()
+    )
 
 
 def test_status_when_switched_off(monkeypatch):
@@ -136,9 +165,11 @@ def test_status_when_switched_off(monkeypatch):
 
 def test_status_without_the_module(monkeypatch):
     import sys
+
     import dyntile.cpu
+
     monkeypatch.setattr(tensor_reader, "_native", tensor_reader._UNSET)
-    monkeypatch.setitem(sys.modules, "dyntile.cpu.torch_tensors", None)      # import fails
+    monkeypatch.setitem(sys.modules, "dyntile.cpu.torch_tensors", None)  # import fails
     monkeypatch.delattr(dyntile.cpu, "torch_tensors", raising=False)
     assert tensor_reader.native_reader() is None
     assert tensor_reader.native_status().startswith("not built")
@@ -171,7 +202,7 @@ def test_pad_batch_and_pad_rows_equal_a_reference_on_both_routes(route):
 
 def test_pad_rows_refusals_fall_back_on_both_routes(route):
     x = torch.arange(6)
-    assert pad_rows([x, x.to(torch.int32)]) is None            # mixed dtypes: pad_batch explains
+    assert pad_rows([x, x.to(torch.int32)]) is None  # mixed dtypes: pad_batch explains
     with pytest.raises(TypeError):
         dyntile.pad_batch([x, x.to(torch.int32)], promote=False)
     sub = [x.as_subclass(_Sub), x[:2]]
@@ -181,8 +212,10 @@ def test_pad_rows_refusals_fall_back_on_both_routes(route):
     assert pad_rows([neg, x.double()], multiple=1)[0][0].tolist() == (-x.double()).tolist()
 
 
-@pytest.mark.skipif(not (hasattr(torch, "_efficientzerotensor") and hasattr(torch, "_neg_view")),
-                    reason="this torch has no zero tensors or negative views to build")
+@pytest.mark.skipif(
+    not (hasattr(torch, "_efficientzerotensor") and hasattr(torch, "_neg_view")),
+    reason="this torch has no zero tensors or negative views to build",
+)
 def test_zero_tensors_and_negative_views_are_read_right_on_both_routes(route):
     """Tensors whose memory is not their values: efficient zero tensors (no memory
     at all) and negative views (memory holds -x), 1-D and 2-D."""
@@ -200,7 +233,12 @@ def test_zero_tensors_and_negative_views_are_read_right_on_both_routes(route):
 def test_native_refuses_a_batch_mixing_tensor_and_parameter():
     """One Python type per batch, as the bindings route checks (collate names the mix)."""
     x = torch.ones(3)
-    bufs = [np.empty((2, 1), np.int64), np.empty((2, 1), np.int64), np.empty(2, np.intp), np.empty(1, np.int64)]
+    bufs = [
+        np.empty((2, 1), np.int64),
+        np.empty((2, 1), np.int64),
+        np.empty(2, np.intp),
+        np.empty(1, np.int64),
+    ]
     assert native([x, torch.nn.Parameter(x.clone())], 1, *bufs)[0] == 1
     assert native([torch.nn.Parameter(x.clone()), torch.nn.Parameter(x.clone())], 1, *bufs)[0] == -1
 
@@ -209,6 +247,6 @@ def test_requires_grad_finds_any_tensor_requiring_grad_on_both_routes(route):
     x = torch.ones(3)
     assert not tensor_reader.requires_grad([x, x[:2], [1, 2], 5])
     assert tensor_reader.requires_grad([x, [1], torch.ones(2, requires_grad=True)])
-    assert tensor_reader.requires_grad([x * 1, torch.nn.Parameter(x.clone())])   # a subclass too
-    assert tensor_reader.requires_grad([torch.ones(2, requires_grad=True)[:1]])   # a view of one
+    assert tensor_reader.requires_grad([x * 1, torch.nn.Parameter(x.clone())])  # a subclass too
+    assert tensor_reader.requires_grad([torch.ones(2, requires_grad=True)[:1]])  # a view of one
     assert not tensor_reader.requires_grad([])

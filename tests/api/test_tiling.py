@@ -1,4 +1,5 @@
 """tile / untile against the loop reference; round trips; errors."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -10,9 +11,16 @@ from test_padding import KERNEL_DTYPES, random_array
 
 
 @settings(max_examples=50, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), lead=st.lists(st.integers(0, 3), max_size=2),
-       M=st.integers(0, 19), N=st.integers(0, 19), tm=st.integers(1, 9), tn=st.integers(1, 9),
-       dtype=st.sampled_from(KERNEL_DTYPES + ["complex128"]), view=st.sampled_from(["c", "T", "rev", "step"]))
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    lead=st.lists(st.integers(0, 3), max_size=2),
+    M=st.integers(0, 19),
+    N=st.integers(0, 19),
+    tm=st.integers(1, 9),
+    tn=st.integers(1, 9),
+    dtype=st.sampled_from(KERNEL_DTYPES + ["complex128"]),
+    view=st.sampled_from(["c", "T", "rev", "step"]),
+)
 def test_tile_matches_reference_and_round_trips(seed, lead, M, N, tm, tn, dtype, view):
     rng = np.random.default_rng(seed)
     shape = tuple(lead) + (M, N)
@@ -76,7 +84,7 @@ def test_out_must_not_overlap_the_input():
     with pytest.raises(ValueError, match="out overlaps an input"):
         dt.pad_to(buf[:4], (8,), side="left", out=buf)
     big = np.arange(20.0)
-    assert dt.pad_to(big[:4], (8,), out=big[10:18]).tolist() == [0, 1, 2, 3, 0, 0, 0, 0]   # disjoint: fine
+    assert dt.pad_to(big[:4], (8,), out=big[10:18]).tolist() == [0, 1, 2, 3, 0, 0, 0, 0]  # disjoint: fine
 
 
 def test_untile_takes_nested_lists():
@@ -85,6 +93,6 @@ def test_untile_takes_nested_lists():
 
 def test_string_arrays_are_refused_not_padded_with_the_string_zero():
     """A fill of 0 in a string dtype is the string '0': tile wrote it into the edge tiles."""
-    for tile in ((4, 4), (2, 2)):                     # refused as pad_batch refuses them
+    for tile in ((4, 4), (2, 2)):  # refused as pad_batch refuses them
         with pytest.raises(TypeError, match="<U2 is a string dtype; dyntile pads and tiles numbers"):
             dt.tile(np.array([["ab", "c"], ["d", "e"]]), tile)

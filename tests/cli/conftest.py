@@ -11,7 +11,7 @@ def parse_table(text: str) -> dict[str, dict[str, str]]:
     rule = next(i for i, line in enumerate(lines) if line.startswith("---"))
     headers = re.split(r"\s{2,}", lines[rule - 1].strip())
     rows = {}
-    for line in lines[rule + 1:]:
+    for line in lines[rule + 1 :]:
         if not line.strip():
             break
         cells = re.split(r"\s{2,}", line.strip())

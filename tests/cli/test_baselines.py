@@ -1,15 +1,21 @@
 """Baseline batching: budget respected, every sample once, pad_sequence collate correct."""
+
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dyntile.cli.baselines import BudgetBatchSampler, pad_sequence_collate
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.integers(1, 50), min_size=1, max_size=80), st.integers(50, 300),
-       st.sampled_from(["random", "sorted"]), st.integers(0, 3))
+@given(
+    st.lists(st.integers(1, 50), min_size=1, max_size=80),
+    st.integers(50, 300),
+    st.sampled_from(["random", "sorted"]),
+    st.integers(0, 3),
+)
 def test_every_sample_once_and_budget_respected(lengths, budget, order, seed):
     s = BudgetBatchSampler(lengths, budget, order=order, pool_size=16, seed=seed)
     batches = list(s)
@@ -27,6 +33,7 @@ def test_sorted_pools_pad_less_than_random_and_epochs_differ():
     def padded(order):
         bs = list(BudgetBatchSampler(lengths, 2048, order=order, seed=0))
         return 1 - lengths.sum() / sum(len(b) * lengths[b].max() for b in bs)
+
     assert padded("sorted") < 0.5 * padded("random")
     s = BudgetBatchSampler(lengths, 2048, seed=0)
     first = list(s)
@@ -48,7 +55,7 @@ def test_pad_sequence_collate_against_reference():
     assert out["input_ids"].shape == (4, 7)
     for i, s in enumerate(seqs):
         ref = np.zeros(7, np.int64)
-        ref[:len(s)] = s
+        ref[: len(s)] = s
         np.testing.assert_array_equal(out["input_ids"][i].numpy(), ref)
         np.testing.assert_array_equal(out["segment_ids"][i].numpy(), np.arange(7) < len(s))
         np.testing.assert_array_equal(out["position_ids"][i].numpy(), np.arange(7))

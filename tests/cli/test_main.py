@@ -1,4 +1,5 @@
 """The ``dyntile`` command end to end: demo, plan, bench, and its errors."""
+
 import json
 import subprocess
 import sys
@@ -12,7 +13,19 @@ from dyntile.cli.errors import CLIError
 from dyntile.cli.main import main
 
 SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-SMALL = ["--limit", "300", "--steps", "3", "--no-progress", "--d-model", "16", "--heads", "2", "--layers", "1"]
+SMALL = [
+    "--limit",
+    "300",
+    "--steps",
+    "3",
+    "--no-progress",
+    "--d-model",
+    "16",
+    "--heads",
+    "2",
+    "--layers",
+    "1",
+]
 LABELS = ["random + pad_sequence", "sorted pools + pad_sequence", "dyntile buckets", "dyntile packing"]
 
 
@@ -43,10 +56,10 @@ def test_demo_eager_end_to_end_with_plot(capsys, table, tmp_path):
 
 def test_demo_figures_follow_the_data(capsys, table, tmp_path):
     f = tmp_path / "lengths.txt"
-    f.write_text("\n".join(["16"] * 200))             # one length: nothing to pad for anyone
+    f.write_text("\n".join(["16"] * 200))  # one length: nothing to pad for anyone
     rows = table(_demo(capsys, "--no-compile", "--data", str(f), "--methods", "random,buckets"))
     assert rows["random + pad_sequence"]["padded %"] == "0.0"
-    assert rows["dyntile buckets"]["shapes"] == "1"            # 128 + 72 samples: 56 empty rows
+    assert rows["dyntile buckets"]["shapes"] == "1"  # 128 + 72 samples: 56 empty rows
     assert rows["dyntile buckets"]["padded %"] == f"{100 * 56 / 256:.1f}"
     g = tmp_path / "skewed.txt"
     g.write_text("\n".join(str(n) for n in [8] * 150 + [200] * 50))
@@ -71,8 +84,8 @@ def test_demo_compiled_counts_graphs(capsys, table):
     out = _demo(capsys, "--backend", "aot_eager", "--methods", "random,packing", "--limit", "200")
     rows = table(out)
     rand, packing = rows["random + pad_sequence"], rows["dyntile packing"]
-    assert 1 <= int(packing["graphs"]) <= int(packing["shapes"]) <= 2    # one static graph per packed shape
-    assert int(rand["graphs"]) >= 2                                      # 3 random shapes -> recompiles
+    assert 1 <= int(packing["graphs"]) <= int(packing["shapes"]) <= 2  # one static graph per packed shape
+    assert int(rand["graphs"]) >= 2  # 3 random shapes -> recompiles
     assert float(rand["compile s"]) > 0 and "backend='aot_eager'" in out
     assert (rand["attention"], packing["attention"]) == ("dense", "varlen")
     assert "the least training cost for varlen attention" in out
@@ -93,18 +106,22 @@ def test_bad_input_exits_nonzero_with_a_clear_message(capsys, tmp_path):
     (tmp_path / "l.txt").write_text("4\nten\n")
     _fails(capsys, ["plan", str(tmp_path / "l.txt")], "line 2 is not an integer length")
     (tmp_path / "d.jsonl").write_text(json.dumps({"ids": [1, 2]}) + "\n" + json.dumps({"x": 1}) + "\n")
-    _fails(capsys, ["demo", "--data", str(tmp_path / "d.jsonl"), "--field", "ids"], "line 2 has no field 'ids'")
+    _fails(
+        capsys, ["demo", "--data", str(tmp_path / "d.jsonl"), "--field", "ids"], "line 2 has no field 'ids'"
+    )
     _fails(capsys, ["demo", "--steps", "0"], "--steps should be a positive integer")
     _fails(capsys, ["demo", "--methods", "random,magic"], "--methods should list")
     _fails(capsys, ["demo", "--limit", "50", "--batch-tokens", "8", "--no-compile"], "raise --batch-tokens")
     _fails(capsys, ["demo", "--d-model", "30", "--heads", "4"], "multiple of --heads")
     _fails(capsys, ["demo", "--methods", "packing,packing"], "each once")
     _fails(capsys, ["bench", "--seed", "-1"], "--seed should be a non-negative integer")
-    np.save(tmp_path / "u64.npy", np.array([2 ** 63, 5], np.uint64))
+    np.save(tmp_path / "u64.npy", np.array([2**63, 5], np.uint64))
     _fails(capsys, ["plan", str(tmp_path / "u64.npy")], "u64.npy: lengths should be below 2**63")
     np.save(tmp_path / "ok.npy", np.array([40, 50, 60]))
     _fails(capsys, ["plan", str(tmp_path / "ok.npy"), "--batch-tokens", "10"], "--batch-tokens 10: ")
-    _fails(capsys, ["plan", str(tmp_path / "ok.npy"), "--out", str(tmp_path / "no" / "p.json")], "does not exist")
+    _fails(
+        capsys, ["plan", str(tmp_path / "ok.npy"), "--out", str(tmp_path / "no" / "p.json")], "does not exist"
+    )
     assert main(["demo", "--no-such-flag"]) == 2
     assert "unrecognized arguments" in capsys.readouterr().err
 
@@ -117,24 +134,55 @@ def _npz_bytes(tmp_path, **arrays) -> bytes:
 # the issue's inputs: (file name, its bytes from tmp_path, the command, what the one line must say)
 BAD_INPUTS = {
     "empty .npz": ("empty.npz", lambda t: b"", ["plan"], "not a NumPy .npz file (an empty file"),
-    "half an .npz": ("half.npz", lambda t: _npz_bytes(t, ids=np.arange(100), offsets=np.array([0, 50, 100]))[:300],
-                     ["plan"], "a damaged .npz file, cut short or corrupt"),
-    "a zip header only": ("z.npz", lambda t: b"PK\x03\x04x", ["demo", "--no-compile", "--data"],
-                          "a damaged .npz file"),
-    "garbage": ("g.npz", lambda t: b"hello, no zip at all" * 5, ["plan"], "not a NumPy .npz file (no zip archive"),
-    "objects in an .npz": ("o.npz", lambda t: _npz_bytes(t, lengths=np.array([[1], [2, 3]], object)), ["plan"],
-                           "array 'lengths' holds Python objects; .npz files are read without unpickling"),
-    "uint64 ids of 2**64-1": ("u.npz", lambda t: _npz_bytes(t, ids=np.array([1, 2, 2**64 - 1], np.uint64),
-                                                           offsets=np.array([0, 1, 3])),
-                              ["demo", "--no-compile", "--data"],
-                              "token ids should be below 1048576 (2**20: a model has one embedding row per id), but "
-                              "the largest is 18446744073709551615 (sequence 1); renumber the ids densely"),
-    "ids near 10**11": ("b.npz", lambda t: _npz_bytes(t, ids=np.array([1, 10**11, 2]), offsets=np.array([0, 2, 3])),
-                        ["demo", "--no-compile", "--data"], "the largest is 100000000000 (sequence 0)"),
-    "ids near 10**8": ("m.npz", lambda t: _npz_bytes(t, ids=np.array([10**8 + 3]), offsets=np.array([0, 1])),
-                       ["plan"], "the largest is 100000003 (sequence 0); renumber"),
-    "float offsets": ("f.npz", lambda t: _npz_bytes(t, ids=np.arange(10), offsets=np.array([0, 5.5, 10])), ["plan"],
-                      "'offsets' should be integers (positions in 'ids'), but got dtype float64"),
+    "half an .npz": (
+        "half.npz",
+        lambda t: _npz_bytes(t, ids=np.arange(100), offsets=np.array([0, 50, 100]))[:300],
+        ["plan"],
+        "a damaged .npz file, cut short or corrupt",
+    ),
+    "a zip header only": (
+        "z.npz",
+        lambda t: b"PK\x03\x04x",
+        ["demo", "--no-compile", "--data"],
+        "a damaged .npz file",
+    ),
+    "garbage": (
+        "g.npz",
+        lambda t: b"hello, no zip at all" * 5,
+        ["plan"],
+        "not a NumPy .npz file (no zip archive",
+    ),
+    "objects in an .npz": (
+        "o.npz",
+        lambda t: _npz_bytes(t, lengths=np.array([[1], [2, 3]], object)),
+        ["plan"],
+        "array 'lengths' holds Python objects; .npz files are read without unpickling",
+    ),
+    "uint64 ids of 2**64-1": (
+        "u.npz",
+        lambda t: _npz_bytes(t, ids=np.array([1, 2, 2**64 - 1], np.uint64), offsets=np.array([0, 1, 3])),
+        ["demo", "--no-compile", "--data"],
+        "token ids should be below 1048576 (2**20: a model has one embedding row per id), but "
+        "the largest is 18446744073709551615 (sequence 1); renumber the ids densely",
+    ),
+    "ids near 10**11": (
+        "b.npz",
+        lambda t: _npz_bytes(t, ids=np.array([1, 10**11, 2]), offsets=np.array([0, 2, 3])),
+        ["demo", "--no-compile", "--data"],
+        "the largest is 100000000000 (sequence 0)",
+    ),
+    "ids near 10**8": (
+        "m.npz",
+        lambda t: _npz_bytes(t, ids=np.array([10**8 + 3]), offsets=np.array([0, 1])),
+        ["plan"],
+        "the largest is 100000003 (sequence 0); renumber",
+    ),
+    "float offsets": (
+        "f.npz",
+        lambda t: _npz_bytes(t, ids=np.arange(10), offsets=np.array([0, 5.5, 10])),
+        ["plan"],
+        "'offsets' should be integers (positions in 'ids'), but got dtype float64",
+    ),
 }
 
 
@@ -153,8 +201,10 @@ def test_batch_tokens_out_of_range_are_named(command, capsys):
     for budget in ("99999999999999999999", str(2**20 + 1), "0"):
         rc = main([command, "--batch-tokens", budget, "--limit", "20"])
         err = capsys.readouterr().err
-        assert rc == 2 and err == (f"dyntile: error: --batch-tokens should be a positive number of tokens up to "
-                                   f"1048576 (2**20), but got {budget}\n"), err
+        assert rc == 2 and err == (
+            f"dyntile: error: --batch-tokens should be a positive number of tokens up to "
+            f"1048576 (2**20), but got {budget}\n"
+        ), err
 
 
 def test_plan_prints_and_saves_a_loadable_plan(capsys, tmp_path):
@@ -194,13 +244,17 @@ def test_import_and_parser_do_not_import_torch():
 
 
 def test_missing_torch_is_reported_with_the_install_command():
-    r = _python("import sys; sys.modules['torch'] = None\n"
-                "from dyntile.cli.main import main; raise SystemExit(main(['demo', '--limit', '5']))")
+    r = _python(
+        "import sys; sys.modules['torch'] = None\n"
+        "from dyntile.cli.main import main; raise SystemExit(main(['demo', '--limit', '5']))"
+    )
     assert r.returncode == 2 and "pip install torch==2.13.0" in r.stderr, r.stderr
 
 
 def test_python_dash_m_version():
-    r = subprocess.run([sys.executable, "-m", "dyntile", "--version"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "dyntile", "--version"], capture_output=True, text=True, timeout=60
+    )
     assert r.returncode == 0 and r.stdout.strip() == f"dyntile {dyntile.__version__}"
 
 
@@ -218,9 +272,14 @@ def test_packing_note_says_what_the_shapes_mean():
 
 def test_attention_option_picks_each_methods_attention():
     from dyntile.cli.demo import _parse_attention
+
     methods = ["random", "sorted", "buckets", "packing"]
-    assert _parse_attention("auto", methods) == {"random": "dense", "sorted": "dense", "buckets": "varlen",
-                                                 "packing": "varlen"}
+    assert _parse_attention("auto", methods) == {
+        "random": "dense",
+        "sorted": "dense",
+        "buckets": "varlen",
+        "packing": "varlen",
+    }
     assert set(_parse_attention("dense", methods).values()) == {"dense"}
     assert _parse_attention("packing=dense,random=varlen", methods)["packing"] == "dense"
     assert _parse_attention("packing=dense,random=varlen", methods)["random"] == "varlen"

@@ -1,4 +1,5 @@
 """Each batching method: every sample's tokens arrive exactly once, at the right place."""
+
 import numpy as np
 import pytest
 import torch
@@ -23,7 +24,7 @@ def _unbatch(batch):
     for r in range(ids.shape[0]):
         for s in np.unique(seg[r][seg[r] != 0]):
             where = np.flatnonzero(seg[r] == s)
-            assert np.array_equal(where, np.arange(where[0], where[-1] + 1))    # contiguous
+            assert np.array_equal(where, np.arange(where[0], where[-1] + 1))  # contiguous
             np.testing.assert_array_equal(pos[r, where], np.arange(where.size))
             out.append(tuple(ids[r, where].tolist()))
     return out
@@ -51,8 +52,15 @@ def test_every_sequence_exactly_once_and_shapes_bounded(name):
 
 def test_packing_split_gives_one_shape_and_keeps_every_token():
     corpus = _corpus()
-    b = build_batching("packing", corpus, dyntile.plan_buckets(corpus.lengths), max_tokens=640, pack_len=128,
-                       seed=0, pack_overflow="split")
+    b = build_batching(
+        "packing",
+        corpus,
+        dyntile.plan_buckets(corpus.lengths),
+        max_tokens=640,
+        pack_len=128,
+        seed=0,
+        pack_overflow="split",
+    )
     batches = list(b.loader(TokenDataset(corpus)))
     assert len({tuple(x["input_ids"].shape) for x in batches}) == 1
     assert sum(int((x["segment_ids"] != 0).sum()) for x in batches) == corpus.lengths.sum()

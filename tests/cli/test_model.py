@@ -1,11 +1,14 @@
 """The demo's model: masks and labels against loops, and packing == padding, token for token."""
+
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dyntile.cli.model import TinyTransformer, attention_mask, next_token_labels
 
 segments = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=9), min_size=1, max_size=3).map(
-    lambda rows: [r + [0] * (9 - len(r)) for r in rows])
+    lambda rows: [r + [0] * (9 - len(r)) for r in rows]
+)
 
 
 @settings(max_examples=40, deadline=None)
@@ -40,7 +43,7 @@ def test_packed_batch_gives_the_same_loss_as_the_padded_one():
         packed = model(packed_ids, packed_pos, packed_seg)
         broken = model(packed_ids, torch.arange(16)[None], torch.ones(1, 16, dtype=torch.long))
     torch.testing.assert_close(packed, padded, rtol=1e-5, atol=1e-5)
-    assert not torch.allclose(broken, padded, rtol=1e-3)     # without the mask it would differ
+    assert not torch.allclose(broken, padded, rtol=1e-3)  # without the mask it would differ
 
 
 def test_loss_is_finite_when_no_token_has_a_label():
@@ -53,8 +56,12 @@ def test_loss_is_finite_when_no_token_has_a_label():
 def test_varlen_attention_gives_the_dense_model_loss_and_gradients():
     """The same weights under the two attentions: one loss, one gradient (padding included)."""
     torch.manual_seed(1)
-    dense = TinyTransformer(vocab_size=40, max_positions=24, d_model=32, n_heads=4, attention="dense").double()
-    varlen = TinyTransformer(vocab_size=40, max_positions=24, d_model=32, n_heads=4, attention="varlen").double()
+    dense = TinyTransformer(
+        vocab_size=40, max_positions=24, d_model=32, n_heads=4, attention="dense"
+    ).double()
+    varlen = TinyTransformer(
+        vocab_size=40, max_positions=24, d_model=32, n_heads=4, attention="varlen"
+    ).double()
     varlen.load_state_dict(dense.state_dict())
     ids = torch.randint(1, 40, (2, 24))
     seg = torch.tensor([[1] * 5 + [2] * 12 + [3] * 3 + [0] * 4, [1] * 24])

@@ -1,4 +1,5 @@
 """User files: every accepted format, and a clear error for each kind of bad input."""
+
 import json
 import zipfile
 
@@ -39,7 +40,7 @@ def test_npz_ids_offsets_and_lengths(tmp_path):
     assert c.lengths.tolist() == [2, 3] and c.sequence(1).tolist() == [7, 8, 9]
     np.savez(tmp_path / "l.npz", lengths=np.array([3, 4]))
     assert read_corpus(tmp_path / "l.npz").lengths.tolist() == [3, 4]
-    np.savez(tmp_path / "u.npz", np.array([5, 2]))                   # unnamed: np.savez(f, lengths)
+    np.savez(tmp_path / "u.npz", np.array([5, 2]))  # unnamed: np.savez(f, lengths)
     assert read_corpus(tmp_path / "u.npz").lengths.tolist() == [5, 2]
     np.savez(tmp_path / "bad.npz", ids=np.arange(4), offsets=np.array([0, 9]))
     with pytest.raises(CLIError, match="offsets"):
@@ -57,22 +58,25 @@ def test_jsonl_ids_and_text(tmp_path):
     q = tmp_path / "t.jsonl"
     q.write_text(json.dumps({"text": "Return the sum."}) + "\n" + json.dumps({"text": "x"}) + "\n")
     c = read_corpus(q, field="text")
-    assert c.lengths.tolist() == [2 + 4, 2 + 1]     # [CLS] return the sum . [SEP]
+    assert c.lengths.tolist() == [2 + 4, 2 + 1]  # [CLS] return the sum . [SEP]
 
 
-@pytest.mark.parametrize("name, content, kwargs, message", [
-    ("l.txt", "3\n4\nfive\n", {}, "line 3 is not an integer length: 'five'"),
-    ("l.txt", "3\n-2\n", {}, r"lengths\[1\]=-2"),
-    ("l.txt", "\n\n", {}, "non-empty"),
-    ("d.jsonl", '{"ids": [1]}\n{"other": [2]}\n', {"field": "ids"}, "line 2 has no field 'ids'"),
-    ("d.jsonl", '{"ids": [1]}\nnot json\n', {"field": "ids"}, "line 2 is not valid JSON"),
-    ("d.jsonl", '{"ids": 3}\n', {"field": "ids"}, "line 1: field 'ids' should be a list"),
-    ("d.jsonl", '{"ids": [1]}\n{"ids": "a"}\n', {"field": "ids"}, "mixes strings and lists"),
-    ("d.jsonl", '{"ids": [1, -4]}\n', {"field": "ids"}, "non-negative"),
-    ("d.jsonl", '{"ids": [1, 2.5]}\n', {"field": "ids"}, "integer token ids"),
-    ("d.jsonl", '{"ids": [1]}\n', {}, "needs --field"),
-    ("x.csv", "1\n", {}, "unknown extension '.csv'"),
-])
+@pytest.mark.parametrize(
+    "name, content, kwargs, message",
+    [
+        ("l.txt", "3\n4\nfive\n", {}, "line 3 is not an integer length: 'five'"),
+        ("l.txt", "3\n-2\n", {}, r"lengths\[1\]=-2"),
+        ("l.txt", "\n\n", {}, "non-empty"),
+        ("d.jsonl", '{"ids": [1]}\n{"other": [2]}\n', {"field": "ids"}, "line 2 has no field 'ids'"),
+        ("d.jsonl", '{"ids": [1]}\nnot json\n', {"field": "ids"}, "line 2 is not valid JSON"),
+        ("d.jsonl", '{"ids": 3}\n', {"field": "ids"}, "line 1: field 'ids' should be a list"),
+        ("d.jsonl", '{"ids": [1]}\n{"ids": "a"}\n', {"field": "ids"}, "mixes strings and lists"),
+        ("d.jsonl", '{"ids": [1, -4]}\n', {"field": "ids"}, "non-negative"),
+        ("d.jsonl", '{"ids": [1, 2.5]}\n', {"field": "ids"}, "integer token ids"),
+        ("d.jsonl", '{"ids": [1]}\n', {}, "needs --field"),
+        ("x.csv", "1\n", {}, "unknown extension '.csv'"),
+    ],
+)
 def test_bad_files_give_clear_errors(tmp_path, name, content, kwargs, message):
     p = tmp_path / name
     p.write_text(content)
@@ -99,11 +103,11 @@ def test_damaged_archives_and_pickles_name_the_file(tmp_path):
     cut short) becomes a CLIError naming the file (and the entry)."""
     np.savez_compressed(tmp_path / "c.npz", ids=np.arange(2000), offsets=np.array([0, 1000, 2000]))
     data = bytearray((tmp_path / "c.npz").read_bytes())
-    data[200:260] = b"x" * 60                                     # inside the compressed 'ids'
+    data[200:260] = b"x" * 60  # inside the compressed 'ids'
     (tmp_path / "c.npz").write_bytes(bytes(data))
     with pytest.raises(CLIError, match=r"c.npz: array 'ids' is damaged, cut short or corrupt \(zlib.error"):
         read_corpus(tmp_path / "c.npz")
-    with zipfile.ZipFile(tmp_path / "t.npz", "w") as z:          # a zip whose entries are no .npy files
+    with zipfile.ZipFile(tmp_path / "t.npz", "w") as z:  # a zip whose entries are no .npy files
         z.writestr("lengths", "3 4 5")
     with pytest.raises(CLIError, match="t.npz: entry 'lengths' is not a NumPy array"):
         read_corpus(tmp_path / "t.npz")
@@ -111,7 +115,9 @@ def test_damaged_archives_and_pickles_name_the_file(tmp_path):
     with pytest.raises(CLIError, match=r"u.npz: offsets should be below 2\*\*63, but got offsets\[1\]"):
         read_corpus(tmp_path / "u.npz")
     np.savez(tmp_path / "f.npz", ids=np.arange(4.0), offsets=np.array([0, 4]))
-    with pytest.raises(CLIError, match=r"f.npz: 'ids' should be 1-D integer token ids, but got shape \(4,\) dtype float64"):
+    with pytest.raises(
+        CLIError, match=r"f.npz: 'ids' should be 1-D integer token ids, but got shape \(4,\) dtype float64"
+    ):
         read_corpus(tmp_path / "f.npz")
     objects = np.empty(2, object)
     objects[0], objects[1] = [1, 2], list(range(40))

@@ -1,11 +1,13 @@
 """The embedded corpus and the word tokenizer, against independent references."""
+
 import ast
 import re
 from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dyntile.cli.corpus import Corpus
 from dyntile.cli.stdlib_docs import stdlib_docstrings, stdlib_files, stdlib_root
@@ -24,8 +26,12 @@ def test_docstrings_match_ast_walk_of_the_first_files():
             tree = ast.parse(path.read_bytes())
         except SyntaxError:
             continue
-        nodes = [n for n in ast.walk(tree) if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))]
-        nodes.sort(key=lambda n: getattr(n, "lineno", 0))       # source order
+        nodes = [
+            n
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        ]
+        nodes.sort(key=lambda n: getattr(n, "lineno", 0))  # source order
         expected += [d for d in (ast.get_docstring(n) for n in nodes) if d]
     got = stdlib_docstrings(limit=len(expected))
     assert got == expected
@@ -52,8 +58,10 @@ def _reference_words(text):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.text(alphabet="abcAB _.,()x\n1", max_size=30), min_size=1, max_size=8),
-       st.integers(len(SPECIALS) + 1, 20))
+@given(
+    st.lists(st.text(alphabet="abcAB _.,()x\n1", max_size=30), min_size=1, max_size=8),
+    st.integers(len(SPECIALS) + 1, 20),
+)
 def test_tokenizer_against_counter_reference(texts, vocab_size):
     tok = WordTokenizer.fit(texts, vocab_size=vocab_size)
     counts = Counter(w for t in texts for w in _reference_words(t))
@@ -61,8 +69,11 @@ def test_tokenizer_against_counter_reference(texts, vocab_size):
     assert tok.vocab_size == len(SPECIALS) + len(ranked)
     for t in texts:
         ids = tok.encode(t)
-        expected = [CLS_ID] + [ranked.index(w) + len(SPECIALS) if w in ranked else UNK_ID
-                               for w in _reference_words(t)] + [SEP_ID]
+        expected = (
+            [CLS_ID]
+            + [ranked.index(w) + len(SPECIALS) if w in ranked else UNK_ID for w in _reference_words(t)]
+            + [SEP_ID]
+        )
         assert ids.dtype == np.int64 and ids.tolist() == expected
 
 

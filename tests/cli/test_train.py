@@ -1,4 +1,5 @@
 """The training loop: token accounting and compile counting."""
+
 import subprocess
 import sys
 
@@ -11,8 +12,11 @@ from dyntile.cli.train import train
 
 def _batch(B, T, real):
     seg = (torch.arange(T) < torch.tensor(real)[:, None]).long()
-    return {"input_ids": torch.randint(4, 50, (B, T)), "position_ids": torch.arange(T).expand(B, T).contiguous(),
-            "segment_ids": seg}
+    return {
+        "input_ids": torch.randint(4, 50, (B, T)),
+        "position_ids": torch.arange(T).expand(B, T).contiguous(),
+        "segment_ids": seg,
+    }
 
 
 def _model():
@@ -25,7 +29,7 @@ def test_eager_run_counts_real_tokens_and_stops_at_steps():
     r = train(_model(), batches, steps=2, backend=None)
     assert r.steps == 2 and r.real_tokens == 11 + 22 and r.slots == 16 + 48
     assert r.graphs is None and r.compile_steps == 0 and r.steady_tokens == r.real_tokens
-    assert r.tokens_per_s > 0 and r.last_loss == r.last_loss     # not NaN
+    assert r.tokens_per_s > 0 and r.last_loss == r.last_loss  # not NaN
 
 
 @pytest.mark.parametrize("dynamic, expected", [(False, 2), (True, 1)])
@@ -42,17 +46,20 @@ def test_unknown_backend():
         train(_model(), [_batch(1, 8, [8])], steps=1, backend="tvm")
 
 
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
 def test_keep_freed_memory_stops_page_faults_on_large_blocks():
     """A 32 MiB block freed and allocated again reuses its pages once the heap keeps them
     (without it, each of the 10 fresh mmaps faults its pages in again: thousands here)."""
-    code = ("import resource, numpy as np\n"
-            "from dyntile.cli.allocator import keep_freed_memory\n"
-            "assert keep_freed_memory()\n"
-            "for _ in range(3): np.ones(8 << 20, np.float32)\n"
-            "r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
-            "for _ in range(10): np.ones(8 << 20, np.float32)\n"
-            "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)")
-    faults = int(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    code = (
+        "import resource, numpy as np\n"
+        "from dyntile.cli.allocator import keep_freed_memory\n"
+        "assert keep_freed_memory()\n"
+        "for _ in range(3): np.ones(8 << 20, np.float32)\n"
+        "r0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+        "for _ in range(10): np.ones(8 << 20, np.float32)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - r0)"
+    )
+    faults = int(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    )
     assert faults < 1000

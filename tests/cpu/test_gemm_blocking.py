@@ -1,6 +1,7 @@
 """The GEMM block-size tables (include/gemm_blocking.h): one entry per ISA and dtype,
 each cache block a multiple of its register block, blocks sized for the caches; the
 generic table and AMD Zen 4's AVX-512 rows alike."""
+
 import numpy as np
 import pytest
 
@@ -15,8 +16,9 @@ ITEMSIZE = {"float32": 4, "float64": 8}
 
 def test_one_entry_per_isa_and_dtype():
     for tuning in TUNINGS:
-        assert set(gemm.blocking_table(tuning)) == {(isa, dt) for isa in ("ref", "avx2", "avx512")
-                                                     for dt in ITEMSIZE}
+        assert set(gemm.blocking_table(tuning)) == {
+            (isa, dt) for isa in ("ref", "avx2", "avx512") for dt in ITEMSIZE
+        }
 
 
 def test_zen4_differs_only_in_avx512_cache_blocks():
@@ -40,8 +42,11 @@ def cpuinfo_is_zen4():
         pytest.skip("no /proc/cpuinfo")
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
     fields = {k.strip(): v.strip() for k, v in fields.items()}
-    return (fields.get("vendor_id") == "AuthenticAMD" and fields.get("cpu family") == "25"
-            and "avx512f" in fields.get("flags", "").split())
+    return (
+        fields.get("vendor_id") == "AuthenticAMD"
+        and fields.get("cpu family") == "25"
+        and "avx512f" in fields.get("flags", "").split()
+    )
 
 
 def test_cpu_tuning_matches_cpuinfo():
@@ -102,7 +107,7 @@ def test_simd_register_tiles_fit_the_register_file(key):
 
 @pytest.fixture
 def restore_blocks():
-    direct = gemm._set_direct_flops(0)       # the small products below take the packed kernels
+    direct = gemm._set_direct_flops(0)  # the small products below take the packed kernels
     yield
     gemm._set_direct_flops(direct)
     gemm._reset_cache_blocks()
@@ -135,10 +140,10 @@ def test_products_stay_exact_under_other_cache_blocks(dtype, blocks, restore_blo
             out = np.zeros((n, m), dtype).T
             dyntile.matmul(a, b, out=out, threads=threads)
             np.testing.assert_allclose(out, ref, rtol=tol, atol=tol * 10)
-            wide = np.full((m, n + 40), 7, dtype)            # the masked stores stay inside C's columns
-            dyntile.matmul(a, b, out=wide[:, 3:n + 3], threads=threads)
-            np.testing.assert_allclose(wide[:, 3:n + 3], ref, rtol=tol, atol=tol * 10)
-            assert (wide[:, :3] == 7).all() and (wide[:, n + 3:] == 7).all()
+            wide = np.full((m, n + 40), 7, dtype)  # the masked stores stay inside C's columns
+            dyntile.matmul(a, b, out=wide[:, 3 : n + 3], threads=threads)
+            np.testing.assert_allclose(wide[:, 3 : n + 3], ref, rtol=tol, atol=tol * 10)
+            assert (wide[:, :3] == 7).all() and (wide[:, n + 3 :] == 7).all()
 
 
 def test_set_cache_blocks_rejects_bad_blocks(restore_blocks):
@@ -160,8 +165,8 @@ def round_up(x, unit):
 def test_packing_buffer_bytes_follow_the_table():
     bs = TABLE[gemm.isa(), "float32"]
     m, n, k = 2 * bs["mc"] + 1, bs["nc"] + 3, bs["kc"] + 5
-    kc = -(-k // 2)                       # k splits into two equal KC blocks
-    nc = round_up(-(-n // 2), bs["nr"])   # n into two equal NC blocks
+    kc = -(-k // 2)  # k splits into two equal KC blocks
+    nc = round_up(-(-n // 2), bs["nr"])  # n into two equal NC blocks
     ap = bs["mc"] * kc
     bp = nc * kc
     assert gemm.packing_buffer_bytes("float32", m, n, k, threads=1) == 4 * (ap + bp)
@@ -170,8 +175,10 @@ def test_packing_buffer_bytes_follow_the_table():
     kgroup = max(1, min(2, kgroup_max, kgroup_bytes // (4 * bp)))
     assert gemm.packing_buffer_bytes("float32", m, n, k, threads=2) == 4 * (2 * ap + kgroup * bp)
     small = gemm.packing_buffer_bytes("float64", 3, 5, 7)
-    assert small == 8 * 7 * (-(-3 // TABLE[gemm.isa(), "float64"]["mr"]) * TABLE[gemm.isa(), "float64"]["mr"]
-                             + -(-5 // TABLE[gemm.isa(), "float64"]["nr"]) * TABLE[gemm.isa(), "float64"]["nr"])
+    assert small == 8 * 7 * (
+        -(-3 // TABLE[gemm.isa(), "float64"]["mr"]) * TABLE[gemm.isa(), "float64"]["mr"]
+        + -(-5 // TABLE[gemm.isa(), "float64"]["nr"]) * TABLE[gemm.isa(), "float64"]["nr"]
+    )
 
 
 def test_packed_b_group_stays_within_its_byte_budget():
@@ -189,13 +196,13 @@ def test_packed_b_group_stays_within_its_byte_budget():
 def test_row_slabs_need_enough_rows_per_thread(threads):
     slab_rows, per_thread = gemm.ROW_SLABS
     for m in (1, slab_rows, threads * slab_rows - 1):
-        assert gemm.row_slab_count(m, threads) == 0          # the team shares short products
+        assert gemm.row_slab_count(m, threads) == 0  # the team shares short products
     for m in (threads * slab_rows, 2 * threads * slab_rows - 1, 10**6):
         slabs = gemm.row_slab_count(m, threads)
         assert slabs % threads == 0 and threads <= slabs <= per_thread * threads
         assert m // slabs >= slab_rows
     assert gemm.row_slab_count(10**6, threads) == per_thread * threads
-    assert gemm.row_slab_count(10**6, 1) == 0                # one thread: one product
+    assert gemm.row_slab_count(10**6, 1) == 0  # one thread: one product
 
 
 def test_row_slabs_pack_b_per_thread():
@@ -217,9 +224,9 @@ def test_k_and_n_split_into_equal_blocks(dtype, size):
     assert run["mr"] == bs["mr"] and run["nr"] == bs["nr"] and run["mc"] == bs["mc"]
     assert 1 <= run["kc"] <= bs["kc"] and run["nc"] <= bs["nc"] and run["nc"] % bs["nr"] == 0
     blocks_k, blocks_n = -(-size // bs["kc"]), -(-size // bs["nc"])
-    assert -(-size // run["kc"]) == blocks_k                     # as few blocks as the table allows
+    assert -(-size // run["kc"]) == blocks_k  # as few blocks as the table allows
     assert -(-size // run["nc"]) == blocks_n
-    assert blocks_k * run["kc"] - size < blocks_k                # the blocks are equal
+    assert blocks_k * run["kc"] - size < blocks_k  # the blocks are equal
     assert blocks_n * run["nc"] - size < blocks_n * bs["nr"]
 
 
@@ -233,6 +240,7 @@ def test_tuning_sweep_script_runs_and_restores_the_table(capsys):
     the table back in force when it ends."""
     import importlib.util
     import pathlib
+
     path = pathlib.Path(__file__).parents[2] / "asv_benches" / "gemm_tune.py"
     spec = importlib.util.spec_from_file_location("gemm_tune", path)
     tune = importlib.util.module_from_spec(spec)

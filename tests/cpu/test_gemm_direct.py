@@ -1,6 +1,7 @@
 """Small products on the direct kernels (no packing; ``gemm_direct``): against NumPy in
 float64, at and past the MR x NR tile edges, in batches, on views, and with operands
 that end at a guard page (the kernels' masked loads must not read past a row)."""
+
 import ctypes
 import mmap
 
@@ -10,8 +11,9 @@ import pytest
 import dyntile
 from dyntile.cpu import gemm
 
-pytestmark = pytest.mark.skipif("avx512" not in gemm.available_isas(),
-                                reason="the direct kernels are AVX-512 only")
+pytestmark = pytest.mark.skipif(
+    "avx512" not in gemm.available_isas(), reason="the direct kernels are AVX-512 only"
+)
 DTYPES = ["float32", "float64"]
 
 
@@ -66,16 +68,16 @@ def test_batches_views_and_out(dtype, threads):
     rng = np.random.default_rng(7)
     a, b = rand(rng, (9, 20, 17), dtype), rand(rng, (9, 17, 33), dtype)
     check(dyntile.matmul(a, b, threads=threads), a, b, dtype)
-    flipped = a[:, ::-1, :]                      # negative row stride, rows still contiguous
+    flipped = a[:, ::-1, :]  # negative row stride, rows still contiguous
     check(dyntile.matmul(flipped, b, threads=threads), flipped, b, dtype)
-    wide = np.full((9, 20, 40), 7, dtype)        # C inside a wider array: its other columns stay
+    wide = np.full((9, 20, 40), 7, dtype)  # C inside a wider array: its other columns stay
     dyntile.matmul(a, b, out=wide[:, :, 4:37], threads=threads)
     check(wide[:, :, 4:37], a, b, dtype)
     assert (wide[:, :, :4] == 7).all() and (wide[:, :, 37:] == 7).all()
-    bc = rand(rng, (17, 33), dtype)              # broadcast B: every item reads the same rows
+    bc = rand(rng, (17, 33), dtype)  # broadcast B: every item reads the same rows
     check(dyntile.matmul(a, bc, threads=threads), a, bc, dtype)
-    check(dyntile.matmul(a, bc[::-1], threads=threads), a, bc[::-1], dtype)   # B's rows flipped
-    down = np.zeros((9, 20, 33), dtype)[:, ::-1, :]   # C's rows flipped
+    check(dyntile.matmul(a, bc[::-1], threads=threads), a, bc[::-1], dtype)  # B's rows flipped
+    down = np.zeros((9, 20, 33), dtype)[:, ::-1, :]  # C's rows flipped
     dyntile.matmul(a, b, out=down, threads=threads)
     check(down, a, b, dtype)
 

@@ -3,6 +3,7 @@
 Error bound: the standard forward bound for a length-K dot product,
 |got - exact| <= c * (K + 2) * eps * (|A| @ |B|), elementwise.
 """
+
 import itertools
 import os
 import sys
@@ -14,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dyntile
-from forking import check_in_forked_child
 from dyntile.cpu import gemm
 from dyntile.linalg import matmul, matmul_shapes
+from forking import check_in_forked_child
 
 DTYPES = [np.float32, np.float64]
 
@@ -36,7 +37,9 @@ def assert_matmul_close(got, a, b, dtype=None):
     assert got.shape == exact.shape
     assert got.dtype == dtype
     err = np.abs(got.astype(np.float64) - exact)
-    assert np.all(err <= bound), f"max error {err.max()} over bound at {np.unravel_index(np.argmax(err - bound), err.shape)}"
+    assert np.all(err <= bound), (
+        f"max error {err.max()} over bound at {np.unravel_index(np.argmax(err - bound), err.shape)}"
+    )
 
 
 def rand(rng, shape, dtype):
@@ -74,6 +77,7 @@ def isa(request):
 
 # ------------------------------------------------------------------- values and shapes
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_odd_sizes_match_numpy(rng, dtype):
     sizes = (1, 7, 33, 127, 257)
@@ -85,8 +89,10 @@ def test_odd_sizes_match_numpy(rng, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("mkn", [(1, 1, 1), (16, 32, 32), (350, 300, 70), (3, 5, 4100), (29, 513, 65),
-                                 (60, 2100, 70), (3, 2100, 100)])
+@pytest.mark.parametrize(
+    "mkn",
+    [(1, 1, 1), (16, 32, 32), (350, 300, 70), (3, 5, 4100), (29, 513, 65), (60, 2100, 70), (3, 2100, 100)],
+)
 def test_every_isa_across_block_edges(rng, isa, dtype, mkn):
     """Sizes below, at and past MR/NR and the MC/KC/NC cache blocks, each micro-kernel."""
     m, k, n = mkn
@@ -101,7 +107,7 @@ def test_many_threads_few_rows(rng, isa, dtype):
     """More threads than MR panels splits the jr loop; rows past MC still fit the buffers."""
     bs = gemm.blocking_table()[isa, np.dtype(dtype).name]
     threads = 24
-    m = (2 * threads - 1) * bs["mr"] - 1          # fewer MR panels than 2 per thread
+    m = (2 * threads - 1) * bs["mr"] - 1  # fewer MR panels than 2 per thread
     a, b = rand(rng, (m, 37), dtype), rand(rng, (37, 3 * bs["nr"] + 1), dtype)
     assert m > bs["mc"]
     assert_matmul_close(matmul(a, b, threads=threads), a, b)
@@ -113,12 +119,12 @@ def test_tall_products_in_row_slabs(rng, isa, dtype, threads):
     """Products with SLAB_ROWS rows per thread run as one-thread products on slabs of
     rows: odd row counts, transposed, reversed and sliced operands, strided out, batches."""
     slab_rows, per_thread = gemm.ROW_SLABS
-    m = per_thread * threads * slab_rows + 7            # not a multiple of MR
+    m = per_thread * threads * slab_rows + 7  # not a multiple of MR
     assert gemm.row_slab_count(m, threads) >= threads
     a, b = rand(rng, (m, 37), dtype), rand(rng, (37, 45), dtype)
     for x in (a, np.asfortranarray(a), a[::-1]):
         assert_matmul_close(matmul(x, b, threads=threads), x, b)
-    wide = rand(rng, (2 * m, 90), dtype)[::2, ::2]      # both strides of A past one element
+    wide = rand(rng, (2 * m, 90), dtype)[::2, ::2]  # both strides of A past one element
     assert_matmul_close(matmul(wide[:, :37], b.T[:, :37].T, threads=threads), wide[:, :37], b)
     out = np.full((m, 2 * 45), np.nan, dtype)[:, ::2]
     assert matmul(a, b, out=out, threads=threads) is out
@@ -134,7 +140,7 @@ def test_vector_products_every_layout(rng, isa, dtype):
     mat = rand(rng, (70, 301), dtype)
     vec = rand(rng, (2, 301), dtype)
     for m in (mat, np.asfortranarray(mat), mat[:, ::-1], mat[::2, ::3]):
-        for v in (vec[0, :m.shape[1]], vec[:, :m.shape[1]].T[:, 1], vec[0, ::-1][:m.shape[1]]):
+        for v in (vec[0, : m.shape[1]], vec[:, : m.shape[1]].T[:, 1], vec[0, ::-1][: m.shape[1]]):
             assert_matmul_close(matmul(m, v), m, v)
             assert_matmul_close(matmul(v, m.T), v, m.T)
             assert_matmul_close(matmul(v[None, :], m.T), v[None, :], m.T)
@@ -142,7 +148,7 @@ def test_vector_products_every_layout(rng, isa, dtype):
     batch = rand(rng, (5, 1, 301), dtype)
     assert_matmul_close(matmul(batch, mat.T, threads=2), batch, mat.T)
     assert_matmul_close(matmul(mat, batch.transpose(0, 2, 1), threads=2), mat, batch.transpose(0, 2, 1))
-    out = np.full((5, 70, 4), np.nan, dtype)[..., 1]                   # strided result rows
+    out = np.full((5, 70, 4), np.nan, dtype)[..., 1]  # strided result rows
     matmul(mat, batch[:, 0, :, None], out=out[..., None])
     assert_matmul_close(out[..., None], mat, batch[:, 0, :, None])
 
@@ -163,7 +169,7 @@ def test_every_edge_row_count(rng, isa, dtype):
         for k in (5, bs["kc"] + 3):
             a, b = rand(rng, (bs["mr"] + rows, k), dtype), rand(rng, (k, 2 * bs["nr"]), dtype)
             assert_matmul_close(matmul(a, b), a, b)
-            c = np.full((bs["mr"] + rows, 4 * bs["nr"]), np.nan, dtype)[:, ::2]   # strided C
+            c = np.full((bs["mr"] + rows, 4 * bs["nr"]), np.nan, dtype)[:, ::2]  # strided C
             matmul(a, b, out=c)
             assert_matmul_close(c, a, b)
 
@@ -173,24 +179,24 @@ def test_strided_operands(rng, dtype):
     base_a = rand(rng, (90, 70), dtype)
     base_b = rand(rng, (80, 60), dtype)
     views = [
-        (base_a[:33, :41], base_b[:41, :29]),                    # sliced, row-major
-        (base_a[:41, :33].T, base_b[:29, :41].T),                 # transposed
-        (base_a[::2, 1::2][:33, :30], base_b[::2, ::-2][:30]),    # stepped, negative
+        (base_a[:33, :41], base_b[:41, :29]),  # sliced, row-major
+        (base_a[:41, :33].T, base_b[:29, :41].T),  # transposed
+        (base_a[::2, 1::2][:33, :30], base_b[::2, ::-2][:30]),  # stepped, negative
         (base_a[::-1, ::-1][:20, :50], np.asfortranarray(base_b[:50, :17])),
-        (base_a[5, :40], base_b[:40, 3]),                         # 1-D @ 1-D, strided
-        (base_a[:, 3][:60], base_b[::-1][:60, :7]),               # strided vector @ matrix
+        (base_a[5, :40], base_b[:40, 3]),  # 1-D @ 1-D, strided
+        (base_a[:, 3][:60], base_b[::-1][:60, :7]),  # strided vector @ matrix
     ]
     for a, b in views:
         assert_matmul_close(matmul(a, b), a, b)
 
 
 def test_unaligned_byte_swapped_and_odd_stride_operands(rng):
-    rec = np.zeros((12, 9), dtype=[("x", "<f4"), ("pad", "u1")])   # 5-byte element stride
+    rec = np.zeros((12, 9), dtype=[("x", "<f4"), ("pad", "u1")])  # 5-byte element stride
     rec["x"] = rand(rng, (12, 9), np.float32)
     a = rec["x"]
     raw = np.zeros(9 * 7 * 8 + 1, np.uint8)
     b = np.frombuffer(raw.data, dtype="<f8", count=63, offset=1).reshape(9, 7)  # unaligned
-    b = np.array(b)          # a writable copy that is aligned, for the reference below
+    b = np.array(b)  # a writable copy that is aligned, for the reference below
     b_unaligned = np.frombuffer(raw.data, dtype="<f8", count=63, offset=1).reshape(9, 7)
     raw[1:] = b.view(np.uint8).ravel()
     assert not b_unaligned.flags.aligned and a.strides[1] % a.itemsize
@@ -220,21 +226,27 @@ def test_views_are_read_without_copies(rng, monkeypatch):
     # batched operands take the general path: the kernel gets the same memory too
     real = dyntile.linalg._KERNELS[np.dtype(np.float32)]
     kernel_args = []
-    monkeypatch.setitem(dyntile.linalg._KERNELS, np.dtype(np.float32),
-                        lambda a_arg, b_arg, *args: kernel_args.append((a_arg, b_arg)) or real(a_arg, b_arg, *args))
+    monkeypatch.setitem(
+        dyntile.linalg._KERNELS,
+        np.dtype(np.float32),
+        lambda a_arg, b_arg, *args: kernel_args.append((a_arg, b_arg)) or real(a_arg, b_arg, *args),
+    )
     a3 = np.stack([a.copy(), a.copy()])[:, ::-1]
     assert_matmul_close(matmul(a3, b), a3, b)
     assert kernel_args[0][0] is a3 and kernel_args[0][1] is b
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("a_shape,b_shape", [
-    ((2, 1, 5, 7), (3, 7, 4)),
-    ((5, 7), (4, 7, 3)),
-    ((7,), (2, 7, 3)),
-    ((2, 3, 7), (7,)),
-    ((1, 4, 6), (3, 1, 6, 2)),
-])
+@pytest.mark.parametrize(
+    "a_shape,b_shape",
+    [
+        ((2, 1, 5, 7), (3, 7, 4)),
+        ((5, 7), (4, 7, 3)),
+        ((7,), (2, 7, 3)),
+        ((2, 3, 7), (7,)),
+        ((1, 4, 6), (3, 1, 6, 2)),
+    ],
+)
 def test_broadcast_batches(rng, dtype, a_shape, b_shape):
     a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
     assert_matmul_close(matmul(a, b), a, b)
@@ -247,18 +259,22 @@ def test_threads_is_a_cap_and_small_products_use_one(rng, monkeypatch):
     monkeypatch.setattr(dyntile.linalg, "PARALLEL_FLOPS", 1 << 23)
     seen, asked = [], []
     real = dyntile.linalg._KERNELS[np.dtype(np.float64)]
-    monkeypatch.setitem(dyntile.linalg._KERNELS, np.dtype(np.float64),
-                        lambda *args: seen.append(args[-1]) or real(*args))
+    monkeypatch.setitem(
+        dyntile.linalg._KERNELS, np.dtype(np.float64), lambda *args: seen.append(args[-1]) or real(*args)
+    )
     real_check = dyntile.linalg._check_threads
-    monkeypatch.setattr(dyntile.linalg, "_check_threads",
-                        lambda threads, flops: asked.append((threads, real_check(threads, flops))) or asked[-1][1])
+    monkeypatch.setattr(
+        dyntile.linalg,
+        "_check_threads",
+        lambda threads, flops: asked.append((threads, real_check(threads, flops))) or asked[-1][1],
+    )
     small, big = rand(rng, (8, 8), np.float64), rand(rng, (300, 300), np.float64)
-    matmul(small, small, threads=2)          # 2-D fast entry, under PARALLEL_FLOPS: one thread, nothing asked
-    matmul(small[None], small, threads=2)    # general path
-    matmul(big, big, threads=2)              # fast entry
-    matmul(big[None], big, threads=3)        # general path
+    matmul(small, small, threads=2)  # 2-D fast entry, under PARALLEL_FLOPS: one thread, nothing asked
+    matmul(small[None], small, threads=2)  # general path
+    matmul(big, big, threads=2)  # fast entry
+    matmul(big[None], big, threads=3)  # general path
     matmul(big, big)
-    assert seen == [1, 3]                    # the general path's kernel calls
+    assert seen == [1, 3]  # the general path's kernel calls
     assert asked == [(2, 1), (2, 2), (3, 3), (None, max_threads())]
 
 
@@ -285,8 +301,11 @@ def test_lists(rng):
 
 # ------------------------------------------------------------------------ dtypes
 
-@pytest.mark.parametrize("da,db", [(np.float32, np.float64), (np.int64, np.float32),
-                                    (np.int16, np.float32), (np.float32, np.float32)])
+
+@pytest.mark.parametrize(
+    "da,db",
+    [(np.float32, np.float64), (np.int64, np.float32), (np.int16, np.float32), (np.float32, np.float32)],
+)
 def test_float_promotion_runs_on_kernel(rng, da, db):
     a, b = rand(rng, (6, 5), np.float64) * 10, rand(rng, (5, 4), np.float64) * 10
     a, b = a.astype(da), b.astype(db)
@@ -317,6 +336,7 @@ def test_object_arrays_follow_numpy():
 
 # -------------------------------------------------------------------------- out=
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_out_receives_result(rng, dtype):
     a, b = rand(rng, (2, 19, 23), dtype), rand(rng, (23, 17), dtype)
@@ -327,7 +347,7 @@ def test_out_receives_result(rng, dtype):
     view = big[:, ::2, 1:35:2]
     matmul(a, b, out=view)
     assert_matmul_close(view, a, b)
-    assert np.isnan(big[:, 1::2]).all()         # nothing written outside the view
+    assert np.isnan(big[:, 1::2]).all()  # nothing written outside the view
 
 
 def test_out_casts_same_kind(rng):
@@ -363,8 +383,10 @@ def test_out_aliasing_an_input_rejected(rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int64])
-@pytest.mark.parametrize("a_shape,b_shape,out_shape", [((3, 4), (4, 5), (2, 3, 5)), ((4,), (4,), (3,)),
-                                                       ((2, 1, 3, 4), (5, 4, 6), (7, 2, 5, 3, 6))])
+@pytest.mark.parametrize(
+    "a_shape,b_shape,out_shape",
+    [((3, 4), (4, 5), (2, 3, 5)), ((4,), (4,), (3,)), ((2, 1, 3, 4), (5, 4, 6), (7, 2, 5, 3, 6))],
+)
 def test_out_may_broadcast_the_batch(rng, dtype, a_shape, b_shape, out_shape):
     """As in NumPy, out's extra leading axes broadcast the operands (every copy written)."""
     a, b = rand(rng, a_shape, dtype), rand(rng, b_shape, dtype)
@@ -373,7 +395,7 @@ def test_out_may_broadcast_the_batch(rng, dtype, a_shape, b_shape, out_shape):
     np.matmul(a, b, out=expected)
     np.testing.assert_allclose(out, expected, rtol=1e-5)
     if len(a_shape) == 1 and len(b_shape) == 1:
-        return                                  # a scalar product: any out shape is a batch of it
+        return  # a scalar product: any out shape is a batch of it
     bad = np.empty(out_shape[:-1] + (out_shape[-1] + 1,), dtype)
     with pytest.raises(ValueError):
         np.matmul(a, b, out=bad)
@@ -408,7 +430,7 @@ def test_torch_out_checked_like_inputs(rng):
     with pytest.raises(TypeError, match="out requires grad"):
         matmul(a, b, out=torch.zeros(4, 3, requires_grad=True))
     c = torch.from_numpy(rand(rng, (4, 4), np.complex64))
-    out = torch.zeros(4, 4, dtype=torch.complex64).conj()          # memory holds the conjugate
+    out = torch.zeros(4, 4, dtype=torch.complex64).conj()  # memory holds the conjugate
     assert matmul(c, c, out=out) is out
     assert out.is_conj() and torch.allclose(out, c @ c)
     with pytest.raises(ValueError, match="overlaps operand a"):
@@ -425,7 +447,7 @@ def test_torch_only_dtypes_checked_and_promoted_like_others():
         matmul(x, x, out=torch.empty(2, 2, dtype=torch.bfloat16))
     with pytest.raises(TypeError, match="threads"):
         matmul(x, x, threads="x")
-    grad = matmul(x.clone().requires_grad_(), x)                    # torch.matmul records autograd
+    grad = matmul(x.clone().requires_grad_(), x)  # torch.matmul records autograd
     assert grad.requires_grad and grad.dtype == torch.bfloat16
     with pytest.raises(TypeError, match="out requires grad"):
         matmul(x, x, out=torch.zeros(4, 4, dtype=torch.bfloat16, requires_grad=True))
@@ -435,7 +457,7 @@ def test_torch_only_dtypes_checked_and_promoted_like_others():
         matmul(x, torch.ones(3, 4, dtype=torch.bfloat16))
     with pytest.raises(TypeError, match="cannot write"):
         matmul(x, x, out=torch.empty(4, 4, dtype=torch.int32))
-    mixed = matmul(x, torch.full((4, 2), 0.5))                       # promoted, as torch.promote_types says
+    mixed = matmul(x, torch.full((4, 2), 0.5))  # promoted, as torch.promote_types says
     assert mixed.dtype == torch.float32 and torch.equal(mixed, torch.full((4, 2), 2.0))
     out = torch.empty(3, 4, 4, dtype=torch.bfloat16)
     assert matmul(x, x, out=out) is out and torch.equal(out, torch.full((3, 4, 4), 4.0, dtype=torch.bfloat16))
@@ -451,16 +473,20 @@ def test_torch_only_out_of_numpy_operands_gets_values_not_bits():
     out8 = torch.zeros(2, 2, dtype=torch.float8_e4m3fn)
     matmul(np.ones((2, 2), bool), np.ones((2, 2), bool), out=out8)
     assert out8.float().tolist() == [[1.0, 1.0], [1.0, 1.0]]
-    wide = torch.zeros(3, 2, 2, dtype=torch.bfloat16)                  # extra leading axes broadcast
+    wide = torch.zeros(3, 2, 2, dtype=torch.bfloat16)  # extra leading axes broadcast
     matmul(np.ones((2, 2)), [[1, 2], [3, 4]], out=wide)
     assert torch.equal(wide, torch.tensor([[4.0, 6.0], [4.0, 6.0]], dtype=torch.bfloat16).expand(3, 2, 2))
-    with pytest.raises(TypeError, match="cannot write the torch.complex128 result into out of dtype torch.bfloat16"):
+    with pytest.raises(
+        TypeError, match="cannot write the torch.complex128 result into out of dtype torch.bfloat16"
+    ):
         matmul(np.ones((2, 2), np.complex64), np.ones((2, 2)), out=out)
     with pytest.raises(ValueError, match="out has shape"):
         matmul(np.ones((2, 3)), np.ones((3, 4)), out=out)
     a = np.ones((2, 2), np.float32)
     with pytest.raises(ValueError, match="overlaps operand a"):
-        matmul(a, np.ones((2, 2), np.float32), out=torch.from_numpy(a.view(np.int16)[:, :2]).view(torch.bfloat16))
+        matmul(
+            a, np.ones((2, 2), np.float32), out=torch.from_numpy(a.view(np.int16)[:, :2]).view(torch.bfloat16)
+        )
 
 
 def test_torch_only_tensor_with_reversed_or_byteswapped_array():
@@ -472,33 +498,46 @@ def test_torch_only_tensor_with_reversed_or_byteswapped_array():
     for operand in (x[::-1], x.astype(">f4"), x[::-1, ::-1].astype(">f4")):
         got = matmul(t, operand)
         assert got.dtype == torch.float32
-        assert torch.equal(got, torch.matmul(t.float(), torch.from_numpy(np.ascontiguousarray(operand, np.float32))))
-    assert torch.equal(matmul(t, x[:, ::-1]), torch.tensor([[9.0, 6.0], [9.0, 6.0]]))   # rows 1 0 | 3 2 | 5 4
+        assert torch.equal(
+            got, torch.matmul(t.float(), torch.from_numpy(np.ascontiguousarray(operand, np.float32)))
+        )
+    assert torch.equal(matmul(t, x[:, ::-1]), torch.tensor([[9.0, 6.0], [9.0, 6.0]]))  # rows 1 0 | 3 2 | 5 4
 
 
 # --------------------------------------------------------------------- zero sizes
 
+
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("a_shape,b_shape", [((0, 3), (3, 4)), ((3, 4), (4, 0)), ((3, 0), (0, 4)),
-                                             ((2, 0, 3, 4), (4, 5)), ((0,), (0,)), ((5, 0), (0,))])
+@pytest.mark.parametrize(
+    "a_shape,b_shape",
+    [
+        ((0, 3), (3, 4)),
+        ((3, 4), (4, 0)),
+        ((3, 0), (0, 4)),
+        ((2, 0, 3, 4), (4, 5)),
+        ((0,), (0,)),
+        ((5, 0), (0,)),
+    ],
+)
 def test_zero_size(dtype, a_shape, b_shape):
     a, b = np.ones(a_shape, dtype), np.ones(b_shape, dtype)
     expected = np.matmul(a, b)
     out = np.full(np.shape(expected), np.nan, dtype)
     got = matmul(a, b, out=out)
-    np.testing.assert_array_equal(got, expected)     # k == 0: zeros, even over NaN
+    np.testing.assert_array_equal(got, expected)  # k == 0: zeros, even over NaN
     np.testing.assert_array_equal(matmul(a, b), expected)
 
 
 # ---------------------------------------------------------------------- NaN, inf
+
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_nan_and_inf_propagate_like_numpy(rng, dtype):
     a, b = rand(rng, (20, 40), dtype), rand(rng, (40, 36), dtype)
     a[3, 7] = np.nan
     a[5, 2] = np.inf
-    b[2, 30] = 0.0            # inf * 0 -> NaN in C[5, 30]
-    b[11, 8] = -np.inf        # column 8 goes -inf or NaN
+    b[2, 30] = 0.0  # inf * 0 -> NaN in C[5, 30]
+    b[11, 8] = -np.inf  # column 8 goes -inf or NaN
     a[9, 11] = 0.0
     with np.errstate(invalid="ignore"):
         expected = np.matmul(a.astype(np.float64), b.astype(np.float64))
@@ -511,6 +550,7 @@ def test_nan_and_inf_propagate_like_numpy(rng, dtype):
 
 # ------------------------------------------------------------------------- errors
 
+
 def test_shape_errors_match_numpy():
     with pytest.raises(ValueError, match=r"\(2, 3\).*\(4, 5\)"):
         matmul(np.ones((2, 3)), np.ones((4, 5)))
@@ -522,7 +562,7 @@ def test_shape_errors_match_numpy():
         matmul(np.ones((2, 2)), 3.0)
     with pytest.raises(ValueError, match=r"do not broadcast.*\(2,\) vs \(3,\)"):
         matmul(np.ones((2, 4, 3)), np.ones((3, 3, 5)))
-    for bad in (np.ones((2, 3)), np.ones(3)):          # numpy agrees these are errors
+    for bad in (np.ones((2, 3)), np.ones(3)):  # numpy agrees these are errors
         with pytest.raises(ValueError):
             np.matmul(bad, np.ones((4, 5)))
 
@@ -533,7 +573,7 @@ def test_bad_arguments():
     for bad in ("2", 1.5, [2], True):
         with pytest.raises(TypeError, match="threads should be a positive integer or None"):
             matmul(np.ones((2, 2)), np.ones((2, 2)), threads=bad)
-    big = np.ones((300, 300))                      # any count is capped at MAX_THREADS, never overflows
+    big = np.ones((300, 300))  # any count is capped at MAX_THREADS, never overflows
     np.testing.assert_array_equal(matmul(big, big, threads=2**40), big @ big)
     with pytest.raises(TypeError, match="dtype <U1"):
         matmul(np.array([["a"]]), np.ones((1, 1)))
@@ -552,6 +592,7 @@ def test_matmul_shapes_helper():
 
 
 # ------------------------------------------------------------------- kernel in use
+
 
 def test_compiled_kernel_is_used(rng, monkeypatch):
     import importlib.machinery
@@ -575,8 +616,13 @@ def test_forked_child_does_not_hang(rng):
     forked after a threaded product must still finish its own products."""
     a, b = rand(rng, (300, 200), np.float64), rand(rng, (200, 250), np.float64)
     expected = matmul(a, b, threads=2)
-    check_in_forked_child(lambda: np.array_equal(matmul(a, b, threads=2), expected)
-                          and np.array_equal(matmul(a[None], b, threads=2)[0], expected), "matmul")
+    check_in_forked_child(
+        lambda: (
+            np.array_equal(matmul(a, b, threads=2), expected)
+            and np.array_equal(matmul(a[None], b, threads=2)[0], expected)
+        ),
+        "matmul",
+    )
 
 
 def test_set_isa_rejects_unknown():
@@ -601,10 +647,11 @@ def test_cuda_operands_go_to_dyntile_cuda(monkeypatch):
 
 # --------------------------------------------------------------------------- torch
 
+
 def test_torch_in_torch_out(rng):
     torch = pytest.importorskip("torch")
     a = torch.from_numpy(rand(rng, (3, 12, 10), np.float32))
-    b = torch.from_numpy(rand(rng, (14, 10), np.float32)).T          # non-contiguous
+    b = torch.from_numpy(rand(rng, (14, 10), np.float32)).T  # non-contiguous
     got = matmul(a, b)
     assert isinstance(got, torch.Tensor) and got.dtype == torch.float32
     assert_matmul_close(got.numpy(), a.numpy(), b.numpy())
@@ -619,6 +666,7 @@ def test_torch_in_torch_out(rng):
 
 
 # ---------------------------------------------------------------------- properties
+
 
 @st.composite
 def strided_operands(draw):

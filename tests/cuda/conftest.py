@@ -1,12 +1,13 @@
 """CUDA tests run on Numba's CUDA simulator unless NUMBA_ENABLE_CUDASIM is set to 0.
 
-The variable is set here, at import, before numba is imported by these tests; if
-another module imported numba first without it, the kernel tests skip with that
-reason. Sizes are small: every simulated thread is a Python thread. While a test
-runs on the simulator, the interpreter switches threads every 10 us instead of
-every 5 ms: the simulator's block manager polls its threads in a loop, so each
-``syncthreads`` would otherwise wait out a switch interval.
+The repository's conftest.py sets the variable before anything imports numba; if
+numba was imported first without it, the kernel tests skip with that reason. Sizes
+are small: every simulated thread is a Python thread. While a test runs on the
+simulator, the interpreter switches threads every 10 us instead of every 5 ms: the
+simulator's block manager polls its threads in a loop, so each ``syncthreads`` would
+otherwise wait out a switch interval.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,8 +15,6 @@ import sys
 import time
 
 import pytest
-
-os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 
 
 def _cuda_status() -> str | None:

@@ -10,6 +10,7 @@ a branch or loop whose trip count differs between threads). Like compute-sanitiz
 racecheck, it sees the accesses one run makes, not every possible interleaving, so it
 finds a missing barrier on every run instead of on an unlucky one.
 """
+
 from __future__ import annotations
 
 import collections
@@ -31,7 +32,9 @@ class Report:
 
     def __repr__(self):
         top = ", ".join(f"{n} x {k}" for k, n in self.hazards.most_common(5))
-        return f"Report({self.accesses} accesses; hazards: {top or 'none'}; divergent blocks: {self.divergent})"
+        return (
+            f"Report({self.accesses} accesses; hazards: {top or 'none'}; divergent blocks: {self.divergent})"
+        )
 
 
 def _site(frame) -> str:
@@ -43,8 +46,8 @@ class _Tracked:
 
     def __init__(self, array: np.ndarray, name: str, report: Report, lock: threading.Lock):
         self._a, self._name, self._report, self._lock = array, name, report, lock
-        self._writes: dict = {}            # element -> (block, thread, epoch, site)
-        self._reads: dict = {}             # element -> (block, epoch, {thread: site})
+        self._writes: dict = {}  # element -> (block, thread, epoch, site)
+        self._reads: dict = {}  # element -> (block, epoch, {thread: site})
         self.shape, self.dtype, self.ndim = array.shape, array.dtype, array.ndim
 
     def _element(self, idx) -> tuple:
@@ -95,8 +98,12 @@ def racecheck():
     from numba.np import numpy_support
 
     report, lock = Report(), threading.Lock()
-    saved = [(kernelapi.FakeCUDAShared, "array"), (kernel.BlockThread, "syncthreads"),
-             (kernel.BlockThread, "run"), (kernel.BlockManager, "run")]
+    saved = [
+        (kernelapi.FakeCUDAShared, "array"),
+        (kernel.BlockThread, "syncthreads"),
+        (kernel.BlockThread, "run"),
+        (kernel.BlockManager, "run"),
+    ]
     saved = [(owner, name, getattr(owner, name)) for owner, name in saved]
     sync, thread_run, block_run = (f for _, _, f in saved[1:])
 
@@ -119,7 +126,9 @@ def racecheck():
             thread_run(self)
         finally:
             with lock:
-                self._manager.__dict__.setdefault("_racecheck_epochs", []).append(getattr(self, "_racecheck_epoch", 0))
+                self._manager.__dict__.setdefault("_racecheck_epochs", []).append(
+                    getattr(self, "_racecheck_epoch", 0)
+                )
 
     def run_block(self, grid_point, *args):
         block_run(self, grid_point, *args)

@@ -2,6 +2,7 @@
 host arrays through the one-transfer path, and the simulator's device arrays (which
 lack ``__cuda_array_interface__``) are routed to the kernels like real ones, so
 ``matmul``, ``pad_batch``, ``tile`` and ``untile`` on them return device arrays."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -53,7 +54,9 @@ def test_pad_batch_on_device_arrays(cuda_device, rng, side):
     import dyntile
 
     xs = [rng.standard_normal((n, 2)).astype(np.float32) for n in (3, 0, 6)]
-    batch, lengths = dyntile.pad_batch([cuda_device.to_device(x) for x in xs], multiple=4, fill=2.5, side=side)
+    batch, lengths = dyntile.pad_batch(
+        [cuda_device.to_device(x) for x in xs], multiple=4, fill=2.5, side=side
+    )
     ref, ref_lengths = dyntile.pad_batch(xs, multiple=4, fill=2.5, side=side)
     np.testing.assert_array_equal(_device_result(cuda_device, batch), ref)
     np.testing.assert_array_equal(np.asarray(lengths), np.asarray(ref_lengths))
@@ -64,7 +67,7 @@ def test_tile_and_untile_on_device_arrays(cuda_device, rng):
 
     x = rng.standard_normal((2, 5, 7)).astype(np.float32)
     base = cuda_device.to_device(np.ascontiguousarray(np.swapaxes(x, 1, 2)))
-    strided = base.transpose((0, 2, 1))                          # (2, 5, 7), non-contiguous
+    strided = base.transpose((0, 2, 1))  # (2, 5, 7), non-contiguous
     t = dyntile.tile(strided, (2, 4), fill=-1.0)
     np.testing.assert_array_equal(_device_result(cuda_device, t), dyntile.tile(x, (2, 4), fill=-1.0))
     back = dyntile.untile(t, (5, 7))
@@ -81,10 +84,19 @@ def test_varlen_attention_on_device_arrays(cuda_device, rng, dtype):
     q, k, v = (base[..., i, :] for i in range(3))
     want = dyntile.varlen_attention(q, k, v, segment_ids=seg)
     dev = cuda_device.to_device(base)
-    got = dyntile.varlen_attention(*(dev[..., i, :] for i in range(3)), segment_ids=cuda_device.to_device(seg))
-    np.testing.assert_allclose(_device_result(cuda_device, got), want, atol=1e-5 if dtype == np.float32 else 1e-12)
+    got = dyntile.varlen_attention(
+        *(dev[..., i, :] for i in range(3)), segment_ids=cuda_device.to_device(seg)
+    )
+    np.testing.assert_allclose(
+        _device_result(cuda_device, got), want, atol=1e-5 if dtype == np.float32 else 1e-12
+    )
     flat = [np.ascontiguousarray(x[0]) for x in (q, k, v)]
     cu = np.array([0, 3, 7, 12])
-    got = dyntile.varlen_attention(*(cuda_device.to_device(x) for x in flat), cu_seqlens=cuda_device.to_device(cu))
-    np.testing.assert_allclose(_device_result(cuda_device, got), dyntile.varlen_attention(*flat, cu_seqlens=cu),
-                               atol=1e-5 if dtype == np.float32 else 1e-12)
+    got = dyntile.varlen_attention(
+        *(cuda_device.to_device(x) for x in flat), cu_seqlens=cuda_device.to_device(cu)
+    )
+    np.testing.assert_allclose(
+        _device_result(cuda_device, got),
+        dyntile.varlen_attention(*flat, cu_seqlens=cu),
+        atol=1e-5 if dtype == np.float32 else 1e-12,
+    )

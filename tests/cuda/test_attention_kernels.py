@@ -7,6 +7,7 @@ order with padding between and after them, against the simulator's 4x2 (forward)
 and 2x4 (backward) tiles; D = 16 (two head-dimension chunks) and 5 (one, the row
 tile resident); non-contiguous inputs and outputs; given outputs poisoned with NaN.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -62,7 +63,7 @@ def _poisoned(cuda, shape, dtype):
 def _padding_tokens():
     covered = np.zeros(N_TOKENS, bool)
     for s, n in zip(STARTS, LENGTHS):
-        covered[s:s + n] = True
+        covered[s : s + n] = True
     return ~covered
 
 
@@ -76,7 +77,9 @@ def test_forward_and_backward_match_the_reference(cuda_device, rng, causal, D, d
     dq_, dk_, dv_, do_ = (cuda_device.to_device(x) for x in (q, k, v, dout))
     out = _poisoned(cuda_device, (N_TOKENS, HEADS, D), dtype)
     lse = _poisoned(cuda_device, (N_TOKENS, HEADS), dtype)
-    got = varlen_attention_forward(dq_, dk_, dv_, STARTS, LENGTHS, causal=causal, scale=scale, out=out, lse=lse)
+    got = varlen_attention_forward(
+        dq_, dk_, dv_, STARTS, LENGTHS, causal=causal, scale=scale, out=out, lse=lse
+    )
     assert got[0] is out and got[1] is lse
     ref_out, ref_lse = reference_forward(q, k, v, STARTS, LENGTHS, causal, scale)
     np.testing.assert_allclose(out.copy_to_host(), ref_out, **TOL[dtype])
@@ -85,8 +88,21 @@ def test_forward_and_backward_match_the_reference(cuda_device, rng, causal, D, d
     assert not out.copy_to_host()[pad].any() and not lse.copy_to_host()[pad].any()
 
     grads = [_poisoned(cuda_device, (N_TOKENS, HEADS, D), dtype) for _ in range(3)]
-    res = varlen_attention_backward(do_, dq_, dk_, dv_, out, lse, STARTS, LENGTHS, causal=causal, scale=scale,
-                                    dq=grads[0], dk=grads[1], dv=grads[2])
+    res = varlen_attention_backward(
+        do_,
+        dq_,
+        dk_,
+        dv_,
+        out,
+        lse,
+        STARTS,
+        LENGTHS,
+        causal=causal,
+        scale=scale,
+        dq=grads[0],
+        dk=grads[1],
+        dv=grads[2],
+    )
     assert all(r is g for r, g in zip(res, grads))
     for name, g, ref in zip("qkv", grads, reference_backward(dout, q, k, v, STARTS, LENGTHS, causal, scale)):
         np.testing.assert_allclose(g.copy_to_host(), ref, **TOL[dtype], err_msg=f"d{name}")
@@ -98,7 +114,7 @@ def test_non_contiguous_operands_and_outputs(cuda_device, rng):
     from dyntile.cuda.attention import varlen_attention_backward, varlen_attention_forward
 
     D, dtype, scale, causal = 7, np.float64, 0.45, True
-    starts, lengths = np.array([9, 0]), np.array([6, 7])       # token 7, 8 and 15 pad
+    starts, lengths = np.array([9, 0]), np.array([6, 7])  # token 7, 8 and 15 pad
     q, k, v, dout = (rng.standard_normal((16, 2, D)) for _ in range(4))
     q_dev = cuda_device.to_device(np.ascontiguousarray(q.transpose(1, 0, 2))).transpose((1, 0, 2))
     wide = np.zeros((16, 4, D))
@@ -110,16 +126,21 @@ def test_non_contiguous_operands_and_outputs(cuda_device, rng):
     out = big[:, :, ::2]
     lse_big = cuda_device.to_device(np.full((2, 16), np.nan))
     lse = lse_big.T
-    varlen_attention_forward(q_dev, k_dev, v_dev, starts, lengths, causal=causal, scale=scale, out=out, lse=lse)
+    varlen_attention_forward(
+        q_dev, k_dev, v_dev, starts, lengths, causal=causal, scale=scale, out=out, lse=lse
+    )
     ref_out, ref_lse = reference_forward(q, k, v, starts, lengths, causal, scale)
     np.testing.assert_allclose(big.copy_to_host()[:, :, ::2], ref_out, **TOL[dtype])
     assert np.isnan(big.copy_to_host()[:, :, 1::2]).all()
     np.testing.assert_allclose(lse_big.copy_to_host().T, ref_lse, **TOL[dtype])
 
-    do_dev = cuda_device.to_device(np.ascontiguousarray(dout[::-1]))[::-1]       # negative strides
-    dq, dk, dv = varlen_attention_backward(do_dev, q_dev, k_dev, v_dev, out, lse, starts, lengths,
-                                           causal=causal, scale=scale)
-    for name, g, ref in zip("qkv", (dq, dk, dv), reference_backward(dout, q, k, v, starts, lengths, causal, scale)):
+    do_dev = cuda_device.to_device(np.ascontiguousarray(dout[::-1]))[::-1]  # negative strides
+    dq, dk, dv = varlen_attention_backward(
+        do_dev, q_dev, k_dev, v_dev, out, lse, starts, lengths, causal=causal, scale=scale
+    )
+    for name, g, ref in zip(
+        "qkv", (dq, dk, dv), reference_backward(dout, q, k, v, starts, lengths, causal, scale)
+    ):
         assert cuda_device.devicearray.is_cuda_ndarray(g) and g.dtype == dtype
         np.testing.assert_allclose(g.copy_to_host(), ref, **TOL[dtype], err_msg=f"d{name}")
 
@@ -128,8 +149,13 @@ def test_device_segments_and_fresh_outputs(cuda_device, rng):
     from dyntile.cuda.attention import varlen_attention_forward
 
     q = rng.standard_normal((5, 1, 3)).astype(np.float32)
-    out, lse = varlen_attention_forward(*(cuda_device.to_device(q),) * 3, cuda_device.to_device(np.array([1])),
-                                        cuda_device.to_device(np.array([3])), causal=False, scale=1.0)
+    out, lse = varlen_attention_forward(
+        *(cuda_device.to_device(q),) * 3,
+        cuda_device.to_device(np.array([1])),
+        cuda_device.to_device(np.array([3])),
+        causal=False,
+        scale=1.0,
+    )
     assert cuda_device.devicearray.is_cuda_ndarray(out) and out.dtype == np.float32 and lse.shape == (5, 1)
     ref_out, ref_lse = reference_forward(q, q, q, [1], [3], False, 1.0)
     np.testing.assert_allclose(out.copy_to_host(), ref_out, **TOL[np.float32])
@@ -159,12 +185,23 @@ def test_errors(cuda_device):
     def fwd(*args, **kw):
         a = dict(zip(("q", "k", "v", "starts", "lengths"), (x, x, x, st, ln)))
         a.update(dict(zip(("q", "k", "v", "starts", "lengths"), args)))
-        return varlen_attention_forward(a["q"], a["k"], a["v"], a["starts"], a["lengths"],
-                                        causal=True, scale=1.0, **kw)
+        return varlen_attention_forward(
+            a["q"], a["k"], a["v"], a["starts"], a["lengths"], causal=True, scale=1.0, **kw
+        )
 
     cases = [
-        ((x, cuda_device.to_device(np.zeros((6, 2, 5), np.float32))), {}, ValueError, "k should have q's shape"),
-        ((x, x, cuda_device.to_device(np.zeros((6, 2, 4)))), {}, TypeError, "v should have q's dtype float32"),
+        (
+            (x, cuda_device.to_device(np.zeros((6, 2, 5), np.float32))),
+            {},
+            ValueError,
+            "k should have q's shape",
+        ),
+        (
+            (x, x, cuda_device.to_device(np.zeros((6, 2, 4)))),
+            {},
+            TypeError,
+            "v should have q's dtype float32",
+        ),
         ((cuda_device.to_device(np.zeros((6, 2, 4), np.int32)),), {}, TypeError, "float32 or float64"),
         ((cuda_device.to_device(np.zeros((6, 8), np.float32)),) * 3, {}, ValueError, "shape \\[N, H, D\\]"),
         ((np.zeros((6, 2, 4), np.float32),), {}, TypeError, "q should be a CUDA device array"),
@@ -174,7 +211,12 @@ def test_errors(cuda_device):
         ((x, x, x, st, np.array([3])), {}, ValueError, "one size"),
         ((x, x, x, np.array([0.0, 3.0])), {}, TypeError, "starts should be a 1-D integer array"),
         ((), {"out": x}, ValueError, "out overlaps an input"),
-        ((), {"lse": cuda_device.device_array((6, 3), np.float32)}, ValueError, "lse should have shape \\(6, 2\\)"),
+        (
+            (),
+            {"lse": cuda_device.device_array((6, 3), np.float32)},
+            ValueError,
+            "lse should have shape \\(6, 2\\)",
+        ),
     ]
     for args, kw, exc, match in cases:
         with pytest.raises(exc, match=match):
@@ -199,10 +241,14 @@ def test_empty_head_dimension(cuda_device):
     st, ln = np.array([0, 3]), np.array([3, 2])
     out, lse = varlen_attention_forward(x, x, x, st, ln, causal=True, scale=1.0)
     assert out.shape == (6, 2, 0)
-    np.testing.assert_allclose(lse.copy_to_host(), np.log([[1, 1], [2, 2], [3, 3], [1, 1], [2, 2], [1, 1]]) *
-                               np.array([1, 1, 1, 1, 1, 0])[:, None], rtol=1e-12)
-    assert [g.shape for g in varlen_attention_backward(x, x, x, x, out, lse, st, ln, causal=True, scale=1.0)] \
-        == [(6, 2, 0)] * 3
+    np.testing.assert_allclose(
+        lse.copy_to_host(),
+        np.log([[1, 1], [2, 2], [3, 3], [1, 1], [2, 2], [1, 1]]) * np.array([1, 1, 1, 1, 1, 0])[:, None],
+        rtol=1e-12,
+    )
+    assert [
+        g.shape for g in varlen_attention_backward(x, x, x, x, out, lse, st, ln, causal=True, scale=1.0)
+    ] == [(6, 2, 0)] * 3
 
 
 @pytest.mark.parametrize("D, dtype, causal", [(16, np.float32, False), (5, np.float64, True)])
@@ -217,12 +263,16 @@ def test_runs_repeat_bit_for_bit(cuda_device, rng, slow_shared_allocation, D, dt
     q, k, v, dout = _inputs(rng, D, dtype, 4)
     scale = 1 / np.sqrt(D)
     dev = [cuda_device.to_device(x) for x in (q, k, v, dout)]
-    ref = (*reference_forward(q, k, v, STARTS, LENGTHS, causal, scale),
-           *reference_backward(dout, q, k, v, STARTS, LENGTHS, causal, scale))
+    ref = (
+        *reference_forward(q, k, v, STARTS, LENGTHS, causal, scale),
+        *reference_backward(dout, q, k, v, STARTS, LENGTHS, causal, scale),
+    )
     runs = []
     for _ in range(3):
         out, lse = varlen_attention_forward(*dev[:3], STARTS, LENGTHS, causal=causal, scale=scale)
-        grads = varlen_attention_backward(dev[3], *dev[:3], out, lse, STARTS, LENGTHS, causal=causal, scale=scale)
+        grads = varlen_attention_backward(
+            dev[3], *dev[:3], out, lse, STARTS, LENGTHS, causal=causal, scale=scale
+        )
         runs.append([a.copy_to_host() for a in (out, lse, *grads)])
     for name, got, want in zip(("out", "lse", "dq", "dk", "dv"), runs[0], ref):
         np.testing.assert_allclose(got, want, **TOL[dtype], err_msg=name)
@@ -244,14 +294,16 @@ def test_every_shared_access_is_separated_by_a_barrier(cuda_device, simulated, r
     from dyntile.cuda.attention import varlen_attention_backward, varlen_attention_forward
     from tests.cuda.racecheck import racecheck
 
-    starts, lengths = np.array([4, 0]), np.array([7, 3])             # token 3 and 11 pad
+    starts, lengths = np.array([4, 0]), np.array([7, 3])  # token 3 and 11 pad
     x = rng.standard_normal((4, 12, 1, D)).astype(dtype)
     q, k, v, dout = (cuda_device.to_device(a) for a in x)
     with racecheck() as report:
         out, lse = varlen_attention_forward(q, k, v, starts, lengths, causal=causal, scale=0.5)
         grads = varlen_attention_backward(dout, q, k, v, out, lse, starts, lengths, causal=causal, scale=0.5)
     assert report.accesses > 0 and not report.hazards and not report.divergent, report
-    ref = (*reference_forward(*x[:3], starts, lengths, causal, 0.5),
-           *reference_backward(x[3], *x[:3], starts, lengths, causal, 0.5))
+    ref = (
+        *reference_forward(*x[:3], starts, lengths, causal, 0.5),
+        *reference_backward(x[3], *x[:3], starts, lengths, causal, 0.5),
+    )
     for name, got, want in zip(("out", "lse", "dq", "dk", "dv"), (out, lse, *grads), ref):
         np.testing.assert_allclose(got.copy_to_host(), want, **TOL[dtype], err_msg=name)

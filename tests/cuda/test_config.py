@@ -1,17 +1,26 @@
 """Block-size table, launch configurations, lazy import and dispatch (no kernels run)."""
+
 from __future__ import annotations
 
 import subprocess
 import sys
 import textwrap
 
-import pytest
-
 import numpy as np
-from hypothesis import given, settings, strategies as st
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from dyntile.cuda.config import (ATTENTION_BLOCKING, COPY_BLOCK, GEMM_BLOCKING, SHARED_MEMORY_LIMIT,
-                                 AttentionBlocking, GemmBlocking, attention_blocking, gemm_blocking)
+from dyntile.cuda.config import (
+    ATTENTION_BLOCKING,
+    COPY_BLOCK,
+    GEMM_BLOCKING,
+    SHARED_MEMORY_LIMIT,
+    AttentionBlocking,
+    GemmBlocking,
+    attention_blocking,
+    gemm_blocking,
+)
 from dyntile.cuda.launch import MAX_GRID_YZ, attention_items, copy_launch, gemm_launch
 from dyntile.dispatch import backend_of
 
@@ -31,15 +40,18 @@ def test_gpu_blocking_is_the_serious_one():
     assert blk.threads == (16, 16)
     itemsize = 4
     smem = 2 * blk.bk * (blk.bm + blk.pad + blk.bn + blk.pad) * itemsize
-    assert smem <= 48 * 1024                     # static shared memory limit
+    assert smem <= 48 * 1024  # static shared memory limit
 
 
-@pytest.mark.parametrize("bad, match", [
-    (GemmBlocking(128, 128, 8, 7, 8, 4), "multiples"),
-    (GemmBlocking(256, 256, 8, 4, 4, 0), "1024"),
-    (GemmBlocking(16, 16, 3, 2, 2, 0), "split evenly"),
-    (GemmBlocking(16, 16, 4, 2, 2, -1), "pad"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (GemmBlocking(128, 128, 8, 7, 8, 4), "multiples"),
+        (GemmBlocking(256, 256, 8, 4, 4, 0), "1024"),
+        (GemmBlocking(16, 16, 3, 2, 2, 0), "split evenly"),
+        (GemmBlocking(16, 16, 4, 2, 2, -1), "pad"),
+    ],
+)
 def test_blocking_check_rejects(bad, match):
     with pytest.raises(ValueError, match=match):
         bad.check()
@@ -58,7 +70,7 @@ def test_copy_blocks_fit_a_block():
 @pytest.mark.parametrize("batch, m, n", [(1, 1, 1), (3, 33, 17), (2, 128, 129), (5, 300, 7)])
 def test_gemm_launch_covers_the_output(batch, m, n):
     blk = GemmBlocking(8, 8, 4, 2, 2, 1)
-    (z0, grid, block), = gemm_launch(batch, m, n, blk)
+    ((z0, grid, block),) = gemm_launch(batch, m, n, blk)
     assert z0 == 0 and block == (4, 4)
     assert grid[0] * blk.bn >= n > (grid[0] - 1) * blk.bn
     assert grid[1] * blk.bm >= m > (grid[1] - 1) * blk.bm
@@ -101,14 +113,17 @@ def test_attention_shared_bytes_match_the_kernels_arrays():
     assert blk.shared_bytes(4, backward=True) == 4 * (2 * 64 * 65 + 2 * 64 * 33 + 2 * 64 * 33)
 
 
-@pytest.mark.parametrize("bad, match", [
-    (AttentionBlocking(64, 32, 64, 16, 12, 1), "multiple"),
-    (AttentionBlocking(64, 30, 64, 16, 16, 1), "multiple"),
-    (AttentionBlocking(64, 64, 64, 32, 64, 1), "1024"),
-    (AttentionBlocking(4, 2, 2, 2, 4, 1), "split evenly"),
-    (AttentionBlocking(64, 32, 64, 16, 16, -1), "pad"),
-    (AttentionBlocking(128, 64, 128, 16, 16, 1), "shared memory"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (AttentionBlocking(64, 32, 64, 16, 12, 1), "multiple"),
+        (AttentionBlocking(64, 30, 64, 16, 16, 1), "multiple"),
+        (AttentionBlocking(64, 64, 64, 32, 64, 1), "1024"),
+        (AttentionBlocking(4, 2, 2, 2, 4, 1), "split evenly"),
+        (AttentionBlocking(64, 32, 64, 16, 16, -1), "pad"),
+        (AttentionBlocking(128, 64, 128, 16, 16, 1), "shared memory"),
+    ],
+)
 def test_attention_blocking_check_rejects(bad, match):
     with pytest.raises(ValueError, match=match):
         bad.check(4, True, SHARED_MEMORY_LIMIT)
@@ -125,21 +140,26 @@ def _steps(length, r0, rows, cols, causal, keys_are_rows):
 
 
 @settings(max_examples=40, deadline=None)
-@given(lengths=st.lists(st.integers(0, 23), max_size=6), rows=st.integers(1, 5), cols=st.integers(1, 5),
-       causal=st.booleans(), keys_are_rows=st.booleans())
+@given(
+    lengths=st.lists(st.integers(0, 23), max_size=6),
+    rows=st.integers(1, 5),
+    cols=st.integers(1, 5),
+    causal=st.booleans(),
+    keys_are_rows=st.booleans(),
+)
 def test_attention_items_cover_each_segment_once_heaviest_first(lengths, rows, cols, causal, keys_are_rows):
     lengths = np.array(lengths, np.int64)
-    starts = np.cumsum(lengths + 2) - lengths - 2        # two padding tokens before each segment
+    starts = np.cumsum(lengths + 2) - lengths - 2  # two padding tokens before each segment
     items = attention_items(starts, lengths, rows, cols, causal, keys_are_rows)
     assert items.dtype == np.int64 and items.shape == (int((-(-lengths // rows)).sum()), 3)
     seen = {(int(s), int(n)): [] for s, n in zip(starts, lengths) if n}
     for s, n, r0 in items.tolist():
         seen[(s, n)].append(r0)
-    for (s, n), r0s in seen.items():
+    for (_, n), r0s in seen.items():
         assert sorted(r0s) == list(range(0, n, rows))
     steps = [_steps(n, r0, rows, cols, causal, keys_are_rows) for _, n, r0 in items.tolist()]
     assert steps == sorted(steps, reverse=True)
-    for (_, n, r0), k in zip(items.tolist(), steps):       # the kernels walk exactly these column tiles
+    for (_, n, r0), k in zip(items.tolist(), steps):  # the kernels walk exactly these column tiles
         first = r0 // cols if causal and keys_are_rows else 0
         last = min(n, r0 + rows) if causal and not keys_are_rows else n
         assert -(-last // cols) - first == k
@@ -164,7 +184,8 @@ def test_dispatch_routes_the_cuda_interface():
 
 
 def test_dispatch_routes_simulator_arrays_only_under_the_simulator():
-    r = _run("""
+    r = _run(
+        """
         from numba import cuda
         import numpy as np
         from dyntile.dispatch import backend_of
@@ -173,7 +194,9 @@ def test_dispatch_routes_simulator_arrays_only_under_the_simulator():
         class Marked:                 # a simulator-like array while the simulator is off
             __cuda_ndarray__ = True
         print(backend_of([Marked()]))
-    """, NUMBA_ENABLE_CUDASIM="1")
+    """,
+        NUMBA_ENABLE_CUDASIM="1",
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["cuda", "FakeCUDAArray", "cuda"]
     r = _run("""
@@ -193,8 +216,13 @@ def _run(code: str, **env):
 
     environ = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     environ.update(env)
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=environ, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+    )
 
 
 def test_import_is_free_of_numba_and_torch():

@@ -1,5 +1,6 @@
 """CUDA matmul against numpy.matmul (simulator-sized shapes: edge tiles of the
 simulator blocking, batched and broadcast, 1-D, empty, strided, out=)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,19 +32,24 @@ def test_float64(cuda_device, rng):
     _check(cuda_device, rng, (11, 7), (7, 9), np.float64)
 
 
-@pytest.mark.parametrize("a_shape, b_shape", [
-    ((3, 5, 6), (3, 6, 4)),          # batched
-    ((2, 1, 5, 3), (4, 3, 6)),       # broadcast batch axes
-    ((5, 3), (2, 3, 4)),             # matrix against a stack
-    ((6,), (2, 6, 3)),               # 1-D a
-    ((2, 4, 6), (6,)),               # 1-D b
-    ((7,), (7,)),                    # dot product
-])
+@pytest.mark.parametrize(
+    "a_shape, b_shape",
+    [
+        ((3, 5, 6), (3, 6, 4)),  # batched
+        ((2, 1, 5, 3), (4, 3, 6)),  # broadcast batch axes
+        ((5, 3), (2, 3, 4)),  # matrix against a stack
+        ((6,), (2, 6, 3)),  # 1-D a
+        ((2, 4, 6), (6,)),  # 1-D b
+        ((7,), (7,)),  # dot product
+    ],
+)
 def test_batched_and_broadcast(cuda_device, rng, a_shape, b_shape):
     _check(cuda_device, rng, a_shape, b_shape)
 
 
-@pytest.mark.parametrize("a_shape, b_shape", [((0, 3), (3, 4)), ((2, 3), (3, 0)), ((3, 0), (0, 4)), ((0, 2, 3), (3, 2))])
+@pytest.mark.parametrize(
+    "a_shape, b_shape", [((0, 3), (3, 4)), ((2, 3), (3, 0)), ((3, 0), (0, 4)), ((0, 2, 3), (3, 2))]
+)
 def test_empty(cuda_device, rng, a_shape, b_shape):
     _check(cuda_device, rng, a_shape, b_shape)
 
@@ -53,8 +59,8 @@ def test_strided_operands_and_out(cuda_device, rng):
 
     a = rng.standard_normal((9, 14)).astype(np.float32)
     b = rng.standard_normal((11, 5)).astype(np.float32)
-    da = cuda_device.to_device(a)[:, ::2]            # (9, 7), strided
-    db = cuda_device.to_device(b)[3:10]               # (7, 5), offset rows
+    da = cuda_device.to_device(a)[:, ::2]  # (9, 7), strided
+    db = cuda_device.to_device(b)[3:10]  # (7, 5), offset rows
     out = cuda_device.to_device(np.full((9, 5), np.nan, np.float32))
     res = matmul(da, db, out=out)
     assert res is out
@@ -70,14 +76,17 @@ def test_out_non_contiguous(cuda_device, rng):
     matmul(cuda_device.to_device(a), cuda_device.to_device(b), out=big[:, :, ::2])
     host = big.copy_to_host()
     np.testing.assert_allclose(host[:, :, ::2], a @ b, **TOL[np.float32])
-    assert np.isnan(host[:, :, 1::2]).all()          # nothing written between the strided columns
+    assert np.isnan(host[:, :, 1::2]).all()  # nothing written between the strided columns
 
 
-@pytest.mark.parametrize("a_shape, b_shape, match", [
-    ((3, 4), (5, 6), "not aligned"),
-    ((2, 3, 4), (3, 4, 5), "do not broadcast"),
-    ((), (3,), "operand 0"),
-])
+@pytest.mark.parametrize(
+    "a_shape, b_shape, match",
+    [
+        ((3, 4), (5, 6), "not aligned"),
+        ((2, 3, 4), (3, 4, 5), "do not broadcast"),
+        ((), (3,), "operand 0"),
+    ],
+)
 def test_shape_errors(cuda_device, a_shape, b_shape, match):
     from dyntile.cuda import matmul
 
@@ -94,7 +103,9 @@ def test_dtype_errors(cuda_device):
     with pytest.raises(TypeError, match="float64"):
         matmul(f32, cuda_device.to_device(np.ones((2, 2), np.float64)))
     with pytest.raises(TypeError, match="int32"):
-        matmul(cuda_device.to_device(np.ones((2, 2), np.int32)), cuda_device.to_device(np.ones((2, 2), np.int32)))
+        matmul(
+            cuda_device.to_device(np.ones((2, 2), np.int32)), cuda_device.to_device(np.ones((2, 2), np.int32))
+        )
     with pytest.raises(TypeError, match="device array"):
         matmul(np.ones((2, 2), np.float32), f32)
 
@@ -104,4 +115,8 @@ def test_out_errors(cuda_device):
 
     a = cuda_device.to_device(np.ones((2, 3), np.float32))
     with pytest.raises(ValueError, match=r"\(2, 2\)"):
-        matmul(a, cuda_device.to_device(np.ones((3, 2), np.float32)), out=cuda_device.device_array((2, 3), np.float32))
+        matmul(
+            a,
+            cuda_device.to_device(np.ones((3, 2), np.float32)),
+            out=cuda_device.device_array((2, 3), np.float32),
+        )

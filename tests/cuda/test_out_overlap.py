@@ -1,6 +1,7 @@
 """``out=`` that overlaps an input in device memory is refused by every CUDA entry
 (the kernels read their inputs while they write ``out``), as on the host; disjoint
 views of one buffer are taken."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,10 +16,10 @@ def test_tile_and_untile_refuse_out_over_the_input(cuda_device):
     buf = cuda_device.to_device(np.zeros((2, 4, 4), np.float32))
     tiles = buf.reshape(2, 1, 1, 4, 4)
     with pytest.raises(ValueError, match="out overlaps an input in device memory"):
-        tile_into(buf[0], (4, 4), 0.0, out=tiles[0])          # the same 16 floats
+        tile_into(buf[0], (4, 4), 0.0, out=tiles[0])  # the same 16 floats
     with pytest.raises(ValueError, match="out overlaps an input"):
         untile_from(tiles[0], (4, 4), out=buf[0])
-    tile_into(buf[0], (4, 4), 0.0, out=tiles[1])              # the other half: taken
+    tile_into(buf[0], (4, 4), 0.0, out=tiles[1])  # the other half: taken
 
 
 def test_pad_and_matmul_refuse_out_over_an_input(cuda_device):

@@ -1,10 +1,12 @@
 """CUDA ragged pad against a NumPy reference: host (one transfer) and device samples,
 left/right, fill, 1-D/2-D/3-D, zero-size and strided samples, out=."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytestmark = pytest.mark.usefixtures("cuda_device")
 
@@ -24,12 +26,15 @@ def _samples(rng, shapes, dtype):
 
 
 @pytest.mark.parametrize("left", [False, True])
-@pytest.mark.parametrize("shapes, padded, dtype, fill", [
-    ([(3,), (7,), (0,), (5,)], (8,), np.float32, -1.5),
-    ([(2, 3), (3, 1), (1, 4)], (3, 5), np.int16, -7),
-    ([(2, 3, 2), (1, 1, 3), (2, 2, 1)], (3, 3, 4), np.float64, np.nan),
-    ([(2, 0), (0, 3)], (2, 4), np.int64, 9),
-])
+@pytest.mark.parametrize(
+    "shapes, padded, dtype, fill",
+    [
+        ([(3,), (7,), (0,), (5,)], (8,), np.float32, -1.5),
+        ([(2, 3), (3, 1), (1, 4)], (3, 5), np.int16, -7),
+        ([(2, 3, 2), (1, 1, 3), (2, 2, 1)], (3, 3, 4), np.float64, np.nan),
+        ([(2, 0), (0, 3)], (2, 4), np.int64, 9),
+    ],
+)
 def test_host_samples(cuda_device, rng, shapes, padded, dtype, fill, left):
     from dyntile.cuda import pad_into
 
@@ -53,13 +58,17 @@ def test_strided_samples(cuda_device, rng):
     from dyntile.cuda import pad_into
 
     base = rng.integers(0, 50, (6, 9)).astype(np.int32)
-    host = [base[::2, 1::3], base[1:4, ::-2]]                       # non-contiguous, negative strides
+    host = [base[::2, 1::3], base[1:4, ::-2]]  # non-contiguous, negative strides
     dev = [cuda_device.to_device(base)[::2, 1::3], cuda_device.to_device(base)[1:4, :5]]
     expect_dev = [base[::2, 1::3], base[1:4, :5]]
-    np.testing.assert_array_equal(pad_into(host, (2, 3, 6), np.int32, -1, False).copy_to_host(),
-                                  reference(host, (2, 3, 6), np.int32, -1, False))
-    np.testing.assert_array_equal(pad_into(dev, (2, 3, 6), np.int32, -1, True).copy_to_host(),
-                                  reference(expect_dev, (2, 3, 6), np.int32, -1, True))
+    np.testing.assert_array_equal(
+        pad_into(host, (2, 3, 6), np.int32, -1, False).copy_to_host(),
+        reference(host, (2, 3, 6), np.int32, -1, False),
+    )
+    np.testing.assert_array_equal(
+        pad_into(dev, (2, 3, 6), np.int32, -1, True).copy_to_host(),
+        reference(expect_dev, (2, 3, 6), np.int32, -1, True),
+    )
 
 
 def test_host_samples_take_one_transfer(cuda_device, rng, monkeypatch):
@@ -67,7 +76,9 @@ def test_host_samples_take_one_transfer(cuda_device, rng, monkeypatch):
 
     calls = []
     real = pad_module.cuda.to_device
-    monkeypatch.setattr(pad_module.cuda, "to_device", lambda *a, **k: calls.append(a[0].nbytes) or real(*a, **k))
+    monkeypatch.setattr(
+        pad_module.cuda, "to_device", lambda *a, **k: calls.append(a[0].nbytes) or real(*a, **k)
+    )
     xs = _samples(rng, [(5,), (2,), (8,), (1,)], np.float32)
     got = pad_module.pad_into(xs, (4, 8), np.float32, 0.0, False).copy_to_host()
     np.testing.assert_array_equal(got, reference(xs, (4, 8), np.float32, 0.0, False))
@@ -100,12 +111,21 @@ def test_zero_size_output(cuda_device):
     assert pad_into([np.zeros((0, 3), np.float32)], (1, 0, 3), np.float32, 0.0, False).shape == (1, 0, 3)
 
 
-@pytest.mark.parametrize("samples, out_shape, dtype, exc, match", [
-    ([np.zeros(5, np.float32)], (1, 4), np.float32, ValueError, "sample 0 of shape \\(5,\\)"),
-    ([np.zeros((2, 2), np.float32)], (1, 4), np.float32, ValueError, "does not fit"),
-    ([np.zeros(2, np.float32), np.zeros(2, np.int32)], (2, 4), np.float32, TypeError, "sample 1 has int32"),
-    ([np.zeros(2, np.float32)], (2, 4), np.float32, ValueError, "2 samples"),
-])
+@pytest.mark.parametrize(
+    "samples, out_shape, dtype, exc, match",
+    [
+        ([np.zeros(5, np.float32)], (1, 4), np.float32, ValueError, "sample 0 of shape \\(5,\\)"),
+        ([np.zeros((2, 2), np.float32)], (1, 4), np.float32, ValueError, "does not fit"),
+        (
+            [np.zeros(2, np.float32), np.zeros(2, np.int32)],
+            (2, 4),
+            np.float32,
+            TypeError,
+            "sample 1 has int32",
+        ),
+        ([np.zeros(2, np.float32)], (2, 4), np.float32, ValueError, "2 samples"),
+    ],
+)
 def test_errors(cuda_device, samples, out_shape, dtype, exc, match):
     from dyntile.cuda import pad_into
 
@@ -117,7 +137,13 @@ def test_mixed_host_and_device_samples(cuda_device):
     from dyntile.cuda import pad_into
 
     with pytest.raises(TypeError, match="sample 1"):
-        pad_into([cuda_device.to_device(np.zeros(2, np.float32)), np.zeros(2, np.float32)], (2, 4), np.float32, 0, False)
+        pad_into(
+            [cuda_device.to_device(np.zeros(2, np.float32)), np.zeros(2, np.float32)],
+            (2, 4),
+            np.float32,
+            0,
+            False,
+        )
 
 
 @settings(max_examples=8, deadline=None)

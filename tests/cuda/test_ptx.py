@@ -3,6 +3,7 @@
 Runs in a subprocess without the simulator; skips when the CUDA toolkit's NVVM /
 NVRTC are absent (install them with ``pip install "numba-cuda[cu13]"``).
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,14 @@ import textwrap
 
 import pytest
 
-_TOOLKIT_MISSING = ("NvvmSupportError", "DynamicLibNotFoundError", "libnvvm", "libnvrtc", "NVVM", "CudaSupportError")
+_TOOLKIT_MISSING = (
+    "NvvmSupportError",
+    "DynamicLibNotFoundError",
+    "libnvvm",
+    "libnvrtc",
+    "NVVM",
+    "CudaSupportError",
+)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +65,9 @@ def test_gemm_keeps_its_tiles_in_registers(ptx_summary):
 
 
 def test_attention_kernels_sync_tiles_and_keep_accumulators_in_registers(ptx_summary):
-    names = [n for n in ptx_summary if n.startswith("attention_") and n.split("_")[1] in ("forward", "dq", "dkdv")]
+    names = [
+        n for n in ptx_summary if n.startswith("attention_") and n.split("_")[1] in ("forward", "dq", "dkdv")
+    ]
     assert {n.split("_")[2] for n in names} == {"float32", "float64"}
     for name in names:
         info = ptx_summary[name]

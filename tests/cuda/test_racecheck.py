@@ -1,4 +1,5 @@
 """The shared-memory race checker (tests/cuda/racecheck.py) finds what it should."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +7,7 @@ import pytest
 
 from tests.cuda.racecheck import racecheck
 
-cuda = pytest.importorskip("numba.cuda")      # the simulator swaps the module-global name ``cuda``
+cuda = pytest.importorskip("numba.cuda")  # the simulator swaps the module-global name ``cuda``
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +27,8 @@ def make_rotate(barrier: bool):
         out[t] = a[(t + 1) % 4]
         if barrier:
             cuda.syncthreads()
-        a[t] = 0                                  # a reload: others have read the old value
+        a[t] = 0  # a reload: others have read the old value
+
     return rotate
 
 
@@ -50,9 +52,9 @@ def test_an_unwritten_element_and_a_divergent_barrier_are_found():
         a = cuda.shared.array(8, np.float64)
         t = cuda.threadIdx.x
         a[t] = t
-        for _ in range(t):                        # thread t passes t barriers
+        for _ in range(t):  # thread t passes t barriers
             cuda.syncthreads()
-        out[t] = a[t + 4]                         # elements 4..7: never written
+        out[t] = a[t + 4]  # elements 4..7: never written
 
     with racecheck() as report:
         uneven[1, 4](np.zeros(4))

@@ -5,6 +5,7 @@ at the same moment each get an array of their own: a block computes garbage in a
 small fraction of launches. The ``slow_shared_allocation`` fixture holds every
 thread inside that window, so the old simulator fails these tests on every run.
 """
+
 from __future__ import annotations
 
 import threading
@@ -14,7 +15,7 @@ import pytest
 
 from dyntile.cuda.simulator import OnceDict
 
-cuda = pytest.importorskip("numba.cuda")      # the simulator swaps the module-global name ``cuda``
+cuda = pytest.importorskip("numba.cuda")  # the simulator swaps the module-global name ``cuda``
 
 
 def test_once_dict_has_one_filler_per_key():
@@ -25,7 +26,7 @@ def test_once_dict_has_one_filler_per_key():
         start.wait()
         value = d.get("key")
         if value is None:
-            threading.Event().wait(0.01)          # others look the key up meanwhile
+            threading.Event().wait(0.01)  # others look the key up meanwhile
             value = d["key"] = f"thread {i}"
         got.append(value)
 
@@ -39,10 +40,10 @@ def test_once_dict_has_one_filler_per_key():
 
 def test_once_dict_reservation_lapses_with_its_thread():
     d = OnceDict()
-    assert d.get("key", 3) == 3 and d.get("key") is None            # the same thread may ask again
+    assert d.get("key", 3) == 3 and d.get("key") is None  # the same thread may ask again
     d["key"] = 1
     assert d.get("key") == 1
-    gone = threading.Thread(target=d.get, args=("lost",))           # reserves "lost", ends unfilled
+    gone = threading.Thread(target=d.get, args=("lost",))  # reserves "lost", ends unfilled
     gone.start()
     gone.join()
     assert d.get("lost", "mine") == "mine"

@@ -1,4 +1,5 @@
 """CUDA tile/untile against a NumPy reference, round trips, leading axes, fill, out=."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,7 +18,9 @@ def reference_tile(x, tile, fill):
     return np.moveaxis(t, -3, -2).copy()
 
 
-@pytest.mark.parametrize("shape, tile", [((5, 7), (2, 4)), ((2, 9, 5), (4, 4)), ((2, 1, 3, 3), (3, 3)), ((1, 1), (2, 2))])
+@pytest.mark.parametrize(
+    "shape, tile", [((5, 7), (2, 4)), ((2, 9, 5), (4, 4)), ((2, 1, 3, 3), (3, 3)), ((1, 1), (2, 2))]
+)
 def test_tile_matches_reference_and_round_trips(cuda_device, rng, shape, tile):
     from dyntile.cuda import tile_into, untile_from
 
@@ -32,7 +35,7 @@ def test_int_dtype_and_strided_input(cuda_device, rng):
     from dyntile.cuda import tile_into, untile_from
 
     base = rng.integers(0, 100, (3, 10, 12)).astype(np.int16)
-    x = base[:, 1::2, ::3]                                       # (3, 5, 4), strided
+    x = base[:, 1::2, ::3]  # (3, 5, 4), strided
     t = tile_into(cuda_device.to_device(base)[:, 1::2, ::3], (2, 3), 7)
     np.testing.assert_array_equal(t.copy_to_host(), reference_tile(x, (2, 3), 7))
     np.testing.assert_array_equal(untile_from(t, (5, 4)).copy_to_host(), x)
@@ -69,8 +72,16 @@ def test_errors(cuda_device):
     with pytest.raises(ValueError, match="tile grid"):
         untile_from(t, (7, 8))
     with pytest.raises(ValueError, match="out should have shape"):
-        tile_into(cuda_device.to_device(np.zeros((4, 4), np.float32)), (2, 2), 0.0,
-                  out=cuda_device.device_array((2, 2, 2, 3), np.float32))
+        tile_into(
+            cuda_device.to_device(np.zeros((4, 4), np.float32)),
+            (2, 2),
+            0.0,
+            out=cuda_device.device_array((2, 2, 2, 3), np.float32),
+        )
     with pytest.raises(TypeError, match="out should have dtype float32"):
-        tile_into(cuda_device.to_device(np.zeros((4, 4), np.float32)), (2, 2), 0.0,
-                  out=cuda_device.device_array((2, 2, 2, 2), np.float64))
+        tile_into(
+            cuda_device.to_device(np.zeros((4, 4), np.float32)),
+            (2, 2),
+            0.0,
+            out=cuda_device.device_array((2, 2, 2, 2), np.float64),
+        )

@@ -5,6 +5,7 @@ is a training recipe: it also runs under ``torchrun`` on N processes, and each r
 recorded and checked (every sample once per epoch plus the documented repeats, equal
 steps and one shape per step on all ranks, a loss per step, epochs in new orders).
 """
+
 import re
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def needs(block: str) -> None:
 @pytest.mark.parametrize("i", range(len(BLOCKS)))
 def test_readme_example_runs(i, tmp_path, monkeypatch):
     needs(BLOCKS[i])
-    monkeypatch.chdir(tmp_path)                      # what a recipe writes (a trainer's output dir)
+    monkeypatch.chdir(tmp_path)  # what a recipe writes (a trainer's output dir)
     code = compile(BLOCKS[i], f"README.md[python block {i}]", "exec")
     if i not in RECIPES:
         exec(code, {"__name__": "readme"})
@@ -53,7 +54,11 @@ def test_readme_recipe_runs_under_torchrun(i, tmp_path):
 
 
 def test_readme_has_the_framework_recipes():
-    assert sorted(m.group(1) for m in RECIPES.values()) == ["train_ddp.py", "train_hf.py", "train_lightning.py"]
+    assert sorted(m.group(1) for m in RECIPES.values()) == [
+        "train_ddp.py",
+        "train_hf.py",
+        "train_lightning.py",
+    ]
     assert any("StatefulDataLoader" in block and "load_state_dict" in block for block in BLOCKS)
 
 

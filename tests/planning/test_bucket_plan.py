@@ -1,4 +1,5 @@
 """BucketPlan: lookups against a reference, token-budget batch sizes, persistence."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -16,8 +17,10 @@ def reference_round_up(bounds, size):
 
 
 @settings(max_examples=50, deadline=None)
-@given(bounds=st.lists(st.integers(1, 60), min_size=1, max_size=6, unique=True),
-       sizes=st.lists(st.integers(0, 480), min_size=1, max_size=20))
+@given(
+    bounds=st.lists(st.integers(1, 60), min_size=1, max_size=6, unique=True),
+    sizes=st.lists(st.integers(0, 480), min_size=1, max_size=20),
+)
 def test_lookups_match_reference(bounds, sizes):
     bounds = tuple(sorted(8 * b for b in bounds))
     plan = BucketPlan(bounds, multiple=8)
@@ -37,7 +40,9 @@ def test_multi_axis_lookups():
     assert plan.bucket_of(L).tolist() == [0, 4, 5, 2]
     assert plan.padded_lengths(L).tolist() == [[8, 32], [16, 64], [16, 96], [8, 96]]
     assert plan.bucket_shapes()[4] == (16, 64)
-    assert plan.padding_ratio(L, cost="linear") == pytest.approx(1 - (1 + 9 * 33 + 16 * 96 + 210) / (256 + 1024 + 1536 + 768))
+    assert plan.padding_ratio(L, cost="linear") == pytest.approx(
+        1 - (1 + 9 * 33 + 16 * 96 + 210) / (256 + 1024 + 1536 + 768)
+    )
 
 
 def test_overflow_errors_name_the_size():
@@ -52,12 +57,15 @@ def test_overflow_errors_name_the_size():
         BucketPlan(((8,), (64,))).bucket_of([[1, 1], [2, 99]])
 
 
-@pytest.mark.parametrize("bounds, msg", [
-    ((), "non-empty"),
-    ((8, 12), "multiples of 8"),
-    ((16, 8), "strictly increasing"),
-    ((0, 8), "positive multiples"),
-])
+@pytest.mark.parametrize(
+    "bounds, msg",
+    [
+        ((), "non-empty"),
+        ((8, 12), "multiples of 8"),
+        ((16, 8), "strictly increasing"),
+        ((0, 8), "positive multiples"),
+    ],
+)
 def test_invalid_boundaries(bounds, msg):
     with pytest.raises(ValueError, match=msg):
         BucketPlan(bounds, multiple=8)
@@ -70,19 +78,22 @@ def test_plan_is_immutable():
     assert hash(plan) == hash(BucketPlan([8, 16]))
 
 
-@pytest.mark.parametrize("budget, cost, multiple, expected", [
-    (4096, "linear", 8, (256, 64, 16)),
-    (1000, "linear", 8, (56, 15, 3)),             # 15 -> 8 would waste half the budget; 3 < 8 stays 3
-    (1000, "linear", 1, (62, 15, 3)),
-    (70000, "quadratic", 8, (272, 16, 1)),         # 70000 // 65536 = 1
-])
+@pytest.mark.parametrize(
+    "budget, cost, multiple, expected",
+    [
+        (4096, "linear", 8, (256, 64, 16)),
+        (1000, "linear", 8, (56, 15, 3)),  # 15 -> 8 would waste half the budget; 3 < 8 stays 3
+        (1000, "linear", 1, (62, 15, 3)),
+        (70000, "quadratic", 8, (272, 16, 1)),  # 70000 // 65536 = 1
+    ],
+)
 def test_batch_sizes(budget, cost, multiple, expected):
     plan = BucketPlan((16, 64, 256))
     sizes = plan.batch_sizes(budget, cost=cost, multiple=multiple)
     assert sizes == expected
     p = 1 if cost == "linear" else 2
     for bs, b in zip(sizes, plan.boundaries):
-        assert 1 <= bs and bs * b ** p <= budget
+        assert 1 <= bs and bs * b**p <= budget
 
 
 def test_batch_sizes_budget_too_small_names_bucket():
@@ -108,11 +119,14 @@ def test_extend():
     assert BucketPlan(((8,), (16,))).extend((4, 17)).boundaries == ((8,), (16, 24))
 
 
-@pytest.mark.parametrize("plan", [
-    BucketPlan((8, 32, 1600)),
-    BucketPlan((16, 48), multiple=16, cost="quadratic"),
-    BucketPlan(((32, 64), (128,)), multiple=32),
-])
+@pytest.mark.parametrize(
+    "plan",
+    [
+        BucketPlan((8, 32, 1600)),
+        BucketPlan((16, 48), multiple=16, cost="quadratic"),
+        BucketPlan(((32, 64), (128,)), multiple=32),
+    ],
+)
 def test_json_and_file_round_trip(plan, tmp_path):
     assert BucketPlan.from_json(plan.to_json()) == plan
     plan.save(tmp_path / "plan.json")

@@ -1,4 +1,5 @@
 """plan_buckets: optimality against brute force, validation, multi-axis plans, real data."""
+
 from __future__ import annotations
 
 import itertools
@@ -30,12 +31,16 @@ def brute_force_cost(lengths, k, multiple, p):
 
 def plan_cost(plan, lengths, p):
     padded = plan.padded_lengths(lengths).astype(object)
-    return int((padded ** p).sum())
+    return int((padded**p).sum())
 
 
 @settings(max_examples=60, deadline=None)
-@given(lengths=st.lists(st.integers(0, 120), min_size=1, max_size=40),
-       k=st.integers(1, 5), multiple=st.sampled_from([1, 4, 8]), cost=st.sampled_from(["linear", "quadratic"]))
+@given(
+    lengths=st.lists(st.integers(0, 120), min_size=1, max_size=40),
+    k=st.integers(1, 5),
+    multiple=st.sampled_from([1, 4, 8]),
+    cost=st.sampled_from(["linear", "quadratic"]),
+)
 def test_plan_is_optimal_against_brute_force(lengths, k, multiple, cost):
     plan = plan_buckets(lengths, max_buckets=k, multiple=multiple, cost=cost)
     p = 1 if cost == "linear" else 2
@@ -55,6 +60,12 @@ def test_optimal_with_many_distinct_values(cost):
     assert plan_cost(plan, L, p) == brute_force_cost(L, 4, 1, p)
 
 
+def _weighted_cost(bounds, vals, w, p):
+    """Sum over the distinct values of weight x (the boundary each rounds up to) ** p."""
+    b = np.asarray(bounds)
+    return float((w * b[np.searchsorted(b, vals)].astype(np.float64) ** p).sum())
+
+
 def test_dp_with_zero_weights_against_brute_force():
     """Zero weights (a multi-axis plan's coordinate descent can give them) make lines
     of equal slope in the DP's convex-hull layer; the partition stays optimal."""
@@ -66,15 +77,13 @@ def test_dp_with_zero_weights_against_brute_force():
         w = rng.integers(0, 4, vals.size).astype(np.float64)
         w[-1] = max(w[-1], 1.0)
         k, p = int(rng.integers(1, 5)), int(rng.integers(1, 3))
-
-        def cost(bounds):
-            b = np.asarray(bounds)
-            return float((w * b[np.searchsorted(b, vals)].astype(np.float64) ** p).sum())
-
-        best = min(cost(sub + (int(vals[-1]),)) for r in range(min(k, vals.size))
-                   for sub in itertools.combinations(vals[:-1].tolist(), r))
+        best = min(
+            _weighted_cost(sub + (int(vals[-1]),), vals, w, p)
+            for r in range(min(k, vals.size))
+            for sub in itertools.combinations(vals[:-1].tolist(), r)
+        )
         got = _optimal_boundaries(vals, w, k, p)
-        assert len(got) <= k and got[-1] == vals[-1] and cost(got) == best
+        assert len(got) <= k and got[-1] == vals[-1] and _weighted_cost(got, vals, w, p) == best
 
 
 def test_fewer_distinct_values_than_buckets_gives_zero_extra_padding():
@@ -95,13 +104,16 @@ def test_more_buckets_never_pad_more():
     assert ratios[-1] < ratios[0] / 3
 
 
-@pytest.mark.parametrize("bad, exc, msg", [
-    ([3, -3, 5], ValueError, r"lengths\[1\]=-3"),
-    ([], ValueError, "non-empty"),
-    ([1.5, 2.0], TypeError, "non-negative integers.*float64"),
-    ([["a"]], TypeError, "non-negative integers"),
-    (np.zeros((2, 2, 2), dtype=int), ValueError, r"shape \(n,\) or \(n, d\)"),
-])
+@pytest.mark.parametrize(
+    "bad, exc, msg",
+    [
+        ([3, -3, 5], ValueError, r"lengths\[1\]=-3"),
+        ([], ValueError, "non-empty"),
+        ([1.5, 2.0], TypeError, "non-negative integers.*float64"),
+        ([["a"]], TypeError, "non-negative integers"),
+        (np.zeros((2, 2, 2), dtype=int), ValueError, r"shape \(n,\) or \(n, d\)"),
+    ],
+)
 def test_bad_lengths(bad, exc, msg):
     with pytest.raises(exc, match=msg):
         plan_buckets(bad)
@@ -109,7 +121,7 @@ def test_bad_lengths(bad, exc, msg):
 
 def test_lengths_beyond_int64_are_named():
     with pytest.raises(ValueError, match=r"below 2\*\*63, but got lengths\[1\]=9223372036854775808"):
-        plan_buckets(np.array([1, 2 ** 63], np.uint64))
+        plan_buckets(np.array([1, 2**63], np.uint64))
 
 
 def test_bad_lengths_2d_names_row_and_column():
@@ -117,14 +129,17 @@ def test_bad_lengths_2d_names_row_and_column():
         plan_buckets([[1, 2], [3, 4], [5, -1]])
 
 
-@pytest.mark.parametrize("kwargs, msg", [
-    ({"max_buckets": 0}, "max_buckets should be >= 1"),
-    ({"multiple": 0}, "multiple should be a positive integer"),
-    ({"cost": "cubic"}, "cost should be one of"),
-    ({"max_buckets": (2, 3)}, "one per axis"),
-    ({"max_buckets": 2.5}, r"max_buckets should be an int .* but got 2.5"),
-    ({"max_buckets": None}, r"max_buckets should be an int"),
-])
+@pytest.mark.parametrize(
+    "kwargs, msg",
+    [
+        ({"max_buckets": 0}, "max_buckets should be >= 1"),
+        ({"multiple": 0}, "multiple should be a positive integer"),
+        ({"cost": "cubic"}, "cost should be one of"),
+        ({"max_buckets": (2, 3)}, "one per axis"),
+        ({"max_buckets": 2.5}, r"max_buckets should be an int .* but got 2.5"),
+        ({"max_buckets": None}, r"max_buckets should be an int"),
+    ],
+)
 def test_bad_options(kwargs, msg):
     with pytest.raises((ValueError, TypeError), match=msg):
         plan_buckets([1, 2, 3], **kwargs)
@@ -149,7 +164,7 @@ def area(plan, L, p=1):
 def test_multi_axis_descent_beats_independent_axes(cost):
     rng = np.random.default_rng(2)
     L = np.stack([rng.integers(10, 200, 400), rng.integers(10, 200, 400)], axis=1)
-    L[:200, 1] = L[:200, 0] // 2 + 5                  # correlated axes: the joint plan matters
+    L[:200, 1] = L[:200, 0] // 2 + 5  # correlated axes: the joint plan matters
     p = 1 if cost == "linear" else 2
     joint = plan_buckets(L, max_buckets=3, multiple=8, cost=cost)
     indep = BucketPlan(tuple(plan_buckets(L[:, a], 3, 8, cost).boundaries for a in range(2)), 8, cost)
@@ -192,8 +207,8 @@ def test_real_docstring_lengths():
     L = np.load(path)
     one = plan_buckets(L, max_buckets=1).padding_ratio(L)
     eight = plan_buckets(L, max_buckets=8).padding_ratio(L)
-    assert one > 0.9                         # everything padded to the longest docstring
-    assert eight < 0.35                      # eight planned shapes remove most of it
+    assert one > 0.9  # everything padded to the longest docstring
+    assert eight < 0.35  # eight planned shapes remove most of it
     q = plan_buckets(L, max_buckets=8, cost="quadratic")
     assert q.padding_ratio(L, cost="quadratic") <= plan_buckets(L, 8).padding_ratio(L, cost="quadratic")
 
@@ -201,8 +216,11 @@ def test_real_docstring_lengths():
 def test_lengths_rounding_past_int64_are_named():
     """Rounding 2**63 - 7 up to a multiple of 8 wrapped to a negative boundary, and
     reported a boundary the caller never gave; a 0-d max_buckets is an int."""
-    with pytest.raises(ValueError, match=r"lengths\[0\]=9223372036854775801 rounded up to a multiple of 8 .*past "
-                                         r"int64's range"):
+    with pytest.raises(
+        ValueError,
+        match=r"lengths\[0\]=9223372036854775801 rounded up to a multiple of 8 .*past "
+        r"int64's range",
+    ):
         plan_buckets([2**63 - 7], multiple=8)
     with pytest.raises(ValueError, match=r"lengths\[1, 0\]=9223372036854775807 rounded up"):
         plan_buckets([[3, 4], [2**63 - 1, 5]], multiple=2)

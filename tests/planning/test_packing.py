@@ -1,4 +1,5 @@
 """pack_lengths / pack_rows / packing_shapes against slow references and invariants."""
+
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +19,7 @@ def best_fit_reference(sizes, open_caps, n_full):
     """Obviously correct best fit: scan every bin; least room that fits, ties to the last bin
     that reached that room (the kernel's LIFO stacks)."""
     from dyntile.cpu.packing import best_fit  # noqa: F401  (the thing under test lives there)
+
     room, stamp, caps, item_bin, clock = [], [], [], [], 0
     for s, cap, nf in zip(sizes, open_caps, n_full):
         best = None
@@ -49,7 +51,7 @@ def check_epoch(L, batches, shapes, overflow="extend", num_replicas=1):
         assert np.unique(b.sample_order).size == b.sample_order.size, "no sample twice in a batch"
     assert len(batches) % num_replicas == 0
     for k in range(0, len(batches), num_replicas):
-        assert len({b.shape for b in batches[k:k + num_replicas]}) == 1, "one shape per step"
+        assert len({b.shape for b in batches[k : k + num_replicas]}) == 1, "one shape per step"
     for b in batches:
         B, T = b.shape
         assert b.shape in shapes
@@ -79,6 +81,7 @@ def check_epoch(L, batches, shapes, overflow="extend", num_replicas=1):
 @given(st.lists(st.integers(0, 40), max_size=60), st.integers(0, 1))
 def test_best_fit_kernel_matches_reference(sizes, split):
     from dyntile.cpu.packing import best_fit
+
     cap = 40
     sizes = np.array(sizes, np.int64)
     n_full = (np.arange(sizes.size) % 5 == 0).astype(np.int64) * split * 2
@@ -90,6 +93,7 @@ def test_best_fit_kernel_matches_reference(sizes, split):
 
 def test_best_fit_kernel_two_capacities():
     from dyntile.cpu.packing import best_fit
+
     rng = np.random.default_rng(3)
     sizes = rng.integers(0, 70, 300)
     caps = np.where(sizes > 32, 72, 32).astype(np.int64)
@@ -102,10 +106,15 @@ def test_best_fit_kernel_two_capacities():
 
 
 @settings(max_examples=40, deadline=None)
-@given(L=st.lists(st.integers(0, 50), min_size=1, max_size=120),
-       T=st.sampled_from([8, 16, 24, 48]), budget_rows=st.integers(1, 5),
-       overflow=st.sampled_from(["extend", "split"]), R=st.integers(1, 3),
-       pool=st.sampled_from([None, 1, 7]), seed=st.integers(0, 3))
+@given(
+    L=st.lists(st.integers(0, 50), min_size=1, max_size=120),
+    T=st.sampled_from([8, 16, 24, 48]),
+    budget_rows=st.integers(1, 5),
+    overflow=st.sampled_from(["extend", "split"]),
+    R=st.integers(1, 3),
+    pool=st.sampled_from([None, 1, 7]),
+    seed=st.integers(0, 3),
+)
 def test_pack_invariants(L, T, budget_rows, overflow, R, pool, seed):
     L = np.array(L)
     kw = dict(max_tokens=max(budget_rows * T, int(L.max()) + 8, 8), multiple=8, overflow=overflow)
@@ -176,11 +185,18 @@ def test_replicas_need_breaking_rows():
     assert len(batches) == 4
     check_epoch(L, batches, ((1, 16),), num_replicas=4)
     assert sorted(np.concatenate([b.sample_order for b in batches]).tolist()) == list(range(6))
-    # 8 ranks: 6 rows at most, so 2 samples are repeated (it used to raise a ValueError)
+    # 8 ranks: 6 rows at most, so 2 samples are repeated rather than a rank left without a batch
     batches = pack_lengths(L, 16, batch_rows=1, num_replicas=8)
     assert len(batches) == 8 and all(b.sample_order.size == 1 for b in batches)
     check_epoch(L, batches, ((1, 16),), num_replicas=8)
-    assert sorted(np.bincount(np.concatenate([b.sample_order for b in batches])).tolist()) == [1, 1, 1, 1, 2, 2]
+    assert sorted(np.bincount(np.concatenate([b.sample_order for b in batches])).tolist()) == [
+        1,
+        1,
+        1,
+        1,
+        2,
+        2,
+    ]
 
 
 def sample_counts(batches, n):
@@ -243,16 +259,19 @@ def test_random_small_configs_keep_ranks_in_step():
                 assert b.num_tokens <= b.shape[0] * b.shape[1]
 
 
-@pytest.mark.parametrize("kw, match", [
-    (dict(seq_len=12, max_tokens=64), "multiple of multiple=8"),
-    (dict(seq_len=16, max_tokens=8), "smaller than one row"),
-    (dict(seq_len=16, max_tokens=40, overflow="extend"), "sample 1 of length 50 needs a row of 56"),
-    (dict(seq_len=16, max_tokens=32, overflow="split"), "sample 1 of length 50 needs 4 rows"),
-    (dict(seq_len=16, max_tokens=64, overflow="error"), "sample 1 has length 50"),
-    (dict(seq_len=16, max_tokens=64, overflow="cut"), "overflow should be one of"),
-    (dict(seq_len=16), "token budget"),
-    (dict(seq_len=16, batch_rows=8, max_tokens=64), "exceed max_tokens=64"),
-])
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(seq_len=12, max_tokens=64), "multiple of multiple=8"),
+        (dict(seq_len=16, max_tokens=8), "smaller than one row"),
+        (dict(seq_len=16, max_tokens=40, overflow="extend"), "sample 1 of length 50 needs a row of 56"),
+        (dict(seq_len=16, max_tokens=32, overflow="split"), "sample 1 of length 50 needs 4 rows"),
+        (dict(seq_len=16, max_tokens=64, overflow="error"), "sample 1 has length 50"),
+        (dict(seq_len=16, max_tokens=64, overflow="cut"), "overflow should be one of"),
+        (dict(seq_len=16), "token budget"),
+        (dict(seq_len=16, batch_rows=8, max_tokens=64), "exceed max_tokens=64"),
+    ],
+)
 def test_bad_input_errors(kw, match):
     with pytest.raises(ValueError, match=match):
         pack_lengths([3, 50, 7], **kw)
@@ -269,10 +288,11 @@ def test_bad_lengths():
 
 def test_default_seq_len_from_data_and_plan():
     from dyntile.planning import BucketPlan
+
     assert packing_shapes([3, 17, 40], max_tokens=128) == ((1, 72),)  # 1 row of 72 < 3 rows of 40
     assert packing_shapes([3, 17, 40], batch_rows=3) == ((3, 40),)
     L = np.random.default_rng(0).integers(1, 200, 5000)
-    (B, T), = packing_shapes(L, max_tokens=4096)
+    ((B, T),) = packing_shapes(L, max_tokens=4096)
     assert T >= L.max() and T % 8 == 0 and B * T <= 4096
     with pytest.raises(ValueError, match="sample 2 of length 40 needs a row of 40"):
         packing_shapes([3, 17, 40], max_tokens=32)  # T capped at 32; a [1, 40] row is over budget
@@ -291,8 +311,11 @@ def test_pack_rows_decoder_reference():
 
 
 @settings(max_examples=60, deadline=None)
-@given(L=st.lists(st.integers(0, 30), min_size=1, max_size=40), T=st.sampled_from([8, 16]),
-       overflow=st.sampled_from(["split", "extend"]))
+@given(
+    L=st.lists(st.integers(0, 30), min_size=1, max_size=40),
+    T=st.sampled_from([8, 16]),
+    overflow=st.sampled_from(["split", "extend"]),
+)
 def test_pack_rows_pieces_lie_back_to_back(L, T, overflow):
     """The samples' tokens in order are the rows' contents without their padding tails
     (what collate_packed relies on to pad each leaf with one pad_jagged call)."""
@@ -314,7 +337,7 @@ def test_real_lengths_padding_and_shapes():
     if not path.exists():
         pytest.skip(f"real data not found at {path}")
     L = np.load(path)
-    for seq_len, n_shapes in ((1600, 1), (None, 2)):   # the longest sample's T; the T of least cost
+    for seq_len, n_shapes in ((1600, 1), (None, 2)):  # the longest sample's T; the T of least cost
         batches = pack_lengths(L, seq_len, max_tokens=8192, seed=0)
         shapes = packing_shapes(L, seq_len, max_tokens=8192)
         check_epoch(L, batches, shapes)
@@ -331,6 +354,7 @@ def test_real_lengths_padding_and_shapes():
 @pytest.mark.parametrize("n, nbins", [(0, 1), (1, 1), (257, 3), (1000, 997)])
 def test_group_by_bin_is_a_stable_argsort(n, nbins):
     from dyntile.cpu.packing import group_by_bin
+
     key = np.random.default_rng(n).integers(0, nbins, n).astype(np.int64)
     assert np.array_equal(group_by_bin(key, nbins), np.argsort(key, kind="stable"))
 
@@ -338,5 +362,8 @@ def test_group_by_bin_is_a_stable_argsort(n, nbins):
 def test_uint64_lengths_past_int64_are_named():
     """They were cast to int64 first and reported wrapped (lengths[0]=-9223372036854775808)."""
     from dyntile.planning import pack_lengths
-    with pytest.raises(ValueError, match=r"lengths should be below 2\*\*63, but got lengths\[0\]=9223372036854775808"):
+
+    with pytest.raises(
+        ValueError, match=r"lengths should be below 2\*\*63, but got lengths\[0\]=9223372036854775808"
+    ):
         pack_lengths(np.array([2**63], np.uint64), (4, 64))

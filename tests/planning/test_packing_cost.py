@@ -1,4 +1,5 @@
 """choose_seq_len: the packed row length of least cost, against the real packer's epochs."""
+
 import math
 from pathlib import Path
 
@@ -7,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dyntile.planning import BucketPlan
-from dyntile.planning import packing_cost
+from dyntile.planning import BucketPlan, packing_cost
 from dyntile.planning.packing import pack_lengths, packing_shapes
 from dyntile.planning.packing_cost import choose_seq_len, row_cost
 
@@ -34,7 +34,7 @@ def epoch_cost(L, batches, attention, causal, weight, step):
         scores = sum(b.shape[0] * b.shape[1] ** 2 for b in batches)
     else:
         sizes = np.concatenate([b.sizes for b in batches]).astype(float)
-        scores = float(np.sum(sizes * (sizes + 1) / 2 if causal else sizes ** 2))
+        scores = float(np.sum(sizes * (sizes + 1) / 2 if causal else sizes**2))
     return slots + weight * scores + step * len(batches), slots, scores, len(batches)
 
 
@@ -44,7 +44,7 @@ def longest_sample_T(L, max_tokens, multiple=8, overflow="extend"):
     return T0 if T0 <= max_tokens else max_tokens // multiple * multiple
 
 
-# --------------------------------------------------------------------------- the choice on real and synthetic data
+# ------------------------------------------------------------ the choice on real and synthetic data
 
 
 @pytest.mark.parametrize("max_tokens", [2048, 4096])
@@ -107,16 +107,23 @@ def test_large_corpora_are_costed_on_a_quantile_sample():
 
 
 @settings(max_examples=40, deadline=None)
-@given(L=st.lists(st.integers(0, 300), min_size=1, max_size=150), budget=st.integers(300, 2000),
-       attention=st.sampled_from(["varlen", "dense"]), causal=st.booleans(),
-       overflow=st.sampled_from(["extend", "split", "error"]), m=st.sampled_from([1, 8, 16]),
-       step=st.sampled_from([None, 0, 50.5]))
+@given(
+    L=st.lists(st.integers(0, 300), min_size=1, max_size=150),
+    budget=st.integers(300, 2000),
+    attention=st.sampled_from(["varlen", "dense"]),
+    causal=st.booleans(),
+    overflow=st.sampled_from(["extend", "split", "error"]),
+    m=st.sampled_from([1, 8, 16]),
+    step=st.sampled_from([None, 0, 50.5]),
+)
 def test_choice_invariants_and_reference_cost(L, budget, attention, causal, overflow, m, step):
     L = np.array(L)
-    kw = dict(max_tokens=budget, multiple=m, overflow=overflow, attention=attention, causal=causal, step_cost=step)
+    kw = dict(
+        max_tokens=budget, multiple=m, overflow=overflow, attention=attention, causal=causal, step_cost=step
+    )
     try:
         c = choose_seq_len(L, **kw)
-    except ValueError as e:       # the longest-sample rule's own refusals: a sample over the budget
+    except ValueError as e:  # the longest-sample rule's own refusals: a sample over the budget
         assert "needs" in str(e) or "longer than seq_len" in str(e), e
         return
     (B, T) = c.shapes[0]
@@ -132,7 +139,9 @@ def test_choice_invariants_and_reference_cost(L, budget, attention, causal, over
     # order does not matter; the figures are those of the real epoch
     assert choose_seq_len(L[::-1], **kw).shapes == c.shapes
     batches = pack_lengths(L, **kw, seed=1)
-    cost, slots, scores, n = epoch_cost(L, batches, attention, causal, 1 / 4608, budget / 16 if step is None else step)
+    cost, slots, scores, n = epoch_cost(
+        L, batches, attention, causal, 1 / 4608, budget / 16 if step is None else step
+    )
     assert (c.chosen.batches, c.chosen.slots) == (n, slots)
     assert math.isclose(c.cost, cost, rel_tol=1e-9)
 
@@ -141,7 +150,7 @@ def test_deterministic_and_reported():
     L = lognormal_lengths(4000, 2)
     a, b = choose_seq_len(L, max_tokens=4096), choose_seq_len(L, max_tokens=4096)
     assert a == b and a.candidates == b.candidates
-    strided = np.repeat(L.astype(np.int32), 2)[::2]            # another dtype, not contiguous
+    strided = np.repeat(L.astype(np.int32), 2)[::2]  # another dtype, not contiguous
     assert not strided.flags.c_contiguous and choose_seq_len(strided, max_tokens=np.int64(4096)) == a
     text = a.describe()
     assert "x" in text and "cost" in text and "varlen attention" in text and "longest-sample rule" in text
@@ -162,13 +171,18 @@ def test_cost_weights_defaults_and_options():
     assert slots_only.cost == min(x.slots for x in slots_only.candidates)
 
 
-# --------------------------------------------------------------------------- explicit shapes keep today's behaviour
+# ------------------------------------------------------------ explicit shapes are used as given
 
 
 def test_explicit_seq_len_batch_rows_and_plan_ignore_the_cost():
     L = lognormal_lengths(2000)
-    for kw in (dict(seq_len=256, max_tokens=4096), dict(seq_len=512, max_tokens=4096, overflow="split"),
-               dict(batch_rows=4), dict(batch_rows=2, max_tokens=4096), dict(max_tokens=4096, plan=BucketPlan((64, 512)))):
+    for kw in (
+        dict(seq_len=256, max_tokens=4096),
+        dict(seq_len=512, max_tokens=4096, overflow="split"),
+        dict(batch_rows=4),
+        dict(batch_rows=2, max_tokens=4096),
+        dict(max_tokens=4096, plan=BucketPlan((64, 512))),
+    ):
         plain = pack_lengths(L, **kw, seed=2)
         for opts in (dict(attention="dense"), dict(attention="dense", d_model=32, step_cost=0)):
             other = pack_lengths(L, **kw, **opts, seed=2)
@@ -182,27 +196,42 @@ def test_explicit_seq_len_batch_rows_and_plan_ignore_the_cost():
 # --------------------------------------------------------------------------- bad options
 
 
-@pytest.mark.parametrize("kw, err, match", [
-    (dict(attention="flash"), ValueError, r"attention should be one of \('varlen', 'dense'\), but got 'flash'"),
-    (dict(attention=None), ValueError, "attention should be one of"),
-    (dict(causal="yes"), TypeError, "causal should be True or False, but got 'yes'"),
-    (dict(d_model=0), ValueError, "d_model should be a positive integer, but got 0"),
-    (dict(d_model=64.0), TypeError, "d_model should be an integer"),
-    (dict(d_model=True), TypeError, "d_model should be a positive integer"),
-    (dict(d_model=64, attention_weight=0.1), ValueError, "pass d_model or attention_weight, not both"),
-    (dict(attention_weight=-0.5), ValueError, "attention_weight should be a non-negative finite number"),
-    (dict(attention_weight=float("nan")), ValueError, "attention_weight should be a non-negative finite number"),
-    (dict(attention_weight="0.1"), TypeError, "attention_weight should be a non-negative number, but got '0.1'"),
-    (dict(step_cost=float("inf")), ValueError, "step_cost should be a non-negative finite number"),
-    (dict(step_cost=-1), ValueError, "step_cost should be a non-negative finite number, but got -1"),
-])
+@pytest.mark.parametrize(
+    "kw, err, match",
+    [
+        (
+            dict(attention="flash"),
+            ValueError,
+            r"attention should be one of \('varlen', 'dense'\), but got 'flash'",
+        ),
+        (dict(attention=None), ValueError, "attention should be one of"),
+        (dict(causal="yes"), TypeError, "causal should be True or False, but got 'yes'"),
+        (dict(d_model=0), ValueError, "d_model should be a positive integer, but got 0"),
+        (dict(d_model=64.0), TypeError, "d_model should be an integer"),
+        (dict(d_model=True), TypeError, "d_model should be a positive integer"),
+        (dict(d_model=64, attention_weight=0.1), ValueError, "pass d_model or attention_weight, not both"),
+        (dict(attention_weight=-0.5), ValueError, "attention_weight should be a non-negative finite number"),
+        (
+            dict(attention_weight=float("nan")),
+            ValueError,
+            "attention_weight should be a non-negative finite number",
+        ),
+        (
+            dict(attention_weight="0.1"),
+            TypeError,
+            "attention_weight should be a non-negative number, but got '0.1'",
+        ),
+        (dict(step_cost=float("inf")), ValueError, "step_cost should be a non-negative finite number"),
+        (dict(step_cost=-1), ValueError, "step_cost should be a non-negative finite number, but got -1"),
+    ],
+)
 def test_bad_options_are_named(kw, err, match):
     L = [3, 50, 7]
     with pytest.raises(err, match=match):
         choose_seq_len(L, max_tokens=128, **kw)
     with pytest.raises(err, match=match):
         packing_shapes(L, max_tokens=128, **kw)
-    with pytest.raises(err, match=match):             # refused even where the shapes are given
+    with pytest.raises(err, match=match):  # refused even where the shapes are given
         pack_lengths(L, 64, max_tokens=128, **kw)
 
 

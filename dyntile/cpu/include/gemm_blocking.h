@@ -9,22 +9,21 @@
  *   jr_outer = 1, BLIS's order: the 2nd loop (jr) walks B's NR micro-panels, each
  *     KC x NR micro-panel stays in L1 while the 1st loop (ir) streams the MC x KC
  *     block of A from L2; the KC x NC block of B (1.5 MiB) lives in L3. Needs only
- *     a small L2: the AVX2 rows. NC: on the Zen 3 below, a 1.5 MiB block of B
- *     (NC = 1024 float32, 512 float64) beat the 3-6 MiB one that packs A only once
- *     by 2-4% (float32, n = 2048) and 3-10% (float64, n = 1024-2048), one thread,
- *     paired in one process (a VM's L3 is shared with its neighbours); the extra
- *     packing of A (once per NC columns) costs less than that.
+ *     a small L2: the AVX2 rows. NC keeps B's block at 1.5 MiB (NC = 1024 float32,
+ *     512 float64) rather than one that packs A only once: an L3 shared with other
+ *     tenants holds the smaller block, and packing A once per NC columns costs less
+ *     than missing L3.
  *   jr_outer = 0: the 2nd loop walks A's MR micro-panels, each MR x KC micro-panel
  *     stays in L1 while the 1st loop streams the KC x NC block of B from L2. Every
- *     NC columns repack A, but B's block needs a large L2 (2 MiB on the Xeon that the
- *     AVX-512 rows were tuned on, where BLIS's order measured 3-15% slower).
- * KC = 384 on AVX2 (a 24 KiB B micro-panel; fewer passes over C than 256: +1-2%).
+ *     NC columns repack A, but B's block needs a large L2 (2 MiB): the AVX-512 rows,
+ *     whose CPUs have one.
+ * KC = 384 on AVX2 (a 24 KiB B micro-panel; fewer passes over C than KC = 256).
  * float64 AVX-512 takes a deep KC (its A micro-panel, 35 KiB, leaves L1 little
  * room for the B stream) because every KC block is one more pass over C in L3.
  * MC is a multiple of MR and NC of NR (tests/cpu/test_gemm_blocking.py checks it).
- * Tuned with asv_benches/gemm_compare.py: AVX-512 on a 2-core Xeon (48 KiB L1d,
- * 2 MiB L2), AVX2 on a 2-core AMD EPYC Zen 3 (32 KiB L1d, 512 KiB L2); AMD Zen 4
- * has AVX-512 rows of its own (dt_gemm_blocking_avx512_zen4, below).
+ * The sizes are tuned with asv_benches/gemm_compare.py (the README's Benchmarks
+ * section says on which CPUs); AMD Zen 4 has AVX-512 rows of its own
+ * (dt_gemm_blocking_avx512_zen4, below).
  * Kernels read MR/NR from the DT_*_MR/NR macros below and nothing else.
  */
 #ifndef DYNTILE_GEMM_BLOCKING_H
@@ -75,15 +74,11 @@ static const dt_gemm_blocksizes dt_gemm_blocking[DT_ISA_COUNT][DT_DTYPE_COUNT] =
 
 /* AVX-512 rows for AMD Zen 4 (dt_cpu_is_zen4()), same register blocks and loop order.
  * Zen 4 runs a 512-bit FMA on both of its 256-bit units: the micro-kernel asks half
- * the operand bandwidth per cycle that it asks of the Xeon, so A's micro-panel
- * (14 x KC: 56 KiB float32 at KC = 1024) streams well from L2 and B's block from L3,
- * and a deep KC wins: one pass over C (re-read from L3 or memory) per 1024 of k
- * instead of per 256-320, and packing and the micro-kernel's prologue amortised over
- * more flops. MC keeps A's block (MC x KC: 672 KiB) in 3/4 of the 1 MiB L2. On a
- * 2-core EPYC Zen 4 (32 KiB L1d, 1 MiB L2, 32 MiB L3), paired in one process against
- * the Xeon rows, one thread: float32 +4-8% (n = 512-2048 and 4096x768 @ 768x768),
- * float64 +4-6% (n = 1024-2048); two threads +2-5%. KC 768 and 1024, and MC from 8
- * to 12 micro-panels, measured within noise of each other. */
+ * the operand bandwidth per cycle that it asks of a CPU with 512-bit units, so A's
+ * micro-panel (14 x KC: 56 KiB float32 at KC = 1024) streams well from L2 and B's
+ * block from L3, and a deep KC wins: one pass over C (re-read from L3 or memory) per
+ * 1024 of k instead of per 256-320, and packing and the micro-kernel's prologue
+ * amortised over more flops. MC keeps A's block (MC x KC: 672 KiB) in 3/4 of Zen 4's 1 MiB L2. */
 static const dt_gemm_blocksizes dt_gemm_blocking_avx512_zen4[DT_DTYPE_COUNT] = {
     [DT_F32] = {DT_AVX512_F32_MR, DT_AVX512_F32_NR, 168, 1024, 1024, 0},
     [DT_F64] = {DT_AVX512_F64_MR, DT_AVX512_F64_NR, 84, 1024, 512, 0},

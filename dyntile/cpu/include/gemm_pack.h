@@ -4,8 +4,8 @@
  * row-major A that is a transpose. Rows past mr_cur come out zero, so the edge panel
  * is padded in the same pass.
  *   AVX2 (MR = 6, cs_a == 1): 8 (float32) / 4 (float64) columns of the six rows per
- *   step, transposed in registers (the scalar loop costs ~4 cycles an element when
- *   the rows stream from memory: 3-5% of a float32 product at n = 1024-2048).
+ *   step, transposed in registers (the scalar loop, an element at a time, is a
+ *   visible share of a large product when the rows stream from memory).
  *   AVX-512: contiguous rows (cs_a == 1) go through in-register 16x16 (float32) /
  *   8x8 (float64) transposes; other strides through masked gathers (int32 offsets
  *   i*rs_a). The caller checks |rs_a| * mr < 2^31 and mr <= 16.
@@ -35,7 +35,7 @@ static inline void dt_prefetch_lines(const void *p, int64_t bytes)
    panel q, row p (width bytes) <- b + p * rs_bytes + q * width, the panels kc * width
    bytes apart; each row's `fetch` bytes are prefetched `ahead` rows early. Widths of
    64 and 128 bytes (NR of every ISA's table) are fixed-size copies the compiler
-   inlines: a memcpy call per 64 bytes cost ~3% of a float32 n = 256 product. */
+   inlines: a memcpy call per 64 bytes is a visible share of a small product. */
 static void dt_pack_b_rows(int64_t kc, int64_t n_full, const char *b, int64_t rs_bytes, int64_t width,
                            char *bp, int64_t fetch, int64_t ahead)
 {
