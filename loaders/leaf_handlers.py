@@ -1,11 +1,12 @@
-"""Handlers of :class:`~loaders.collate.DynTileCollate`: one small function per kind of element.
+"""The Python executor's handlers: one small function per kind of place in a sample.
 
-Like ``torch.utils.data._utils.collate.collate_fn_map``, a table maps a type to a
-handler ``handler(ctx, items, key)``: ``items`` are the B samples' values at one
-place in the sample structure, ``key`` names that place (``"input_ids"``,
-``"0"``, ``"inputs.pixels"``), and ``ctx`` is the batch being collated
-(``ctx.walk`` recurses into structures; ``ctx.pad`` pads a ragged leaf). The type
-of the first item picks the handler, once per type (cached).
+Like ``torch.utils.data._utils.collate.collate_fn_map``, :data:`HANDLERS` maps a kind
+(:func:`loaders.collate_spec.kind_of`) to a handler ``handler(ctx, items, spec)``:
+``items`` are the B samples' values at one place of the sample structure, ``spec`` is
+that place's :class:`~loaders.collate_spec.LeafSpec` or
+:class:`~loaders.collate_spec.NodeSpec`, and ``ctx`` is the batch being collated
+(:class:`loaders.collate_python.PythonBatch`: ``ctx.walk`` recurses into structures,
+``ctx.pad`` pads a ragged leaf).
 
 Structures: mappings -> dict, namedtuples -> the same namedtuple, tuples and lists
 of non-numbers -> list (as ``default_collate``). Leaves: tensors and arrays ->
@@ -26,7 +27,9 @@ import torch
 from dyntile import tensor_reader
 from dyntile.dtypes import promote_samples
 
-__all__ = ["handler_for", "HANDLERS", "join_key", "mapping_columns"]
+from .collate_spec import ARRAY, KEEP, MAP, NAMEDTUPLE, NP_SCALARS, NUMBERS, ROWS, SEQ, Mismatch, _is_number, join_key
+
+__all__ = ["HANDLERS", "mapping_columns"]
 
 
 def _where(key: str) -> str:
@@ -36,20 +39,23 @@ def _where(key: str) -> str:
 # ----------------------------------------------------------------------------- structures
 
 
-def collate_mapping(ctx, items: list, key: str) -> dict:
+def collate_mapping(ctx, items: list, spec) -> dict:
     """Dicts -> a dict of collated values; every sample must have the same keys.
 
     Every sample of sample 0's type, every key of sample 0 present (the column
     lookups raise otherwise) and as many keys in all as ``B`` times sample 0's means
     the same key set; the checks are C-level loops (``map(type)``, ``map(itemgetter)``
     and ``map(len)``). Mappings of mixed types are collated when each is a mapping."""
+    key = spec.key
     try:
         keys, columns = mapping_columns(items)
     except (KeyError, TypeError, IndexError):
         keys = list(items[0].keys())
         _raise_key_mismatch(items, keys, key)
         raise TypeError(f"{_where(key)}: the samples could not be read as mappings with keys {keys}") from None
-    return {k: ctx.walk(column, join_key(key, k)) for k, column in zip(keys, columns)}
+    if tuple(keys) != spec.fields:
+        raise Mismatch(key)
+    return {k: ctx.walk(child, column) for k, child, column in zip(keys, spec.children, columns)}
 
 
 def mapping_columns(items: list) -> tuple[list, list]:
@@ -83,9 +89,12 @@ def _raise_key_mismatch(items: list, keys: list, key: str):
             raise KeyError(f"sample {i} {what}; every sample needs the keys of sample 0: {keys}")
 
 
-def collate_sequence(ctx, items: list, key: str) -> list:
+def collate_sequence(ctx, items: list, spec) -> list:
     """Tuples (and lists of non-numbers) -> a list with one collated value per position."""
+    key = spec.key
     n = len(items[0])
+    if n != len(spec.children):
+        raise Mismatch(key)
     kind = type(items[0])
     known = issubclass(kind, (tuple, list))     # a sample of sample 0's tuple or list type: no ABC check
     for i, item in enumerate(items):
@@ -98,39 +107,35 @@ def collate_sequence(ctx, items: list, key: str) -> list:
                              f"{type(items[0]).__name__} of {what} is collated position by position (as "
                              f"default_collate does), which needs equal sizes; only lists of numbers and "
                              f"arrays are padded")
-    names = getattr(items[0], "_fields", None) or [str(j) for j in range(n)]   # a namedtuple's fields by name
-    return [ctx.walk(list(column), join_key(key, name)) for name, column in zip(names, zip(*items))]
+    return [ctx.walk(child, list(column)) for child, column in zip(spec.children, zip(*items))]
 
 
-def collate_namedtuple(ctx, items: list, key: str):
+def collate_namedtuple(ctx, items: list, spec):
     """Namedtuples -> the same namedtuple of collated fields (named ``key.field``, as
     ``pad_values`` and ``pad_keys`` take them)."""
-    return type(items[0])(*collate_sequence(ctx, items, key))
-
-
-def collate_list(ctx, items: list, key: str):
-    """A list of numbers is a 1-D sequence leaf; any other list is a structure."""
-    first = items[0]
-    if not first or _is_number(first[0]):
-        return collate_number_lists(ctx, items, key)
-    return collate_sequence(ctx, items, key)
+    if type(items[0]) is not spec.cls:
+        raise Mismatch(spec.key)
+    return spec.cls(*collate_sequence(ctx, items, spec))
 
 
 # ----------------------------------------------------------------------------- leaves
 
 
-def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
+def collate_arrays(ctx, items: list, spec) -> torch.Tensor:
     """Tensors / arrays of one rank and dtype -> one tensor, padded when ragged.
 
     Plain CPU tensors are read by the native reader (:mod:`dyntile.tensor_reader`)
     in one call when it is built; otherwise, and for anything it refuses, this reads
     ``type``, ``dtype`` and ``shape`` per sample (one pass each, in C-level
     comprehensions) and names any mismatch. The copy is one kernel call in
-    ``ctx.pad``. The direct route leaves all of that to one ``pad_batch`` call.
+    ``ctx.pad``. 1-D rows go to one ``pad_rows`` call first (:meth:`PythonBatch.pad_rows`).
     """
+    key = spec.key
     x0 = items[0]
-    if x0.ndim == 1 and ctx.direct():  # pad_rows / pad_batch(promote=False) check kinds and dtypes themselves
-        out = ctx.pad_direct(items, key)
+    if x0.ndim != spec.ndim:
+        raise Mismatch(key)
+    if x0.ndim == 1:  # pad_rows / pad_batch(promote=False) check kinds and dtypes themselves
+        out = ctx.pad_rows(items, spec)
         if out is not None:
             return out
     kind = type(x0)
@@ -138,9 +143,9 @@ def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
         described = tensor_reader.describe_native(items)
         if described is not None:
             shapes = described[0]
-            if shapes.shape[1] == 0 or not ctx.is_ragged(key, shapes):
-                return _stack(items)
-            return ctx.pad(items, shapes, key)
+            if shapes.shape[1] == 0 or not ctx.is_ragged(spec, shapes):
+                return ctx.stacked(items, spec, _stack(items))
+            return ctx.pad(items, shapes, spec)
     dtype = x0.dtype
     if len({(type(x), getattr(x, "dtype", None)) for x in items}) > 1:
         _raise_mixed(items, kind, dtype, key, ctx.refused.get(key))
@@ -152,9 +157,9 @@ def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
                          f"dimensions), but sample 0 has shape {tuple(shape_list[0])} ({ndim} dimensions)")
     B = len(items)
     shapes = np.fromiter(itertools.chain.from_iterable(shape_list), np.int64, count=B * ndim).reshape(B, ndim)
-    if ndim == 0 or not ctx.is_ragged(key, shapes):
-        return _stack(items)
-    return ctx.pad(items, shapes, key)
+    if ndim == 0 or not ctx.is_ragged(spec, shapes):
+        return ctx.stacked(items, spec, _stack(items))
+    return ctx.pad(items, shapes, spec)
 
 
 def _raise_mixed(items: list, kind: type, dtype, key: str, reason: str | None = None):
@@ -176,18 +181,18 @@ def _stack(items: list) -> torch.Tensor:
     return torch.from_numpy(np.stack(items))
 
 
-def collate_number_lists(ctx, items: list, key: str) -> torch.Tensor:
+def collate_number_lists(ctx, items: list, spec) -> torch.Tensor:
     """Lists of numbers (1-D sequences) -> one padded tensor (bool, int64 or float64,
     as ``numpy.asarray`` reads them; empty lists carry no type)."""
-    if ctx.direct():  # pad_rows reads the lists of Python numbers itself
-        out = ctx.pad_direct(items, key)
-        if out is not None:
-            return out
+    out = ctx.pad_rows(items, spec)  # pad_rows reads the lists of Python numbers itself
+    if out is not None:
+        return out
+    key = spec.key
     arrays = _number_arrays(items, key)
     shapes = np.array([len(a) for a in arrays], dtype=np.int64).reshape(-1, 1)
-    if not ctx.is_ragged(key, shapes):
-        return torch.from_numpy(np.stack(arrays))
-    return ctx.pad(arrays, shapes, key)
+    if not ctx.is_ragged(spec, shapes):
+        return ctx.stacked(items, spec, torch.from_numpy(np.stack(arrays)))
+    return ctx.pad(arrays, shapes, spec)
 
 
 def _number_arrays(items: list, key: str) -> list:
@@ -244,8 +249,9 @@ def _check_float_lists(items: list, key: str) -> None:
         raise TypeError(f"{_where(key)}: {e} (the batch is float64: another sample holds floats)") from None
 
 
-def collate_numbers(ctx, items: list, key: str) -> torch.Tensor:
+def collate_numbers(ctx, items: list, spec) -> torch.Tensor:
     """Python numbers -> a ``(B,)`` tensor: float64 for floats, int64 for ints (as ``default_collate``)."""
+    key = spec.key
     native = tensor_reader.native_module()
     if native is not None and type(items) is list:
         out = native.stack_numbers(items)            # numbers of one kind, without torch.tensor's ~10 us
@@ -263,70 +269,30 @@ def collate_numbers(ctx, items: list, key: str) -> torch.Tensor:
                         f"({type(items[0]).__name__}); every sample's value of one key needs one kind") from None
 
 
-def collate_numpy_scalars(ctx, items: list, key: str) -> torch.Tensor:
+def collate_numpy_scalars(ctx, items: list, spec) -> torch.Tensor:
     """NumPy scalars -> a ``(B,)`` tensor of their dtype."""
     return torch.as_tensor(np.array(items))
 
 
-def keep_list(ctx, items: list, key: str) -> list:
+def keep_list(ctx, items: list, spec) -> list:
     """Strings, bytes, ``None``: kept as a list of the B values."""
     return list(items)
 
 
 # ----------------------------------------------------------------------------- dispatch
 
-# checked in this order for types not seen before (subclasses included)
-HANDLERS: dict[type, Callable] = {
-    torch.Tensor: collate_arrays,
-    np.ndarray: collate_arrays,
-    str: keep_list,
-    bytes: keep_list,
-    type(None): keep_list,
-    collections.abc.Mapping: collate_mapping,
-    list: collate_list,
-    tuple: collate_sequence,              # namedtuples are caught first in handler_for
-    bool: collate_numbers,
-    numbers.Number: collate_numbers,
-    np.generic: collate_numpy_scalars,
+HANDLERS: dict[str, Callable] = {
+    ARRAY: collate_arrays,
+    ROWS: collate_number_lists,
+    NUMBERS: collate_numbers,
+    NP_SCALARS: collate_numpy_scalars,
+    KEEP: keep_list,
+    MAP: collate_mapping,
+    SEQ: collate_sequence,
+    NAMEDTUPLE: collate_namedtuple,
 }
-_CACHE: dict[type, Callable] = {}
-
-
-def handler_for(cls: type, key: str = "") -> Callable:
-    """The handler for items of type ``cls`` (``TypeError`` naming the key for unknown types)."""
-    handler = _CACHE.get(cls)
-    if handler is not None:
-        return handler
-    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-        handler = collate_namedtuple
-    elif issubclass(cls, np.generic) and not issubclass(cls, (np.number, np.bool_)):
-        handler = None                    # np.str_, np.bytes_, np.void: not numbers
-        if issubclass(cls, (np.str_, np.bytes_)):
-            handler = keep_list
-    else:
-        handler = next((h for base, h in HANDLERS.items() if issubclass(cls, base)), None)
-        if handler is None and issubclass(cls, collections.abc.Sequence):
-            handler = collate_sequence
-    if handler is None:
-        raise TypeError(f"{_where(key)}: cannot collate values of type {cls.__name__}; DynTileCollate takes "
-                        f"tensors, NumPy arrays, numbers, lists of numbers, strings and dicts, tuples and "
-                        f"lists of these")
-    _CACHE[cls] = handler
-    return handler
-
-
-def _is_number(v: Any) -> bool:
-    if type(v) in _EXACT_NUMBERS:                   # token ids: skip the ABC check (~0.5 us)
-        return True
-    return isinstance(v, (numbers.Number, np.number, np.bool_)) and not isinstance(v, (str, bytes))
-
-
-_EXACT_NUMBERS = frozenset((int, float, bool))
 
 
 def _is_sequence(v: Any) -> bool:
     return isinstance(v, collections.abc.Sequence) and not isinstance(v, (str, bytes))
 
-
-def join_key(key: str, part: str) -> str:
-    return f"{key}.{part}" if key else str(part)
