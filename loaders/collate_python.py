@@ -51,7 +51,7 @@ def run(rules: CollateRules, spec, samples: list) -> Result:
     ctx = PythonBatch(rules)
     out = ctx.walk(spec.root, samples)
     if isinstance(spec.root, NodeSpec) and spec.root.kind == MAP:
-        ctx.align(out, spec.root)
+        ctx.align(out, spec.root, len(samples))
     B = len(samples)
     rows = ctx.batch_rows(B)
     if rows > B:  # batch padding: every tensor leaf gets the batch's rows
@@ -110,10 +110,10 @@ class PythonBatch:
             self.even[spec.key] = out.shape[1]
         return out
 
-    def align(self, out: dict, root: NodeSpec) -> None:
-        """Row keys stacked at the one length of the mask leaf's rows take its padded
+    def align(self, out: dict, root: NodeSpec, B: int) -> None:
+        """Row keys stacked at the one length of the mask leaf's ``B`` rows take its padded
         width, so that every sequence of a sample has one width."""
-        mark = self.mark()
+        mark = self.mark(B)
         if not self.even or mark is None or mark[0] not in self.even.values():
             return
         length, width = mark
@@ -121,12 +121,12 @@ class PythonBatch:
             if self.even.get(leaf.key) == length and width != length:
                 out[k] = self._widen(out[k], width, leaf.key)
 
-    def mark(self) -> tuple | None:
-        """``(length, width)`` of the mask leaf when it is 1-D and all its rows have one length."""
+    def mark(self, B: int) -> tuple | None:
+        """``(length, width)`` of the mask leaf when it is 1-D and its ``B`` samples have one length."""
         leaf = self._mask_leaf()
         if leaf is None or len(leaf[2]) != 2:
             return None
-        sizes = leaf[0].reshape(-1)
+        sizes = leaf[0].reshape(-1)[:B]  # not the batch's padding rows
         return (int(sizes[0]), leaf[2][1]) if sizes.size and (sizes == sizes[0]).all() else None
 
     def _widen(self, t: torch.Tensor, width: int, key: str) -> torch.Tensor:

@@ -39,6 +39,8 @@ __all__ = ["IGNORE_INDEX", "LABEL_KEYS", "BatchSpec", "CollateRules", "LeafSpec"
 IGNORE_INDEX = -100
 #: the keys read as labels by default (Hugging Face's names)
 LABEL_KEYS = ("labels", "label", "label_ids")
+#: the per-token keys of Hugging Face's tokenizers, which take the width of the mask's key
+TOKEN_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids", "special_tokens_mask", "position_ids"})
 
 # leaf kinds
 ROWS, ARRAY, NUMBERS, NP_SCALARS, KEEP = "rows", "array", "numbers", "np_scalars", "keep"
@@ -118,6 +120,12 @@ class CollateRules:
         1-axis plan when nothing is declared."""
         return (ndim == 1 and self.plans_sequences) or self.named(key, self.pad_keys) or key == self.mask_from
 
+    def aligns(self, key: str) -> bool:
+        """Whether a row key of a dict sample, stacked at the one length of the mask key's
+        rows, takes the mask key's padded width: a tokenizer's per-token key or a label key
+        (a fixed-size feature that happens to have that length keeps its shape)."""
+        return key in TOKEN_KEYS or key in self.label_keys
+
     def padded_axes(self, shapes: np.ndarray, key: str) -> tuple[int, ...]:
         """Axes padded of a leaf whose samples have ``shapes`` (``(B, ndim)``)."""
         ndim = shapes.shape[1]
@@ -162,7 +170,7 @@ class LeafSpec:
     """One leaf: ``kind`` (``rows``, ``array``, ``numbers``, ``np_scalars``, ``keep``),
     its rank in sample 0, whether it pads even when its samples share one shape
     (``always``), and whether it takes the mask key's width when its rows have the
-    mask key's one length (``align``: the row sequences of a dict sample)."""
+    mask key's one length (``align``: see :meth:`CollateRules.aligns`)."""
 
     key: str
     kind: str
@@ -274,8 +282,8 @@ def plan_value(rules: CollateRules, value, key: str, top: bool = False) -> LeafS
     if kind == MAP:
         keys = tuple(value.keys())
         children = tuple(plan_value(rules, value[k], join_key(key, k)) for k in keys)
-        if top:  # the row sequences of a dict sample share the mask key's width
-            children = tuple(dataclasses.replace(c, align=True) if _is_row(c) and not c.always else c
+        if top:  # the token sequences of a dict sample share the mask key's width
+            children = tuple(dataclasses.replace(c, align=True) if _is_row(c) and rules.aligns(c.key) else c
                              for c in children)
         return NodeSpec(key, MAP, keys, children)
     if kind in (SEQ, NAMEDTUPLE):
