@@ -58,43 +58,51 @@ class DynTileCollate:
     ([True, True, False], [3, 2])
     """
 
-    def __init__(self, plan: BucketPlan | None = None, *, multiple: int = 8,
-                 pad_values: Mapping[str, Any] | None = None, fill=0, side: str = "right",
-                 pad_keys: Collection[str] | None = None, axes: Sequence[int] | None = None,
-                 batch_multiple: int | None = None, bucket_rows: Sequence[int] | None = None,
-                 mask_key: str | None = "attention_mask", lengths_key: str | None = "lengths",
-                 mask_from: str | None = None, mask_dtype: torch.dtype = torch.bool,
-                 tile: tuple[int, int] | None = None, pin_memory: bool = False, overflow: str = "error",
-                 return_stats: bool = False, pack=None, worker_transfer: str = "one_buffer",
-                 label_keys: Collection[str] = LABEL_KEYS, rename: Mapping[str, str] | None = None):
-        _check_choices(plan, side, overflow, worker_transfer)
-        self.plan = plan
+    def __init__(
+        self,
+        plan: BucketPlan | None = None,
+        *,
+        multiple: int = 8,
+        pad_values: Mapping[str, Any] | None = None,
+        fill=0,
+        side: str = "right",
+        pad_keys: Collection[str] | None = None,
+        axes: Sequence[int] | None = None,
+        batch_multiple: int | None = None,
+        bucket_rows: Sequence[int] | None = None,
+        mask_key: str | None = "attention_mask",
+        lengths_key: str | None = "lengths",
+        mask_from: str | None = None,
+        mask_dtype: torch.dtype = torch.bool,
+        tile: tuple[int, int] | None = None,
+        pin_memory: bool = False,
+        overflow: str = "error",
+        return_stats: bool = False,
+        pack=None,
+        worker_transfer: str = "one_buffer",
+        label_keys: Collection[str] = LABEL_KEYS,
+        rename: Mapping[str, str] | None = None,
+    ):
+        given = {k: v for k, v in locals().items() if k in _WITH_PACK}  # what the pack check reads
+        _check_choices(plan, side, overflow, worker_transfer, axes)
+        self.plan, self.fill, self.side, self.overflow = plan, fill, side, overflow
         self.multiple = check_multiple(multiple)
         self.pad_values = _read_only(pad_values or {})
-        self.fill, self.side = fill, side
         self.pad_keys = frozenset(self.pad_values if pad_keys is None else pad_keys)
-        # with a 1-axis plan and no sequence key named, every 1-D leaf is taken for one
-        self._plans_sequences = (pad_keys is None and not self.pad_values and mask_from is None
-                                 and plan is not None and plan.ndim == 1)
+        self._plans_sequences = _plans_sequences(plan, pad_keys, self.pad_values, mask_from)
         self.axes = None if axes is None else tuple(int(a) for a in axes)
-        if self.axes == ():
-            raise ValueError("axes should name at least one axis to pad (or be None: pad the axes that differ)")
-        self.batch_multiple = None if batch_multiple is None else check_multiple(batch_multiple, "batch_multiple")
+        self.batch_multiple = (
+            None if batch_multiple is None else check_multiple(batch_multiple, "batch_multiple")
+        )
         self.bucket_rows = _read_only(_bucket_rows(plan, bucket_rows, batch_multiple))
         self.mask_key, self.lengths_key, self.mask_from = mask_key, lengths_key, mask_from
         self.mask_dtype = mask_dtype
         self.tile = None if tile is None else check_tile(tile)
-        self.pin_memory = bool(pin_memory)
-        self.overflow = overflow
-        self.return_stats = bool(return_stats)
-        self.label_keys = frozenset(label_keys)
-        self.rename = _read_only(rename)
+        self.pin_memory, self.return_stats = bool(pin_memory), bool(return_stats)
+        self.label_keys, self.rename = frozenset(label_keys), _read_only(rename)
         self.pack = _read_only(_pack_options(pack, self.pad_values))
         if self.pack is not None:
-            _check_pack_options(plan=plan, multiple=multiple, fill=fill, side=side, pad_keys=pad_keys, axes=axes,
-                                batch_multiple=batch_multiple, bucket_rows=bucket_rows, mask_key=mask_key,
-                                lengths_key=lengths_key, mask_from=mask_from, mask_dtype=mask_dtype, tile=tile,
-                                overflow=overflow, label_keys=self.label_keys, rename=rename)
+            _check_pack_options(**given)
         self.worker_transfer = worker_transfer
         self.stats = CollateStats()
         self._reset_rules(self.pin_memory and _pinning_available())
@@ -106,23 +114,52 @@ class DynTileCollate:
         int64 ``attention_mask``, no lengths, ``label``/``label_ids`` renamed ``labels``.
         ``options`` are the other options of :class:`DynTileCollate` (``plan``...)."""
         if tokenizer.pad_token_id is None:
-            raise ValueError("the tokenizer has no pad token (pad_token_id is None); set tokenizer.pad_token, "
-                             "e.g. to its eos_token, before collating with it")
-        pad_values = {"input_ids": tokenizer.pad_token_id, "attention_mask": 0,
-                      "token_type_ids": getattr(tokenizer, "pad_token_type_id", 0), "special_tokens_mask": 1}
-        defaults = dict(multiple=pad_to_multiple_of or 1, side=tokenizer.padding_side, lengths_key=None,
-                        mask_dtype=torch.int64, rename=HF_RENAMES)
+            raise ValueError(
+                "the tokenizer has no pad token (pad_token_id is None); set tokenizer.pad_token, "
+                "e.g. to its eos_token, before collating with it"
+            )
+        pad_values = {
+            "input_ids": tokenizer.pad_token_id,
+            "attention_mask": 0,
+            "token_type_ids": getattr(tokenizer, "pad_token_type_id", 0),
+            "special_tokens_mask": 1,
+        }
+        defaults = dict(
+            multiple=pad_to_multiple_of or 1,
+            side=tokenizer.padding_side,
+            lengths_key=None,
+            mask_dtype=torch.int64,
+            rename=HF_RENAMES,
+        )
         options["pad_values"] = {**pad_values, **dict(options.get("pad_values") or {})}
         return cls(**{**defaults, **options})
 
     def _reset_rules(self, pin: bool) -> None:
         """The rules of this collate's options (``pin``: whether it pins here), its plans forgotten."""
-        object.__setattr__(self, "_rules", CollateRules(
-            plan=self.plan, multiple=self.multiple, pad_values=self.pad_values, fill=self.fill, side=self.side,
-            pad_keys=self.pad_keys, plans_sequences=self._plans_sequences, axes=self.axes,
-            batch_multiple=self.batch_multiple, bucket_rows=self.bucket_rows, mask_key=self.mask_key,
-            lengths_key=self.lengths_key, mask_from=self.mask_from, mask_dtype=self.mask_dtype, tile=self.tile,
-            pin=pin, overflow=self.overflow, label_keys=self.label_keys))
+        object.__setattr__(
+            self,
+            "_rules",
+            CollateRules(
+                plan=self.plan,
+                multiple=self.multiple,
+                pad_values=self.pad_values,
+                fill=self.fill,
+                side=self.side,
+                pad_keys=self.pad_keys,
+                plans_sequences=self._plans_sequences,
+                axes=self.axes,
+                batch_multiple=self.batch_multiple,
+                bucket_rows=self.bucket_rows,
+                mask_key=self.mask_key,
+                lengths_key=self.lengths_key,
+                mask_from=self.mask_from,
+                mask_dtype=self.mask_dtype,
+                tile=self.tile,
+                pin=pin,
+                overflow=self.overflow,
+                label_keys=self.label_keys,
+            ),
+        )
         object.__setattr__(self, "_plans", {})
         object.__setattr__(self, "_last", None)
 
@@ -186,7 +223,11 @@ class DynTileCollate:
     def _run_native(self, spec, samples: Sequence) -> Any:
         """The batch by the native executor, or ``None`` where it does not match ``spec``."""
         native = tensor_reader.native_module()
-        got = native.collate_dicts(samples, spec.native) if native is not None and type(samples) is list else None
+        got = (
+            native.collate_dicts(samples, spec.native)
+            if native is not None and type(samples) is list
+            else None
+        )
         return None if got is None else self._finish(*got)
 
     def _plan(self, sample) -> Any:
@@ -207,11 +248,13 @@ class DynTileCollate:
             got = collate_python.run(self._rules, spec, samples)
         if got.rules is not self._rules:  # overflow="extend" grew the plan
             self._extend_plan(got.rules.plan)
-        return self._finish(got.out, got.mask, got.lengths, got.real, got.total, got.shapes, got.truncated,
-                            got.extended)
+        return self._finish(
+            got.out, got.mask, got.lengths, got.real, got.total, got.shapes, got.truncated, got.extended
+        )
 
-    def _finish(self, out, mask, lengths, real: int, total: int, shapes: list, truncated: int = 0,
-                extended: int = 0) -> Any:
+    def _finish(
+        self, out, mask, lengths, real: int, total: int, shapes: list, truncated: int = 0, extended: int = 0
+    ) -> Any:
         """An executor's batch with the mask and lengths added (a sample's own keys of those
         names kept), renamed, pinned and counted."""
         if type(out) is dict:
@@ -241,10 +284,16 @@ class DynTileCollate:
         out = collate_packed(samples, **self.pack)
         B, T = out["packing"].shape
         tokens = int(out["packing"].sizes.sum())
-        shapes = [(k, tuple(v.shape)) for k, v in out.items()  # the token keys: [B, T, *rest]
-                  if isinstance(v, torch.Tensor) and v.shape[:2] == (B, T)
-                  and k not in ("position_ids", "segment_ids", "attention_mask")]
-        real = sum(tokens * math.prod(shape[2:]) for _, shape in shapes)  # elements, as unpacked batches count
+        shapes = [
+            (k, tuple(v.shape))
+            for k, v in out.items()  # the token keys: [B, T, *rest]
+            if isinstance(v, torch.Tensor)
+            and v.shape[:2] == (B, T)
+            and k not in ("position_ids", "segment_ids", "attention_mask")
+        ]
+        real = sum(
+            tokens * math.prod(shape[2:]) for _, shape in shapes
+        )  # elements, as unpacked batches count
         return self._finish(out, None, None, real, sum(math.prod(shape) for _, shape in shapes), shapes)
 
     def _no_pinning_in_worker(self) -> None:
@@ -253,10 +302,13 @@ class DynTileCollate:
         pages would not survive the transfer to the main process anyway: this worker's
         copy of the collate stops pinning, with one warning per worker."""
         self._reset_rules(False)
-        warnings.warn("DynTileCollate(pin_memory=True) does not pin in DataLoader workers (pinning there would "
-                      "initialise CUDA in the worker, and the transfer to the main process drops it); pass "
-                      "pin_memory=True to the DataLoader, which pins in the main process", RuntimeWarning,
-                      stacklevel=3)
+        warnings.warn(
+            "DynTileCollate(pin_memory=True) does not pin in DataLoader workers (pinning there would "
+            "initialise CUDA in the worker, and the transfer to the main process drops it); pass "
+            "pin_memory=True to the DataLoader, which pins in the main process",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     def reset_stats(self) -> None:
         """Zero the counters of this process."""
@@ -264,23 +316,47 @@ class DynTileCollate:
 
     def __repr__(self) -> str:
         plan = self.plan.boundaries if self.plan is not None else None
-        return (f"DynTileCollate(plan={plan}, multiple={self.multiple}, pad_values={dict(self.pad_values)}, "
-                f"side={self.side!r}, batch_multiple={self.batch_multiple}, tile={self.tile}, "
-                f"pin_memory={self.pin_memory}, overflow={self.overflow!r}, "
-                f"worker_transfer={self.worker_transfer!r})")
+        return (
+            f"DynTileCollate(plan={plan}, multiple={self.multiple}, pad_values={dict(self.pad_values)}, "
+            f"side={self.side!r}, batch_multiple={self.batch_multiple}, tile={self.tile}, "
+            f"pin_memory={self.pin_memory}, overflow={self.overflow!r}, "
+            f"worker_transfer={self.worker_transfer!r})"
+        )
 
 
 #: DynTileCollate's options (its __init__ arguments), fixed once it is built
-_OPTIONS = frozenset({"plan", "multiple", "pad_values", "fill", "side", "pad_keys", "axes", "batch_multiple",
-                      "bucket_rows", "mask_key", "lengths_key", "mask_from", "mask_dtype", "tile", "pin_memory",
-                      "overflow", "return_stats", "pack", "worker_transfer", "label_keys", "rename"})
+_OPTIONS = frozenset(
+    {
+        "plan",
+        "multiple",
+        "pad_values",
+        "fill",
+        "side",
+        "pad_keys",
+        "axes",
+        "batch_multiple",
+        "bucket_rows",
+        "mask_key",
+        "lengths_key",
+        "mask_from",
+        "mask_dtype",
+        "tile",
+        "pin_memory",
+        "overflow",
+        "return_stats",
+        "pack",
+        "worker_transfer",
+        "label_keys",
+        "rename",
+    }
+)
 #: what a collate pickled by an older dyntile holds besides its options: its caches, worked out again
 _OLD_STATE = frozenset({"_row_specs", "_native_args", "_direct", "_worker_buffer"})
 #: the options held as read-only mappings (their nested dicts too)
 _MAPPING_OPTIONS = ("pad_values", "bucket_rows", "pack", "rename")
 
 
-def _check_choices(plan, side: str, overflow: str, worker_transfer: str) -> None:
+def _check_choices(plan, side: str, overflow: str, worker_transfer: str, axes) -> None:
     if plan is not None and not isinstance(plan, BucketPlan):
         raise TypeError(f"plan should be a dyntile BucketPlan, but got {type(plan).__name__}")
     if side not in ("right", "left"):
@@ -289,6 +365,13 @@ def _check_choices(plan, side: str, overflow: str, worker_transfer: str) -> None
         raise ValueError(f"overflow should be one of {OVERFLOWS}, but got {overflow!r}")
     if worker_transfer not in WORKER_TRANSFERS:
         raise ValueError(f"worker_transfer should be one of {WORKER_TRANSFERS}, but got {worker_transfer!r}")
+    if axes is not None and not tuple(axes):
+        raise ValueError("axes should name at least one axis to pad (or be None: pad the axes that differ)")
+
+
+def _plans_sequences(plan, pad_keys, pad_values, mask_from) -> bool:
+    """Whether every 1-D leaf is a sequence: a 1-axis plan, and no sequence key named."""
+    return pad_keys is None and not pad_values and mask_from is None and plan is not None and plan.ndim == 1
 
 
 def _rename(out: dict, rename: Mapping[str, str]) -> None:
@@ -296,14 +379,18 @@ def _rename(out: dict, rename: Mapping[str, str]) -> None:
     for old, new in rename.items():
         if old in out:
             if new in out:
-                raise ValueError(f"the batch has both {old!r} and {new!r}, and {old!r} is renamed {new!r}; "
-                                 f"drop one of them, or pass rename=None")
+                raise ValueError(
+                    f"the batch has both {old!r} and {new!r}, and {old!r} is renamed {new!r}; "
+                    f"drop one of them, or pass rename=None"
+                )
             out[new] = out.pop(old)
 
 
 def _fixed_option(name: str, what_to_do: str) -> AttributeError:
-    return AttributeError(f"DynTileCollate's {name!r} is fixed once it is built (its plans are worked out "
-                          f"from its options); {what_to_do}")
+    return AttributeError(
+        f"DynTileCollate's {name!r} is fixed once it is built (its plans are worked out "
+        f"from its options); {what_to_do}"
+    )
 
 
 def _remap(options: Mapping | None, make):
@@ -325,8 +412,13 @@ def _writable(options: Mapping | None) -> dict | None:
 
 def _counts(real: int, total: int, shapes: list, truncated: int, extended: int) -> dict:
     """One batch's counts, as ``return_stats=True`` adds them under ``STATS_KEY``."""
-    return {"real_elements": real, "padded_elements": total, "shapes": shapes,
-            "truncated_samples": truncated, "plan_extensions": extended}
+    return {
+        "real_elements": real,
+        "padded_elements": total,
+        "shapes": shapes,
+        "truncated_samples": truncated,
+        "plan_extensions": extended,
+    }
 
 
 def _pinning_available() -> bool:
@@ -334,8 +426,12 @@ def _pinning_available() -> bool:
     if torch.cuda.is_available():
         return True
     if not _PIN_WARNED:
-        warnings.warn("DynTileCollate(pin_memory=True): pinned memory needs CUDA, which this torch build or "
-                      "machine lacks; outputs are allocated in ordinary memory", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            "DynTileCollate(pin_memory=True): pinned memory needs CUDA, which this torch build or "
+            "machine lacks; outputs are allocated in ordinary memory",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         _PIN_WARNED = True
     return False
 
@@ -374,17 +470,32 @@ def _pack_options(pack, pad_values: dict) -> dict | None:
 
 #: options of DynTileCollate that the packed layout decides itself: the values it takes
 #: (the defaults; mask_key=None too: no (B, T) mask is what pack gives anyway)
-_WITH_PACK = {"plan": (None,), "multiple": (8,), "fill": (0,), "side": ("right",), "pad_keys": (None,),
-              "axes": (None,), "batch_multiple": (None,), "bucket_rows": (None,),
-              "mask_key": ("attention_mask", None), "lengths_key": ("lengths",), "mask_from": (None,),
-              "mask_dtype": (torch.bool,), "tile": (None,), "overflow": ("error",),
-              "label_keys": (frozenset(LABEL_KEYS),), "rename": (None,)}
+_WITH_PACK = {
+    "plan": (None,),
+    "multiple": (8,),
+    "fill": (0,),
+    "side": ("right",),
+    "pad_keys": (None,),
+    "axes": (None,),
+    "batch_multiple": (None,),
+    "bucket_rows": (None,),
+    "mask_key": ("attention_mask", None),
+    "lengths_key": ("lengths",),
+    "mask_from": (None,),
+    "mask_dtype": (torch.bool,),
+    "tile": (None,),
+    "overflow": ("error",),
+    "label_keys": (LABEL_KEYS, frozenset(LABEL_KEYS)),
+    "rename": (None,),
+}
 
 
 def _check_pack_options(**given) -> None:
     """``ValueError`` naming the options given with ``pack=`` that it would ignore."""
     ignored = [k for k, v in given.items() if not any(v is a or v == a for a in _WITH_PACK[k])]
     if ignored:
-        raise ValueError(f"with pack=, the packed layout sets the shapes, masks and padding, so {ignored} "
-                         f"would be ignored; drop them (pad_values, pin_memory, return_stats and "
-                         f"worker_transfer apply; collate_packed's own options go in the pack dict)")
+        raise ValueError(
+            f"with pack=, the packed layout sets the shapes, masks and padding, so {ignored} "
+            f"would be ignored; drop them (pad_values, pin_memory, return_stats and "
+            f"worker_transfer apply; collate_packed's own options go in the pack dict)"
+        )

@@ -59,8 +59,9 @@ def run(rules: CollateRules, spec, samples: list) -> Result:
     if ctx.tiled:  # tiled last, once every padded leaf has its rows
         out = map_tensors(out, lambda t, key: ctx.tile(t, ctx.tiled[key]) if key in ctx.tiled else t)
     mask, lengths = ctx.mask_and_lengths() if isinstance(out, dict) else (None, None)
-    return Result(out, mask, lengths, ctx.real, ctx.total, ctx.shapes, len(ctx.truncated), ctx.extended,
-                  ctx.rules)
+    return Result(
+        out, mask, lengths, ctx.real, ctx.total, ctx.shapes, len(ctx.truncated), ctx.extended, ctx.rules
+    )
 
 
 def map_tensors(value, fn, key: str = ""):
@@ -80,8 +81,19 @@ def map_tensors(value, fn, key: str = ""):
 class PythonBatch:
     """State of one batch: the walk, the padded leaves and their counts."""
 
-    __slots__ = ("rules", "padded", "real", "total", "shapes", "truncated", "extended", "rows", "refused",
-                 "tiled", "even")
+    __slots__ = (
+        "rules",
+        "padded",
+        "real",
+        "total",
+        "shapes",
+        "truncated",
+        "extended",
+        "rows",
+        "refused",
+        "tiled",
+        "even",
+    )
 
     def __init__(self, rules: CollateRules):
         self.rules = rules
@@ -136,7 +148,7 @@ class PythonBatch:
         except (RuntimeError, TypeError, ValueError, OverflowError) as e:
             raise ValueError(f"key {key!r}: cannot pad a {t.dtype} leaf with fill={fill!r} ({e})") from None
         n = t.shape[1]
-        (out[:, :n] if self.rules.side == "right" else out[:, width - n:]).copy_(t)
+        (out[:, :n] if self.rules.side == "right" else out[:, width - n :]).copy_(t)
         self._note(key, np.full(t.shape[0], n, np.int64), (0,), tuple(out.shape), t.numel())
         return out
 
@@ -156,8 +168,9 @@ class PythonBatch:
         rows = pad_rows(items, multiple=r.multiple, plan=r.plan, fill=fill, side=r.side)
         if rows is None:
             try:
-                batch, lengths = pad_batch(items, multiple=r.multiple, plan=r.plan, fill=fill, side=r.side,
-                                           promote=False)
+                batch, lengths = pad_batch(
+                    items, multiple=r.multiple, plan=r.plan, fill=fill, side=r.side, promote=False
+                )
             except (TypeError, ValueError) as e:
                 self.refused[key] = str(e)
                 return None
@@ -198,8 +211,10 @@ class PythonBatch:
         self._note(key, shapes, axes, tuple(out.shape), int(shapes.prod(axis=1).sum()))
         if r.tile is not None:
             if out.dim() < 2:
-                raise ValueError(f"key {key!r}: tile= needs padded leaves of at least 2 dimensions, but got "
-                                 f"shape {tuple(out.shape)}")
+                raise ValueError(
+                    f"key {key!r}: tile= needs padded leaves of at least 2 dimensions, but got "
+                    f"shape {tuple(out.shape)}"
+                )
             self.tiled[key] = fill
         return out
 
@@ -225,9 +240,10 @@ class PythonBatch:
         i = int(np.flatnonzero(over)[0])
         if r.overflow == "error":
             raise ValueError(
-                f"key {key!r}: sample {i} has shape {tuple(shapes[i].tolist())}, over the plan's largest boundary "
-                f"{tuple(int(x) for x in limit)} along axes {list(axes)}; pass overflow='truncate' to cut it "
-                f"or overflow='extend' to grow the plan")
+                f"key {key!r}: sample {i} has shape {tuple(shapes[i].tolist())}, over the plan's largest "
+                f"boundary {tuple(int(x) for x in limit)} along axes {list(axes)}; pass "
+                f"overflow='truncate' to cut it or overflow='extend' to grow the plan"
+            )
         items = list(items)
         shapes = shapes.copy()
         for i in np.flatnonzero(over):
@@ -273,13 +289,18 @@ class PythonBatch:
             if not (value.dtype.is_floating_point or value.dtype.is_complex or stored == fill):
                 raise ValueError(f"it would be stored as {stored!r}")  # torch casts silently
         except (RuntimeError, TypeError, ValueError, OverflowError) as e:
-            raise ValueError(f"key {key!r}: cannot pad the batch dimension of a {value.dtype} leaf with "
-                             f"fill={fill!r} ({e}); give pad_values[{key.rsplit('.', 1)[-1]!r}]") from None
+            raise ValueError(
+                f"key {key!r}: cannot pad the batch dimension of a {value.dtype} leaf with "
+                f"fill={fill!r} ({e}); give pad_values[{key.rsplit('.', 1)[-1]!r}]"
+            ) from None
         grown = torch.cat((value, extra))
         if key in self.padded:
             sizes, axes, shape = self.padded[key]
-            self.padded[key] = (np.concatenate((sizes, np.zeros((rows - B,) + sizes.shape[1:], sizes.dtype))),
-                                axes, tuple(grown.shape))
+            self.padded[key] = (
+                np.concatenate((sizes, np.zeros((rows - B,) + sizes.shape[1:], sizes.dtype))),
+                axes,
+                tuple(grown.shape),
+            )
             self.total += extra.numel()
             self.shapes[self.shapes.index((key, shape))] = (key, tuple(grown.shape))
         return grown
@@ -302,8 +323,10 @@ class PythonBatch:
         mask_from = self.rules.mask_from
         leaf = self.padded.get(mask_from) if mask_from is not None else next(iter(self.padded.values()))
         if leaf is None:
-            raise KeyError(f"mask_from={mask_from!r} is not a padded leaf of this batch; "
-                           f"padded leaves: {list(self.padded)}")
+            raise KeyError(
+                f"mask_from={mask_from!r} is not a padded leaf of this batch; "
+                f"padded leaves: {list(self.padded)}"
+            )
         return leaf
 
     def mask_and_lengths(self) -> tuple:
@@ -322,8 +345,9 @@ class PythonBatch:
     def _mask(self, lengths: np.ndarray, axes: tuple, shape: tuple) -> torch.Tensor:
         side = self.rules.side
         if lengths.ndim == 1 or (len(axes) == 1 and lengths.shape[1] == 1):  # 1-D leaves: two memsets per row
-            return torch.from_numpy(padding_mask(lengths if lengths.ndim == 1 else lengths[:, 0], shape[1],
-                                                 side=side))
+            return torch.from_numpy(
+                padding_mask(lengths if lengths.ndim == 1 else lengths[:, 0], shape[1], side=side)
+            )
         mask = None
         for j, a in enumerate(axes):
             size = shape[1 + a]
@@ -341,9 +365,11 @@ def _check_fixed_axes(shapes: np.ndarray, key: str, axes: tuple) -> None:
         differ = (shapes[:, fixed] != shapes[0, fixed]).any(axis=1)
         if differ.any():
             i = int(np.flatnonzero(differ)[0])
-            raise ValueError(f"key {key!r}: sample {i} has shape {tuple(shapes[i].tolist())} and sample 0 has "
-                             f"{tuple(shapes[0].tolist())}, but only axes {list(axes)} are padded; pass axes= "
-                             f"to pad the others")
+            raise ValueError(
+                f"key {key!r}: sample {i} has shape {tuple(shapes[i].tolist())} and sample 0 has "
+                f"{tuple(shapes[0].tolist())}, but only axes {list(axes)} are padded; pass axes= "
+                f"to pad the others"
+            )
 
 
 def _stacked_rows(batch, longest: int, side: str, rows: list) -> torch.Tensor:
@@ -352,8 +378,10 @@ def _stacked_rows(batch, longest: int, side: str, rows: list) -> torch.Tensor:
     one requires grad are stacked by ``torch.stack``, which records autograd, as
     ``default_collate`` does (the padded copy holds no grad_fn)."""
     if isinstance(rows[0], _TENSOR) and tensor_reader.requires_grad(rows):
-        return torch.stack([r if isinstance(r, _TENSOR) else torch.as_tensor(r, dtype=batch.dtype) for r in rows])
-    return (batch[:, :longest] if side == "right" else batch[:, batch.shape[1] - longest:]).contiguous()
+        return torch.stack(
+            [r if isinstance(r, _TENSOR) else torch.as_tensor(r, dtype=batch.dtype) for r in rows]
+        )
+    return (batch[:, :longest] if side == "right" else batch[:, batch.shape[1] - longest :]).contiguous()
 
 
 def _torch_dtype(x) -> torch.dtype:

@@ -32,15 +32,27 @@ from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import normalize_axis
 from dyntile.threads import PARALLEL_COPY_BYTES
 
-__all__ = ["IGNORE_INDEX", "LABEL_KEYS", "BatchSpec", "CollateRules", "LeafSpec", "Mismatch", "NodeSpec",
-           "kind_of", "plan_batch", "signature"]
+__all__ = [
+    "IGNORE_INDEX",
+    "LABEL_KEYS",
+    "BatchSpec",
+    "CollateRules",
+    "LeafSpec",
+    "Mismatch",
+    "NodeSpec",
+    "kind_of",
+    "plan_batch",
+    "signature",
+]
 
 #: the fill of label keys that ``pad_values`` does not name: what PyTorch's losses ignore
 IGNORE_INDEX = -100
 #: the keys read as labels by default (Hugging Face's names)
 LABEL_KEYS = ("labels", "label", "label_ids")
 #: the per-token keys of Hugging Face's tokenizers, which take the width of the mask's key
-TOKEN_KEYS = frozenset({"input_ids", "attention_mask", "token_type_ids", "special_tokens_mask", "position_ids"})
+TOKEN_KEYS = frozenset(
+    {"input_ids", "attention_mask", "token_type_ids", "special_tokens_mask", "position_ids"}
+)
 
 # leaf kinds
 ROWS, ARRAY, NUMBERS, NP_SCALARS, KEEP = "rows", "array", "numbers", "np_scalars", "keep"
@@ -89,7 +101,12 @@ class CollateRules:
         """``(multiple, bounds)`` of the native executor, or ``None`` when these options need
         the Python executor for every batch (batch padding, tiling, pinning, a plan of
         more axes)."""
-        if self.batch_multiple is not None or self.bucket_rows is not None or self.pin or self.tile is not None:
+        if (
+            self.batch_multiple is not None
+            or self.bucket_rows is not None
+            or self.pin
+            or self.tile is not None
+        ):
             return None
         return native_row_layout(self.multiple, self.plan)
 
@@ -97,8 +114,13 @@ class CollateRules:
     def pads_rows_directly(self) -> bool:
         """Whether a 1-D leaf is padded by one ``pad_rows`` call (no batch padding,
         pinning or tiling, which need its shape first)."""
-        return (self.batch_multiple is None and self.bucket_rows is None and not self.pin and self.tile is None
-                and (self.plan is None or self.plan.ndim == 1))
+        return (
+            self.batch_multiple is None
+            and self.bucket_rows is None
+            and not self.pin
+            and self.tile is None
+            and (self.plan is None or self.plan.ndim == 1)
+        )
 
     def named(self, key: str, names) -> bool:
         """Whether ``key`` (a dotted path) or its last part is in ``names``."""
@@ -157,8 +179,10 @@ class CollateRules:
             if rows is None:  # a size outside the plan (overflow="extend"): no fixed rows
                 return B
             if B > rows:
-                raise ValueError(f"key {key!r}: a batch of {B} samples in bucket {sizes} is larger than its "
-                                 f"bucket_rows entry {rows}; give the sampler's batch sizes")
+                raise ValueError(
+                    f"key {key!r}: a batch of {B} samples in bucket {sizes} is larger than its "
+                    f"bucket_rows entry {rows}; give the sampler's batch sizes"
+                )
             return rows
         if self.batch_multiple is None:
             return B
@@ -215,8 +239,10 @@ def kind_of(value) -> str:
     if kind is _LIST:  # a list of numbers is a row sequence; any other list a structure
         return ROWS if not value or _is_number(value[0]) else SEQ
     if kind is None:
-        raise TypeError(f"cannot collate values of type {cls.__name__}; DynTileCollate takes tensors, NumPy "
-                        f"arrays, numbers, lists of numbers, strings and dicts, tuples and lists of these")
+        raise TypeError(
+            f"cannot collate values of type {cls.__name__}; DynTileCollate takes tensors, NumPy "
+            f"arrays, numbers, lists of numbers, strings and dicts, tuples and lists of these"
+        )
     return kind
 
 
@@ -283,15 +309,19 @@ def plan_value(rules: CollateRules, value, key: str, top: bool = False) -> LeafS
         keys = tuple(value.keys())
         children = tuple(plan_value(rules, value[k], join_key(key, k)) for k in keys)
         if top:  # the token sequences of a dict sample share the mask key's width
-            children = tuple(dataclasses.replace(c, align=True) if _is_row(c) and rules.aligns(c.key) else c
-                             for c in children)
+            children = tuple(
+                dataclasses.replace(c, align=True) if _is_row(c) and rules.aligns(c.key) else c
+                for c in children
+            )
         return NodeSpec(key, MAP, keys, children)
     if kind in (SEQ, NAMEDTUPLE):
         names = getattr(value, "_fields", None) or [str(j) for j in range(len(value))]
         children = tuple(plan_value(rules, v, join_key(key, name)) for name, v in zip(names, value))
         return NodeSpec(key, kind, tuple(names), children, type(value) if kind == NAMEDTUPLE else None)
     ndim = 1 if kind == ROWS else value.ndim if kind == ARRAY else 0
-    return LeafSpec(key, kind, ndim, always=kind in (ROWS, ARRAY) and ndim > 0 and rules.always_pads(key, ndim))
+    return LeafSpec(
+        key, kind, ndim, always=kind in (ROWS, ARRAY) and ndim > 0 and rules.always_pads(key, ndim)
+    )
 
 
 def _is_row(spec) -> bool:
@@ -303,23 +333,31 @@ def native_spec(rules: CollateRules, root, sample) -> NativeSpec | None:
     str keys whose values it takes (row sequences and number columns, at least one row
     key, ``mask_from`` among them) under options it takes."""
     layout = rules.native_layout
-    if layout is None or tensor_reader.native_module() is None or type(sample) is not dict or not isinstance(root, NodeSpec) or root.kind != MAP:
+    flat = type(sample) is dict and isinstance(root, NodeSpec) and root.kind == MAP
+    if layout is None or tensor_reader.native_module() is None or not flat:
         return None
-    codes, dtypes, bits = [], [], []
-    for k, leaf in zip(root.fields, root.children):
-        code = _native_code(rules, leaf, sample[k]) if type(k) is str and isinstance(leaf, LeafSpec) else None
-        if code is None:
-            return None
-        codes.append(code[0])
-        dtypes.append(code[1])
-        bits.append(code[2])
+    keys = _native_keys(rules, root, sample)
+    if keys is None:
+        return None
+    codes, dtypes, bits = keys
     rows = [i for i, c in enumerate(codes) if c & 7 in (_ROW_LIST, _ROW_TENSOR)]
     mark = root.fields.index(rules.mask_from) if rules.mask_from in root.fields else -1
     if not rows or (rules.mask_from is not None and mark not in rows):
         return None  # numbers alone, or mask_from no row key: the Python executor collates or names them
     want = (1 if rules.lengths_key is not None else 0) | (2 if rules.mask_key is not None else 0)
-    return (root.fields, tuple(codes), tuple(dtypes), tuple(bits), *layout, rules.side == "left", mark, want,
-            _ONE_THREAD_BYTES, torch.Tensor)
+    left = rules.side == "left"
+    return (root.fields, codes, dtypes, bits, *layout, left, mark, want, _ONE_THREAD_BYTES, torch.Tensor)
+
+
+def _native_keys(rules: CollateRules, root: NodeSpec, sample: dict) -> tuple | None:
+    """``(codes, dtypes, fill bits)`` of every key of a flat dict, or ``None`` if one is not native."""
+    got = []
+    for k, leaf in zip(root.fields, root.children):
+        code = _native_code(rules, leaf, sample[k]) if type(k) is str and isinstance(leaf, LeafSpec) else None
+        if code is None:
+            return None
+        got.append(code)
+    return tuple(zip(*got))
 
 
 def _native_code(rules: CollateRules, leaf: LeafSpec, v0) -> tuple | None:

@@ -13,11 +13,11 @@ of non-numbers -> list (as ``default_collate``). Leaves: tensors and arrays ->
 one padded (or stacked) tensor; lists of numbers -> a 1-D sequence leaf; numbers
 -> a ``(B,)`` tensor; strings, bytes and ``None`` -> kept as a list.
 """
+
 from __future__ import annotations
 
 import collections.abc
 import itertools
-import numbers
 import operator
 from typing import Any, Callable
 
@@ -27,7 +27,19 @@ import torch
 from dyntile import tensor_reader
 from dyntile.dtypes import promote_samples
 
-from .collate_spec import ARRAY, KEEP, MAP, NAMEDTUPLE, NP_SCALARS, NUMBERS, ROWS, SEQ, Mismatch, _is_number, join_key
+from .collate_spec import (
+    ARRAY,
+    KEEP,
+    MAP,
+    NAMEDTUPLE,
+    NP_SCALARS,
+    NUMBERS,
+    ROWS,
+    SEQ,
+    Mismatch,
+    _is_number,
+    join_key,
+)
 
 __all__ = ["HANDLERS", "mapping_columns"]
 
@@ -52,7 +64,9 @@ def collate_mapping(ctx, items: list, spec) -> dict:
     except (KeyError, TypeError, IndexError):
         keys = list(items[0].keys())
         _raise_key_mismatch(items, keys, key)
-        raise TypeError(f"{_where(key)}: the samples could not be read as mappings with keys {keys}") from None
+        raise TypeError(
+            f"{_where(key)}: the samples could not be read as mappings with keys {keys}"
+        ) from None
     if tuple(keys) != spec.fields:
         raise Mismatch(key)
     return {k: ctx.walk(child, column) for k, child, column in zip(keys, spec.children, columns)}
@@ -69,9 +83,10 @@ def mapping_columns(items: list) -> tuple[list, list]:
         if got is not None:
             return got
     keys = list(items[0].keys())
-    if list(map(type, items)).count(type(items[0])) != len(items) \
-            and not all(isinstance(x, collections.abc.Mapping) for x in items):
-        raise TypeError              # not a mapping: a list or tuple would answer int keys
+    if list(map(type, items)).count(type(items[0])) != len(items) and not all(
+        isinstance(x, collections.abc.Mapping) for x in items
+    ):
+        raise TypeError  # not a mapping: a list or tuple would answer int keys
     columns = [list(map(operator.itemgetter(k), items)) for k in keys]
     if sum(map(len, items)) != len(keys) * len(items):
         raise KeyError
@@ -81,11 +96,17 @@ def mapping_columns(items: list) -> tuple[list, list]:
 def _raise_key_mismatch(items: list, keys: list, key: str):
     for i, item in enumerate(items):
         if not isinstance(item, collections.abc.Mapping):
-            raise TypeError(f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a mapping")
+            raise TypeError(
+                f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a mapping"
+            )
         missing = [k for k in keys if k not in item]
         extra = [k for k in item if k not in keys]
         if missing or extra:
-            what = f"is missing key {join_key(key, missing[0])!r}" if missing else f"has extra key {join_key(key, extra[0])!r}"
+            what = (
+                f"is missing key {join_key(key, missing[0])!r}"
+                if missing
+                else f"has extra key {join_key(key, extra[0])!r}"
+            )
             raise KeyError(f"sample {i} {what}; every sample needs the keys of sample 0: {keys}")
 
 
@@ -96,17 +117,21 @@ def collate_sequence(ctx, items: list, spec) -> list:
     if n != len(spec.children):
         raise Mismatch(key)
     kind = type(items[0])
-    known = issubclass(kind, (tuple, list))     # a sample of sample 0's tuple or list type: no ABC check
+    known = issubclass(kind, (tuple, list))  # a sample of sample 0's tuple or list type: no ABC check
     for i, item in enumerate(items):
         if not ((known and type(item) is kind) or _is_sequence(item)):
-            raise TypeError(f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a "
-                            f"{type(items[0]).__name__}; every sample's value of one key needs one kind")
+            raise TypeError(
+                f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a "
+                f"{type(items[0]).__name__}; every sample's value of one key needs one kind"
+            )
         if len(item) != n:
             what = "numbers" if not n or _is_number(items[0][0]) else type(items[0][0]).__name__
-            raise ValueError(f"{_where(key)}: sample {i} has {len(item)} elements, but sample 0 has {n}; a "
-                             f"{type(items[0]).__name__} of {what} is collated position by position (as "
-                             f"default_collate does), which needs equal sizes; only lists of numbers and "
-                             f"arrays are padded")
+            raise ValueError(
+                f"{_where(key)}: sample {i} has {len(item)} elements, but sample 0 has {n}; a "
+                f"{type(items[0]).__name__} of {what} is collated position by position (as "
+                f"default_collate does), which needs equal sizes; only lists of numbers and "
+                f"arrays are padded"
+            )
     return [ctx.walk(child, list(column)) for child, column in zip(spec.children, zip(*items))]
 
 
@@ -139,7 +164,7 @@ def collate_arrays(ctx, items: list, spec) -> torch.Tensor:
         if out is not None:
             return out
     kind = type(x0)
-    if kind is torch.Tensor:      # the native reader gives every shape, and checks dtype and rank, in one call
+    if kind is torch.Tensor:  # the native reader gives every shape, and checks dtype and rank, in one call
         described = tensor_reader.describe_native(items)
         if described is not None:
             shapes = described[0]
@@ -153,8 +178,10 @@ def collate_arrays(ctx, items: list, spec) -> torch.Tensor:
     ndim = len(shape_list[0])
     if len({len(s) for s in shape_list}) > 1:
         i = next(i for i, s in enumerate(shape_list) if len(s) != ndim)
-        raise ValueError(f"{_where(key)}: sample {i} has shape {tuple(shape_list[i])} ({len(shape_list[i])} "
-                         f"dimensions), but sample 0 has shape {tuple(shape_list[0])} ({ndim} dimensions)")
+        raise ValueError(
+            f"{_where(key)}: sample {i} has shape {tuple(shape_list[i])} ({len(shape_list[i])} "
+            f"dimensions), but sample 0 has shape {tuple(shape_list[0])} ({ndim} dimensions)"
+        )
     B = len(items)
     shapes = np.fromiter(itertools.chain.from_iterable(shape_list), np.int64, count=B * ndim).reshape(B, ndim)
     if ndim == 0 or not ctx.is_ragged(spec, shapes):
@@ -166,13 +193,17 @@ def _raise_mixed(items: list, kind: type, dtype, key: str, reason: str | None = 
     """``TypeError`` naming the first sample of another type or dtype than sample 0; for
     a list of numbers, ``reason``: why the direct route (where lists join tensors of a
     dtype that holds their values) refused it."""
-    i, got = next((i, x) for i, x in enumerate(items) if type(x) is not kind or getattr(x, "dtype", None) != dtype)
-    if reason is not None and not hasattr(got, "dtype"):      # a list the tensors' dtype cannot hold
+    i, got = next(
+        (i, x) for i, x in enumerate(items) if type(x) is not kind or getattr(x, "dtype", None) != dtype
+    )
+    if reason is not None and not hasattr(got, "dtype"):  # a list the tensors' dtype cannot hold
         raise TypeError(f"{_where(key)}: {reason}")
     what = f"dtype {got.dtype}" if type(got) is kind else f"type {type(got).__name__}"
     want = f"dtype {dtype}" if type(got) is kind else f"type {kind.__name__}"
-    raise TypeError(f"{_where(key)}: sample {i} has {what}, but sample 0 has {want}; "
-                    f"every sample's value of one key needs one type and dtype")
+    raise TypeError(
+        f"{_where(key)}: sample {i} has {what}, but sample 0 has {want}; "
+        f"every sample's value of one key needs one type and dtype"
+    )
 
 
 def _stack(items: list) -> torch.Tensor:
@@ -199,21 +230,23 @@ def _number_arrays(items: list, key: str) -> list:
     """One array per list of numbers, all of the batch's dtype (views of one buffer)."""
     i = next((i for i, x in enumerate(items) if not isinstance(x, (list, tuple))), None)
     if i is not None:
-        raise TypeError(f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a list of "
-                        f"numbers; every sample's value of one key needs one kind")
+        raise TypeError(
+            f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a list of "
+            f"numbers; every sample's value of one key needs one kind"
+        )
     lengths = [len(x) for x in items]
     try:
         flat = np.array(list(itertools.chain.from_iterable(items)))
-    except (TypeError, ValueError):             # e.g. a nested list (another rank): named below
+    except (TypeError, ValueError):  # e.g. a nested list (another rank): named below
         flat = None
     if flat is None or (flat.size and flat.dtype.kind not in "biufc"):
         _raise_not_numbers(items, key)
-    if flat.size == 0:                          # empty lists carry no type (as in pad_batch)
+    if flat.size == 0:  # empty lists carry no type (as in pad_batch)
         flat = flat.astype(np.int64)
-    elif flat.dtype.kind in "fc":               # each list is typed by its own values (as in pad_batch):
-        _check_float_lists(items, key)          # an int list must not round in float64 (complex128)
+    elif flat.dtype.kind in "fc":  # each list is typed by its own values (as in pad_batch):
+        _check_float_lists(items, key)  # an int list must not round in float64 (complex128)
     ends = np.cumsum(lengths).tolist()
-    return [flat[e - n:e] for e, n in zip(ends, lengths)]
+    return [flat[e - n : e] for e, n in zip(ends, lengths)]
 
 
 def _raise_not_numbers(items: list, key: str):
@@ -224,15 +257,20 @@ def _raise_not_numbers(items: list, key: str):
     for i, x in enumerate(items):
         for v in x:
             if not _is_number(v):
-                raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds a "
-                                f"{type(v).__name__}")
+                raise TypeError(
+                    f"{_where(key)}: sample {i} should be a list of numbers, but holds a {type(v).__name__}"
+                )
     for i, x in enumerate(items):
-        big = next((v for v in x if isinstance(v, int) and not -2**63 <= v < 2**64), None)
+        big = next((v for v in x if isinstance(v, int) and not -(2**63) <= v < 2**64), None)
         if big is not None:
-            raise ValueError(f"{_where(key)}: sample {i} holds {big}, which no integer dtype holds "
-                             f"(int64 and uint64 are the widest)")
-    raise TypeError(f"{_where(key)}: the samples' numbers make an array of Python objects (NumPy reads them as "
-                    f"no one numeric dtype); pass them as one dtype")
+            raise ValueError(
+                f"{_where(key)}: sample {i} holds {big}, which no integer dtype holds "
+                f"(int64 and uint64 are the widest)"
+            )
+    raise TypeError(
+        f"{_where(key)}: the samples' numbers make an array of Python objects (NumPy reads them as "
+        f"no one numeric dtype); pass them as one dtype"
+    )
 
 
 def _check_float_lists(items: list, key: str) -> None:
@@ -241,8 +279,10 @@ def _check_float_lists(items: list, key: str) -> None:
     arrays = [(i, np.asarray(x)) for i, x in enumerate(items)]
     i = next((i for i, a in arrays if a.dtype == object), None)
     if i is not None:
-        raise TypeError(f"{_where(key)}: sample {i} holds ints outside int64, which float64 (the "
-                        f"batch's dtype) would round; pass them as floats or as one dtype")
+        raise TypeError(
+            f"{_where(key)}: sample {i} holds ints outside int64, which float64 (the "
+            f"batch's dtype) would round; pass them as floats or as one dtype"
+        )
     try:
         promote_samples([], arrays)
     except TypeError as e:
@@ -254,7 +294,7 @@ def collate_numbers(ctx, items: list, spec) -> torch.Tensor:
     key = spec.key
     native = tensor_reader.native_module()
     if native is not None and type(items) is list:
-        out = native.stack_numbers(items)            # numbers of one kind, without torch.tensor's ~10 us
+        out = native.stack_numbers(items)  # numbers of one kind, without torch.tensor's ~10 us
         if out is not None:
             return out
     try:
@@ -265,8 +305,10 @@ def collate_numbers(ctx, items: list, spec) -> torch.Tensor:
         i = next((i for i, x in enumerate(items) if not _is_number(x)), None)
         if i is None:
             raise
-        raise TypeError(f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a number "
-                        f"({type(items[0]).__name__}); every sample's value of one key needs one kind") from None
+        raise TypeError(
+            f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a number "
+            f"({type(items[0]).__name__}); every sample's value of one key needs one kind"
+        ) from None
 
 
 def collate_numpy_scalars(ctx, items: list, spec) -> torch.Tensor:
@@ -295,4 +337,3 @@ HANDLERS: dict[str, Callable] = {
 
 def _is_sequence(v: Any) -> bool:
     return isinstance(v, collections.abc.Sequence) and not isinstance(v, (str, bytes))
-

@@ -30,19 +30,44 @@ def make_samples(structure: str, lengths: list[int]) -> list:
     rng = np.random.default_rng(len(lengths) * 31 + sum(lengths))
     ids = [rng.integers(1, 900, n) for n in lengths]
     if structure == "flat lists":
-        return [{"input_ids": a.tolist(), "labels": (a + 1).tolist(), "label": i % 3} for i, a in enumerate(ids)]
+        return [
+            {"input_ids": a.tolist(), "labels": (a + 1).tolist(), "label": i % 3} for i, a in enumerate(ids)
+        ]
     if structure == "flat tensors":
-        return [{"input_ids": torch.from_numpy(a.astype(np.int32)), "attention_mask": torch.ones(len(a),
-                 dtype=torch.int64), "score": i / 4, "y": torch.tensor(i, dtype=torch.float16)}
-                for i, a in enumerate(ids)]
+        return [
+            {
+                "input_ids": torch.from_numpy(a.astype(np.int32)),
+                "attention_mask": torch.ones(len(a), dtype=torch.int64),
+                "score": i / 4,
+                "y": torch.tensor(i, dtype=torch.float16),
+            }
+            for i, a in enumerate(ids)
+        ]
     if structure == "tokenizer":
-        return [{"input_ids": a.tolist(), "token_type_ids": [0] * len(a), "attention_mask": [1] * len(a)}
-                for a in ids]
+        return [
+            {"input_ids": a.tolist(), "token_type_ids": [0] * len(a), "attention_mask": [1] * len(a)}
+            for a in ids
+        ]
     if structure == "nested":
-        return [{"text": {"ids": a.tolist()}, "pair": (torch.ones(len(a), 3) * i, f"s{i}"),
-                 "point": Point(i, i / 2), "name": f"n{i}"} for i, a in enumerate(ids)]
-    return [{"ids": a.tolist(), "emb": np.full(4, i, np.float32),  # 4: the length of "one length" "flag": i % 2 == 0, "np": np.float32(i),
-             "t0": torch.tensor(i)} for i, a in enumerate(ids)]
+        return [
+            {
+                "text": {"ids": a.tolist()},
+                "pair": (torch.ones(len(a), 3) * i, f"s{i}"),
+                "point": Point(i, i / 2),
+                "name": f"n{i}",
+            }
+            for i, a in enumerate(ids)
+        ]
+    return [
+        {
+            "ids": a.tolist(),
+            "emb": np.full(
+                4, i, np.float32
+            ),  # 4: the length of "one length" "flag": i % 2 == 0, "np": np.float32(i),
+            "t0": torch.tensor(i),
+        }
+        for i, a in enumerate(ids)
+    ]
 
 
 STRUCTURES = ("flat lists", "flat tensors", "tokenizer", "nested", "mixed leaves")
@@ -54,8 +79,9 @@ STRUCTURES = ("flat lists", "flat tensors", "tokenizer", "nested", "mixed leaves
 class Reference:
     """A plain walk of the collate's rules, as the README states them."""
 
-    def __init__(self, plan=None, multiple=8, pad_values=None, side="right", batch_multiple=None,
-                 bucket_rows=None):
+    def __init__(
+        self, plan=None, multiple=8, pad_values=None, side="right", batch_multiple=None, bucket_rows=None
+    ):
         self.plan, self.multiple, self.side = plan, multiple, side
         self.pad_values = dict(pad_values or {})
         self.batch_multiple, self.bucket_rows = batch_multiple, bucket_rows
@@ -78,8 +104,10 @@ class Reference:
     def leaf(self, items, key):
         x0 = items[0]
         if isinstance(x0, (list, torch.Tensor, np.ndarray)) and np.ndim(x0) > 0:
-            ts = [torch.as_tensor(x) if len(x) or not isinstance(x, list) else torch.zeros(0, dtype=torch.int64)
-                  for x in items]  # an empty list carries no dtype: int64, as the other lists
+            ts = [
+                torch.as_tensor(x) if len(x) or not isinstance(x, list) else torch.zeros(0, dtype=torch.int64)
+                for x in items
+            ]  # an empty list carries no dtype: int64, as the other lists
             sizes = np.array([t.shape for t in ts])
             if not (self.declared(key, ts[0].dim()) or (sizes != sizes[0]).any()):
                 return torch.stack(ts)
@@ -87,7 +115,7 @@ class Reference:
             out = torch.full((len(ts), T, *ts[0].shape[1:]), self.fill(key), dtype=ts[0].dtype)
             for i, t in enumerate(ts):
                 start = 0 if self.side == "right" else T - t.shape[0]
-                out[i, start:start + t.shape[0]] = t
+                out[i, start : start + t.shape[0]] = t
             self.padded.append((key, sizes, tuple(out.shape)))
             return out
         if isinstance(x0, str):
@@ -99,8 +127,10 @@ class Reference:
         if isinstance(x0, dict):
             return {k: self.walk([x[k] for x in items], f"{key}.{k}" if key else k) for k in x0}
         if isinstance(x0, tuple):
-            parts = [self.walk(list(col), f"{key}.{f}" if key else f)
-                     for f, col in zip(getattr(x0, "_fields", None) or map(str, range(len(x0))), zip(*items))]
+            parts = [
+                self.walk(list(col), f"{key}.{f}" if key else f)
+                for f, col in zip(getattr(x0, "_fields", None) or map(str, range(len(x0))), zip(*items))
+            ]
             return type(x0)(*parts) if hasattr(x0, "_fields") else parts
         return self.leaf(items, key)
 
@@ -110,8 +140,15 @@ class Reference:
         mark = self.padded[0] if self.padded else None
         if mark is not None and len(mark[2]) == 2 and (mark[1] == mark[1][0]).all():
             L, T = int(mark[1][0, 0]), mark[2][1]
-            for k, v in list(out.items()):  # stacked token and label keys of the mask's one length take its width
-                if k in TOKENS + LABELS and isinstance(v, torch.Tensor) and v.dim() == 2 and v.shape[1] == L != T:
+            for k, v in list(
+                out.items()
+            ):  # stacked token and label keys of the mask's one length take its width
+                if (
+                    k in TOKENS + LABELS
+                    and isinstance(v, torch.Tensor)
+                    and v.dim() == 2
+                    and v.shape[1] == L != T
+                ):
                     self.padded.append((k, np.full((B, 1), L), (B, T)))
                     out[k] = self.leaf_widened(v, T, k)
         rows = B
@@ -127,16 +164,18 @@ class Reference:
             T = mark[2][1]
             pos = torch.arange(T)
             n = torch.from_numpy(lengths[:, 0].copy())[:, None]
-            out.setdefault("attention_mask", pos < n if self.side == "right" else pos >= T - n)  # a sample's own
+            out.setdefault(
+                "attention_mask", pos < n if self.side == "right" else pos >= T - n
+            )  # a sample's own
             out.setdefault("lengths", torch.from_numpy(lengths[:, 0] if lengths.shape[1] == 1 else lengths))
         return out
 
     def leaf_widened(self, v, T, key):
         out = torch.full((v.shape[0], T), self.fill(key), dtype=v.dtype)
         if self.side == "right":
-            out[:, :v.shape[1]] = v
+            out[:, : v.shape[1]] = v
         else:
-            out[:, T - v.shape[1]:] = v
+            out[:, T - v.shape[1] :] = v
         return out
 
 
@@ -194,8 +233,7 @@ def reference_options(options: dict) -> dict:
     return ref
 
 
-@pytest.mark.parametrize("structure, option, lengths",
-                         list(itertools.product(STRUCTURES, OPTIONS, LENGTHS)))
+@pytest.mark.parametrize("structure, option, lengths", list(itertools.product(STRUCTURES, OPTIONS, LENGTHS)))
 def test_both_executors_equal_the_reference(structure, option, lengths):
     samples = make_samples(structure, LENGTHS[lengths])
     options = OPTIONS[option]
@@ -207,8 +245,12 @@ def test_both_executors_equal_the_reference(structure, option, lengths):
     assert_same(python(samples), want, "python executor")
     assert python.stats.as_dict() == dispatched.stats.as_dict()
     assert python.stats.shapes == dispatched.stats.shapes
-    flat = structure != "nested" and structure != "mixed leaves" and "batch_multiple" not in options \
+    flat = (
+        structure != "nested"
+        and structure != "mixed leaves"
+        and "batch_multiple" not in options
         and "bucket_rows" not in options
+    )
     if tensor_reader.native_module() is not None:  # the flat batches ran natively
         assert (dispatched._last.native is not None) == flat
 

@@ -18,8 +18,14 @@ def python_only(collate: DynTileCollate) -> DynTileCollate:
 
 def tokenized(lengths, leaf=list):
     """Samples as a tokenizer gives them: input ids, token type ids and a mask of ones."""
-    return [{"input_ids": leaf(list(range(1, n + 1))), "token_type_ids": leaf([0] * n),
-             "attention_mask": leaf([1] * n)} for n in lengths]
+    return [
+        {
+            "input_ids": leaf(list(range(1, n + 1))),
+            "token_type_ids": leaf([0] * n),
+            "attention_mask": leaf([1] * n),
+        }
+        for n in lengths
+    ]
 
 
 @pytest.mark.parametrize("leaf", [list, torch.tensor])
@@ -31,7 +37,11 @@ def test_every_token_key_of_a_sample_has_one_width(leaf, side, executor):
     collate = DynTileCollate(pad_values={"input_ids": 0}, side=side)
     out = (python_only(collate) if executor == "python" else collate)(tokenized([4, 4, 4], leaf))
     assert {k: tuple(v.shape) for k, v in out.items()} == {
-        "input_ids": (3, 8), "token_type_ids": (3, 8), "attention_mask": (3, 8), "lengths": (3,)}
+        "input_ids": (3, 8),
+        "token_type_ids": (3, 8),
+        "attention_mask": (3, 8),
+        "lengths": (3,),
+    }
     data = slice(0, 4) if side == "right" else slice(4, 8)
     assert out["attention_mask"][:, data].eq(1).all() and out["attention_mask"].sum() == 12
     assert out["token_type_ids"].eq(0).all()
@@ -43,20 +53,24 @@ def test_a_fixed_size_feature_of_the_token_length_keeps_its_shape():
     assert out["input_ids"].shape == (3, 8) and out["embedding"].shape == (3, 4)
 
 
-@pytest.mark.parametrize("options", [{"batch_multiple": 4}, {"plan": BucketPlan((8, 16)), "bucket_rows": [4, 4]}])
+@pytest.mark.parametrize(
+    "options", [{"batch_multiple": 4}, {"plan": BucketPlan((8, 16)), "bucket_rows": [4, 4]}]
+)
 @pytest.mark.parametrize("executor", ["dispatched", "python"])
 def test_padding_rows_carry_the_ignore_index_in_label_keys(options, executor):
     """The extra rows of batch padding held label 0, a real class, and counted in the loss."""
     collate = DynTileCollate(pad_values={"input_ids": 0}, **options)
     collate = python_only(collate) if executor == "python" else collate
-    samples = [{"input_ids": [1, 2, 3], "labels": [5, 6, 7], "label": 2, "label_ids": 1.5},
-               {"input_ids": [4], "labels": [8], "label": 1, "label_ids": 0.5}]
+    samples = [
+        {"input_ids": [1, 2, 3], "labels": [5, 6, 7], "label": 2, "label_ids": 1.5},
+        {"input_ids": [4], "labels": [8], "label": 1, "label_ids": 0.5},
+    ]
     out = collate(samples)
     assert out["label"].tolist() == [2, 1, -100, -100] and out["label_ids"].tolist() == [1.5, 0.5, -100, -100]
     assert out["labels"][2:].eq(-100).all() and out["labels"][1, 1:].eq(-100).all()
     assert out["input_ids"][2:].eq(0).all() and out["attention_mask"][2:].eq(False).all()
     loss = torch.nn.functional.cross_entropy(torch.zeros(4, 3), out["label"], reduction="sum")
-    assert loss.item() == pytest.approx(2 * torch.log(torch.tensor(3.0)).item())   # the two real rows
+    assert loss.item() == pytest.approx(2 * torch.log(torch.tensor(3.0)).item())  # the two real rows
 
 
 def test_a_label_keys_pad_value_and_other_label_keys():
@@ -72,15 +86,27 @@ def test_a_label_key_whose_dtype_cannot_hold_the_ignore_index_is_named():
     with pytest.raises(ValueError, match=r"key 'label'.*give pad_values\['label'\]"):
         DynTileCollate(batch_multiple=4)(samples)
     assert DynTileCollate(batch_multiple=4, pad_values={"label": False})(samples)["label"].tolist() == [
-        True, False, False, False]
+        True,
+        False,
+        False,
+        False,
+    ]
 
 
 # ------------------------------------------------------------------ Hugging Face tokenizers
 
-WORDS = ("the a cat dog sat on mat ran far away big small red blue green house tree under over quick brown fox "
-         "jumps lazy").split()
-TEXTS = ["the cat sat", "a big red dog ran far away on the mat", "dog", "the quick brown fox jumps over the lazy dog",
-         "a small blue house under a green tree", "red"]
+WORDS = (
+    "the a cat dog sat on mat ran far away big small red blue green house tree under over quick brown fox "
+    "jumps lazy"
+).split()
+TEXTS = [
+    "the cat sat",
+    "a big red dog ran far away on the mat",
+    "dog",
+    "the quick brown fox jumps over the lazy dog",
+    "a small blue house under a green tree",
+    "red",
+]
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +131,7 @@ def test_from_tokenizer_equals_data_collator_with_padding(tokenizer, side, label
 
     tokenizer.padding_side = side
     samples = [dict(tokenizer(t), **({label: i % 2} if label else {})) for i, t in enumerate(texts)]
-    assert any(s["input_ids"][1] > 4 for s in samples)                      # real words, not [UNK]
+    assert any(s["input_ids"][1] > 4 for s in samples)  # real words, not [UNK]
     want = DataCollatorWithPadding(tokenizer, pad_to_multiple_of=8)([dict(s) for s in samples])
     collate = DynTileCollate.from_tokenizer(tokenizer, pad_to_multiple_of=8)
     assert_same_batch(collate(samples), want)
@@ -124,6 +150,7 @@ def test_from_tokenizer_without_a_pad_token_says_what_to_do():
     class NoPad:
         pad_token_id = None
         padding_side = "right"
+
     with pytest.raises(ValueError, match="no pad token"):
         DynTileCollate.from_tokenizer(NoPad())
 
