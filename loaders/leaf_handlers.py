@@ -163,17 +163,21 @@ def collate_arrays(ctx, items: list, spec) -> torch.Tensor:
         out = ctx.pad_rows(items, spec)
         if out is not None:
             return out
-    kind = type(x0)
-    if kind is torch.Tensor:  # the native reader gives every shape, and checks dtype and rank, in one call
+    shapes = _shapes(items, key, ctx.refused.get(key))
+    if shapes.shape[1] == 0 or not ctx.is_ragged(spec, shapes):
+        return ctx.stacked(items, spec, _stack(items))
+    return ctx.pad(items, shapes, spec)
+
+
+def _shapes(items: list, key: str, refused: str | None) -> np.ndarray:
+    """The ``(B, ndim)`` shapes of tensors or arrays of one type, dtype and rank (else an
+    error naming the first sample that differs); plain CPU tensors in one native call."""
+    if type(items[0]) is torch.Tensor:  # the native reader checks dtype and rank too
         described = tensor_reader.describe_native(items)
         if described is not None:
-            shapes = described[0]
-            if shapes.shape[1] == 0 or not ctx.is_ragged(spec, shapes):
-                return ctx.stacked(items, spec, _stack(items))
-            return ctx.pad(items, shapes, spec)
-    dtype = x0.dtype
+            return described[0]
     if len({(type(x), getattr(x, "dtype", None)) for x in items}) > 1:
-        _raise_mixed(items, kind, dtype, key, ctx.refused.get(key))
+        _raise_mixed(items, type(items[0]), items[0].dtype, key, refused)
     shape_list = [x.shape for x in items]
     ndim = len(shape_list[0])
     if len({len(s) for s in shape_list}) > 1:
@@ -182,11 +186,8 @@ def collate_arrays(ctx, items: list, spec) -> torch.Tensor:
             f"{_where(key)}: sample {i} has shape {tuple(shape_list[i])} ({len(shape_list[i])} "
             f"dimensions), but sample 0 has shape {tuple(shape_list[0])} ({ndim} dimensions)"
         )
-    B = len(items)
-    shapes = np.fromiter(itertools.chain.from_iterable(shape_list), np.int64, count=B * ndim).reshape(B, ndim)
-    if ndim == 0 or not ctx.is_ragged(spec, shapes):
-        return ctx.stacked(items, spec, _stack(items))
-    return ctx.pad(items, shapes, spec)
+    flat = itertools.chain.from_iterable(shape_list)
+    return np.fromiter(flat, np.int64, count=len(items) * ndim).reshape(len(items), ndim)
 
 
 def _raise_mixed(items: list, kind: type, dtype, key: str, reason: str | None = None):

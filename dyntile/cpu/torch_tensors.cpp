@@ -1,7 +1,8 @@
 // The native bridge to torch: read a list of CPU torch tensors' sizes, byte strides and
 // data pointers in one call (describe), and pad 1-D rows straight into new torch tensors
-// (pad_rows, with the columns of a batch of dicts: dict_columns), the collate's hot case
-// (collate_dicts: a batch of flat dicts of rows, and of numbers stacked beside them).
+// (pad_rows, with the columns of a batch of dicts: dict_columns), and run a collate's plan
+// of a batch of flat dicts of rows and numbers (collate_dicts: the spec comes from
+// loaders/collate_spec.py; this executes it and decides nothing).
 //
 // The Python route (dyntile/cpu/pad.pyx: describe_tensors) pays torch's binding for
 // every attribute of every sample (t.dtype, t.shape, t.stride(), t.data_ptr(): about
@@ -614,7 +615,7 @@ bool take_key_specs(PyObject* codes, PyObject* dtypes, PyObject* bits, Py_ssize_
     out[j].bits = b;
     const bool typed = out[j].kind == ROW_TENSOR || out[j].kind == TENSOR_0D;
     if (out[j].kind > TENSOR_0D || typed != THPDtype_Check(dt)) {
-      PyErr_SetString(PyExc_ValueError, "collate_dicts: a key code out of range, or a dtype that does not fit it");
+      PyErr_SetString(PyExc_ValueError, "collate_dicts: a key code out of range, or a dtype not fitting it");
       return false;
     }
     if (typed) out[j].dtype = reinterpret_cast<THPDtype*>(dt)->scalar_type;
@@ -660,7 +661,7 @@ int read_values(PyObject* samples, PyObject* const* keys, Py_ssize_t nk, PyObjec
     for (Py_ssize_t jj = 0; jj < j; jj++) refs.hold(values[jj * n + i]);
     for (; j < nk; j++) {
       v = PyDict_GetItemWithError(d, keys[j]);
-      if (v == nullptr) return PyErr_Occurred() ? -1 : 0;   // an error raised by a key's __eq__ is the caller's
+      if (v == nullptr) return PyErr_Occurred() ? -1 : 0;   // an error raised by a key's __eq__ goes up
       values[j * n + i] = refs.hold(v);
     }
   }
@@ -720,7 +721,8 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
       }
       rows[j] = Rows{};
       if ((k.kind == ROW_LIST) != PyList_CheckExact(items[0])) Py_RETURN_NONE;
-      if (k.kind == ROW_TENSOR && reinterpret_cast<PyObject*>(Py_TYPE(items[0])) != tensor_type) Py_RETURN_NONE;
+      const bool tensor_of_type = reinterpret_cast<PyObject*>(Py_TYPE(items[0])) == tensor_type;
+      if (k.kind == ROW_TENSOR && !tensor_of_type) Py_RETURN_NONE;
       if (!read_rows(items, n, rows[j], scratch) || (k.kind == ROW_TENSOR && rows[j].dtype != k.dtype))
         Py_RETURN_NONE;
       // one length and no sequence: stacked, unless over the plan (whose overflow rule the
@@ -741,11 +743,14 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
                            padded_length(rows[mark].longest, lay.multiple, lay.bounds.data(), lay.nbounds) !=
                                rows[mark].longest;
     for (Py_ssize_t j = 0; mark_even && j < nk; j++)
-      if (stacked[j] && spec[j].align && rows[j].longest == rows[mark].longest) stacked[j] = !(widened[j] = true);
+      if (stacked[j] && spec[j].align && rows[j].longest == rows[mark].longest) {
+        stacked[j] = false;
+        widened[j] = true;
+      }
     for (Py_ssize_t j = 0; j < nk; j++) {
       if (!spec[j].rows()) continue;
-      if (!pad_read_rows(&values[j * n], n, rows[j], stacked[j] ? exact : lay, spec[j].bits, j == mark ? want : 0,
-                         padded[j]))
+      const int asked = j == mark ? want : 0;
+      if (!pad_read_rows(&values[j * n], n, rows[j], stacked[j] ? exact : lay, spec[j].bits, asked, padded[j]))
         Py_RETURN_NONE;
     }
   } catch (const std::bad_alloc&) {
@@ -788,7 +793,8 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     return nullptr;
   }
   if (mark < 0) return Py_BuildValue("NOOLLN", out, Py_None, Py_None, real, total, shapes);
-  return Py_BuildValue("NNNLLN", out, wrap(padded[mark].mask), wrap(padded[mark].lengths), real, total, shapes);
+  Padded& m = padded[mark];
+  return Py_BuildValue("NNNLLN", out, wrap(m.mask), wrap(m.lengths), real, total, shapes);
 }
 
 // The C API must never see a C++ exception (it would end the process): out of memory is
