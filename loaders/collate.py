@@ -46,8 +46,8 @@ class DynTileCollate:
     lists, tensors, arrays, numbers, strings) and gives what it gives, except that
     sequences are padded (to ``plan``'s boundaries, else to a ``multiple``) instead of
     refused, and dict batches get a mask and the lengths of their sequences. Every row
-    sequence of a dict sample has one width; label keys are padded with -100. See the
-    README section "Training loops" for the options.
+    sequence of a dict sample has one width; label keys are padded with -100. The README
+    section "Padded batches: DynTileCollate" describes the rules and every option.
 
     >>> collate = DynTileCollate(plan=BucketPlan((8, 16)))
     >>> batch = collate([{"input_ids": [5, 6, 7], "labels": [1, 2, 3]},
@@ -136,30 +136,9 @@ class DynTileCollate:
 
     def _reset_rules(self, pin: bool) -> None:
         """The rules of this collate's options (``pin``: whether it pins here), its plans forgotten."""
-        object.__setattr__(
-            self,
-            "_rules",
-            CollateRules(
-                plan=self.plan,
-                multiple=self.multiple,
-                pad_values=self.pad_values,
-                fill=self.fill,
-                side=self.side,
-                pad_keys=self.pad_keys,
-                plans_sequences=self._plans_sequences,
-                axes=self.axes,
-                batch_multiple=self.batch_multiple,
-                bucket_rows=self.bucket_rows,
-                mask_key=self.mask_key,
-                lengths_key=self.lengths_key,
-                mask_from=self.mask_from,
-                mask_dtype=self.mask_dtype,
-                tile=self.tile,
-                pin=pin,
-                overflow=self.overflow,
-                label_keys=self.label_keys,
-            ),
-        )
+        options = {name: getattr(self, name) for name in _RULE_OPTIONS}
+        rules = CollateRules(**options, plans_sequences=self._plans_sequences, pin=pin)
+        object.__setattr__(self, "_rules", rules)
         object.__setattr__(self, "_plans", {})
         object.__setattr__(self, "_last", None)
 
@@ -349,6 +328,25 @@ _OPTIONS = frozenset(
         "label_keys",
         "rename",
     }
+)
+#: the options the rules read as they are
+_RULE_OPTIONS = (
+    "plan",
+    "multiple",
+    "pad_values",
+    "fill",
+    "side",
+    "pad_keys",
+    "axes",
+    "batch_multiple",
+    "bucket_rows",
+    "mask_key",
+    "lengths_key",
+    "mask_from",
+    "mask_dtype",
+    "tile",
+    "overflow",
+    "label_keys",
 )
 #: what a collate pickled by an older dyntile holds besides its options: its caches, worked out again
 _OLD_STATE = frozenset({"_row_specs", "_native_args", "_direct", "_worker_buffer"})
