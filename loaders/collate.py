@@ -18,7 +18,6 @@ from typing import Any, Collection, Mapping, Sequence
 import torch
 from torch.utils.data import get_worker_info
 
-from dyntile import tensor_reader
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import check_multiple, check_tile
 
@@ -185,29 +184,25 @@ class DynTileCollate:
         if self.pack is not None:
             return self._collate_packed(samples)
         last = self._last
+        if last is not None and last.run_native is not None and type(samples) is list:
+            got = last.run_native(samples, last.native)
+            if got is not None:
+                return self._finish(*got)
+        return self._collate_planned(samples, last)
+
+    def _collate_planned(self, samples: Sequence, last) -> Any:
+        """The batch by this structure's plan: cached, or planned again when the last plan
+        was native and the batch did not match it (the Python executor when it still does not)."""
         if last is not None and last.native is not None:
-            out = self._run_native(last, samples)
-            if out is not None:
-                return out
-            spec = self._plan(samples[0])  # the batch does not match the plan: planned again
+            spec = self._plan(samples[0])
         else:
             spec = self._plans.get(signature(samples[0])) or self._plan(samples[0])
         object.__setattr__(self, "_last", spec)
-        if spec.native is not None and (last is None or spec.native != last.native):
-            out = self._run_native(spec, samples)
-            if out is not None:
-                return out
+        if spec.native is not None and type(samples) is list and (last is None or spec.native != last.native):
+            got = spec.run_native(samples, spec.native)
+            if got is not None:
+                return self._finish(*got)
         return self._collate_python(spec, samples)
-
-    def _run_native(self, spec, samples: Sequence) -> Any:
-        """The batch by the native executor, or ``None`` where it does not match ``spec``."""
-        native = tensor_reader.native_module()
-        got = (
-            native.collate_dicts(samples, spec.native)
-            if native is not None and type(samples) is list
-            else None
-        )
-        return None if got is None else self._finish(*got)
 
     def _plan(self, sample) -> Any:
         """The plan of batches like ``sample``'s, kept under its signature."""

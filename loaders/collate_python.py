@@ -159,7 +159,7 @@ class PythonBatch:
         ``pad_batch`` for 1-D arrays), which finds the lengths, the size and the
         buffer; stacked when the samples share one length and the leaf is no sequence.
         ``None`` when the layout needs the shape first (batch padding, tiling, pinning)
-        or the leaf is refused: the caller's full route then names the sample and
+        or the leaf is refused: the caller's general path then names the sample and
         applies the overflow policy."""
         r, key = self.rules, spec.key
         if not r.pads_rows_directly or key in self.refused:

@@ -20,7 +20,7 @@ import collections.abc
 import dataclasses
 import numbers
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -223,11 +223,12 @@ NativeSpec = tuple
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class BatchSpec:
-    """The plan of a batch: the spec of its samples, and the native executor's tuple
-    (``None`` when only the Python executor runs it)."""
+    """The plan of a batch: the spec of its samples, the native executor's tuple and the
+    native executor itself (both ``None`` when only the Python executor runs it)."""
 
     root: LeafSpec | NodeSpec
     native: NativeSpec | None = None
+    run_native: Callable | None = None
 
 
 def kind_of(value) -> str:
@@ -296,7 +297,8 @@ def signature(sample) -> tuple:
 def plan_batch(rules: CollateRules, sample) -> BatchSpec:
     """The spec of batches whose samples are like ``sample`` (sample 0)."""
     root = plan_value(rules, sample, "", top=True)
-    return BatchSpec(root, native_spec(rules, root, sample))
+    native = native_spec(rules, root, sample)
+    return BatchSpec(root, native, None if native is None else tensor_reader.native_module().collate_dicts)
 
 
 def plan_value(rules: CollateRules, value, key: str, top: bool = False) -> LeafSpec | NodeSpec:

@@ -192,7 +192,7 @@ def _shapes(items: list, key: str, refused: str | None) -> np.ndarray:
 
 def _raise_mixed(items: list, kind: type, dtype, key: str, reason: str | None = None):
     """``TypeError`` naming the first sample of another type or dtype than sample 0; for
-    a list of numbers, ``reason``: why the direct route (where lists join tensors of a
+    a list of numbers, ``reason``: why ``pad_rows`` (where lists join tensors of a
     dtype that holds their values) refused it."""
     i, got = next(
         (i, x) for i, x in enumerate(items) if type(x) is not kind or getattr(x, "dtype", None) != dtype
@@ -295,7 +295,7 @@ def collate_numbers(ctx, items: list, spec) -> torch.Tensor:
     key = spec.key
     native = tensor_reader.native_module()
     if native is not None and type(items) is list:
-        out = native.stack_numbers(items)  # numbers of one kind, without torch.tensor's ~10 us
+        out = native.stack_numbers(items)  # numbers of one kind, without torch.tensor's per-item parsing
         if out is not None:
             return out
     try:

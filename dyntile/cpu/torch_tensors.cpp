@@ -5,9 +5,9 @@
 // loaders/collate_spec.py; this executes it and decides nothing).
 //
 // The Python route (dyntile/cpu/pad.pyx: describe_tensors) pays torch's binding for
-// every attribute of every sample (t.dtype, t.shape, t.stride(), t.data_ptr(): about
-// 65 ns each, which is most of a collate of 64 short token rows); here each tensor is
-// read from its TensorImpl directly (a few ns). Built only when torch is importable at
+// every attribute of every sample (t.dtype, t.shape, t.stride(), t.data_ptr()), which is
+// most of a collate of short token rows; here each tensor is read from its TensorImpl
+// directly. Built only when torch is importable at
 // build time (setup.py), against that torch's headers: the module records the torch
 // version it was built for, and dyntile/tensor_reader.py loads it only under that
 // version, else it keeps the Python route. It accepts plain dense CPU tensors alone
@@ -160,7 +160,7 @@ PyObject* describe(PyObject*, PyObject* args) {
 // dtype) -> new torch tensors, the batch, its lengths and its mask, in one call.
 
 // Scratch memory of one call: a bump allocator over a block on the stack, spilling to the
-// heap past it (a batch of 64 rows of 2 keys takes ~3 KiB). One call's small arrays cost
+// heap past it (a batch of 64 rows of 2 keys fits in the block). One call's small arrays cost
 // no malloc (each freed small block would make the batch's large allocation consolidate
 // the fastbins). Only trivially copyable types; the memory is not initialised.
 class Scratch {
@@ -371,7 +371,8 @@ bool pad_read_rows(PyObject* const* items, Py_ssize_t n, const Rows& rows, const
     fill_width(dst, lo, bits, w);
     fill_width(dst + (lo + m) * w, T - lo - m, bits, w);
     if (rows.lists) {
-      if (dt_read_int_items(dt_list_items(items[i]), m, reinterpret_cast<int64_t*>(dst) + lo) != m) return false;
+      int64_t* row = reinterpret_cast<int64_t*>(dst) + lo;
+      if (dt_read_int_items(dt_list_items(items[i]), m, row) != m) return false;
     } else {
       copy_row(dst + lo * w, rows.ptrs[i], m, rows.steps[i], w);
     }
@@ -417,7 +418,8 @@ PyObject* pad_rows(PyObject*, PyObject* args) {
     Scratch scratch;
     Rows rows;
     Padded out;
-    if (!read_rows(items, n, rows, scratch) || !pad_read_rows(items, n, rows, lay, bits, want, out)) Py_RETURN_NONE;
+    if (!read_rows(items, n, rows, scratch) || !pad_read_rows(items, n, rows, lay, bits, want, out))
+      Py_RETURN_NONE;
     return Py_BuildValue("NNNLL", wrap(out.batch), wrap(out.lengths), wrap(out.mask),
                          static_cast<long long>(rows.longest), static_cast<long long>(rows.total));
   } catch (const std::bad_alloc&) {
@@ -464,7 +466,7 @@ PyObject* dict_columns(PyObject*, PyObject* args) {
     Py_INCREF(d);
     for (Py_ssize_t j = 0; j < nk; j++) {
       PyObject* v = PyDict_GetItemWithError(d, PyList_GET_ITEM(keys, j));
-      if (v == nullptr) {   // a missing key (the caller's route names it), or an error raised by a key's __eq__
+      if (v == nullptr) {   // a missing key (the caller names it), or an error raised by a key's __eq__
         ok = false;
         break;
       }
@@ -498,7 +500,7 @@ ScalarKind scalar_kind(PyObject* v) {
 
 // out = the (B,) tensor of the B 0-d tensors items: plain CPU tensors of exactly sample
 // 0's type and of `dtype`, none requiring grad (torch.stack would keep the graph); false
-// (out undefined) for anything else: the walk decides
+// (out undefined) for anything else: the Python executor decides
 bool read_tensor_scalars(PyObject* const* items, Py_ssize_t n, c10::ScalarType dtype, at::Tensor& out) {
   PyTypeObject* type = Py_TYPE(items[0]);
   for (Py_ssize_t i = 0; i < n; i++) {
@@ -517,12 +519,13 @@ bool read_tensor_scalars(PyObject* const* items, Py_ssize_t n, c10::ScalarType d
 }
 
 // out = the (B,) tensor of the B numbers items, all of `kind` (an int in int64); false
-// (out undefined) for a batch of mixed kinds or an int past int64: the walk decides
+// (out undefined) for a batch of mixed kinds or an int past int64: the Python executor decides
 bool read_scalars(PyObject* const* items, Py_ssize_t n, ScalarKind kind, at::Tensor& out) {
   for (Py_ssize_t i = 0; i < n; i++)
     if (scalar_kind(items[i]) != kind) return false;
-  const c10::ScalarType dtype = kind == ScalarKind::int64 ? at::kLong : kind == ScalarKind::float64 ? at::kDouble
-                                                                                                     : at::kBool;
+  const c10::ScalarType dtype = kind == ScalarKind::int64     ? at::kLong
+                                : kind == ScalarKind::float64 ? at::kDouble
+                                                              : at::kBool;
   at::Tensor t = at::detail::empty_cpu({n}, dtype);
   if (kind == ScalarKind::int64) {
     if (dt_read_int_items(items, n, static_cast<int64_t*>(t.data_ptr())) != n) return false;
@@ -539,7 +542,7 @@ bool read_scalars(PyObject* const* items, Py_ssize_t n, ScalarKind kind, at::Ten
 
 // stack_numbers(items) -> None | tensor: B Python numbers of one kind (exact ints in int64,
 // floats or bools) -> their (B,) int64, float64 or bool tensor, as torch.tensor(items) makes
-// it (~0.3 us for 64, where torch.tensor takes ~10); None for anything else
+// it, without torch.tensor's per-item parsing; None for anything else
 PyObject* stack_numbers(PyObject*, PyObject* args) {
   PyObject* items;
   if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return nullptr;
@@ -552,7 +555,7 @@ PyObject* stack_numbers(PyObject*, PyObject* args) {
 }
 
 // first_requiring_grad(items) -> the index of the first tensor of the list that requires
-// grad, or -1 (other objects are skipped): what torch's bindings answer at ~90 ns a tensor
+// grad, or -1 (other objects are skipped), without a trip through torch's bindings per tensor
 PyObject* first_requiring_grad(PyObject*, PyObject* args) {
   PyObject* items;
   if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return nullptr;
@@ -750,7 +753,8 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     for (Py_ssize_t j = 0; j < nk; j++) {
       if (!spec[j].rows()) continue;
       const int asked = j == mark ? want : 0;
-      if (!pad_read_rows(&values[j * n], n, rows[j], stacked[j] ? exact : lay, spec[j].bits, asked, padded[j]))
+      const Layout& to = stacked[j] ? exact : lay;
+      if (!pad_read_rows(&values[j * n], n, rows[j], to, spec[j].bits, asked, padded[j]))
         Py_RETURN_NONE;
     }
   } catch (const std::bad_alloc&) {
@@ -857,7 +861,9 @@ PyMethodDef methods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch_tensors",
-                      "Native bridge to torch: reads CPU tensors' sizes, strides and pointers; pads 1-D rows into new tensors.", -1, methods};
+                      "Native bridge to torch: reads CPU tensors' sizes, strides and pointers; pads 1-D rows "
+                      "into new tensors; runs a collate plan of flat dicts.",
+                      -1, methods};
 
 }  // namespace
 

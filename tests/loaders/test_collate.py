@@ -18,6 +18,8 @@ import loaders.collate_python as collate_python
 from dyntile.planning import BucketPlan, plan_buckets
 from loaders import DynTileCollate
 
+from test_collate_outputs import python_only
+
 Point = collections.namedtuple("Point", "x y")
 
 
@@ -585,12 +587,8 @@ def test_tensor_leaves_of_every_kind_match_the_bindings_route(monkeypatch):
 
 
 def _walk_only(collate: DynTileCollate, samples):
-    """``collate(samples)`` by the Python executor (the native one switched off)."""
-    collate._run_native = lambda spec, samples: None
-    try:
-        return collate(samples)
-    finally:
-        del collate._run_native
+    """``collate(samples)`` by the Python executor (its plans made without a native form)."""
+    return python_only(collate)(samples)
 
 
 def _no_python_executor(monkeypatch):

@@ -3,6 +3,8 @@ loss ignores on padding, and batches equal to Hugging Face's ``DataCollatorWithP
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -11,8 +13,9 @@ from loaders import DynTileCollate
 
 
 def python_only(collate: DynTileCollate) -> DynTileCollate:
-    """``collate`` with its native executor switched off."""
-    collate._run_native = lambda spec, samples: None
+    """``collate`` whose plans have no native form: every batch runs in the Python executor."""
+    plan = collate._plan
+    collate._plan = lambda sample: dataclasses.replace(plan(sample), native=None, run_native=None)
     return collate
 
 
