@@ -10,6 +10,8 @@ The option reference is the README's section on ``DynTileCollate``.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 import warnings
 from types import MappingProxyType
@@ -299,50 +301,9 @@ class DynTileCollate:
 
 
 #: DynTileCollate's options (its __init__ arguments), fixed once it is built
-_OPTIONS = frozenset(
-    {
-        "plan",
-        "multiple",
-        "pad_values",
-        "fill",
-        "side",
-        "pad_keys",
-        "axes",
-        "batch_multiple",
-        "bucket_rows",
-        "mask_key",
-        "lengths_key",
-        "mask_from",
-        "mask_dtype",
-        "tile",
-        "pin_memory",
-        "overflow",
-        "return_stats",
-        "pack",
-        "worker_transfer",
-        "label_keys",
-        "rename",
-    }
-)
-#: the options the rules read as they are
-_RULE_OPTIONS = (
-    "plan",
-    "multiple",
-    "pad_values",
-    "fill",
-    "side",
-    "pad_keys",
-    "axes",
-    "batch_multiple",
-    "bucket_rows",
-    "mask_key",
-    "lengths_key",
-    "mask_from",
-    "mask_dtype",
-    "tile",
-    "overflow",
-    "label_keys",
-)
+_OPTIONS = frozenset(inspect.signature(DynTileCollate.__init__).parameters) - {"self"}
+#: the options the rules read as they are (the rest of CollateRules is worked out here)
+_RULE_OPTIONS = tuple(f.name for f in dataclasses.fields(CollateRules) if f.name in _OPTIONS)
 #: what a collate pickled by an older dyntile holds besides its options: its caches, worked out again
 _OLD_STATE = frozenset({"_row_specs", "_native_args", "_direct", "_worker_buffer"})
 #: the options held as read-only mappings (their nested dicts too)
