@@ -9,6 +9,7 @@ hand). The outputs must be equal: keys, order, dtypes, shapes and values.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import math
 
@@ -62,9 +63,10 @@ def make_samples(structure: str, lengths: list[int]) -> list:
     return [
         {
             "ids": a.tolist(),
-            "emb": np.full(
-                4, i, np.float32
-            ),  # 4: the length of "one length" "flag": i % 2 == 0, "np": np.float32(i),
+            "w": (a / 7).tolist(),
+            "emb": np.full(4, i, np.float32),  # 4: the length of "one length", a feature kept as it is
+            "flag": i % 2 == 0,
+            "np": np.float32(i),
             "t0": torch.tensor(i),
         }
         for i, a in enumerate(ids)
@@ -105,10 +107,11 @@ class Reference:
     def leaf(self, items, key):
         x0 = items[0]
         if isinstance(x0, (list, torch.Tensor, np.ndarray)) and np.ndim(x0) > 0:
-            ts = [
-                torch.as_tensor(x) if len(x) or not isinstance(x, list) else torch.zeros(0, dtype=torch.int64)
-                for x in items
-            ]  # an empty list carries no dtype: int64, as the other lists
+            ts = [as_tensor(x) for x in items]
+            dtype = functools.reduce(
+                torch.promote_types, [t.dtype for t in ts]
+            )  # the batch's lists: one dtype
+            ts = [t.to(dtype) for t in ts]
             sizes = np.array([t.shape for t in ts])
             if not (self.declared(key, ts[0].dim()) or (sizes != sizes[0]).any()):
                 return torch.stack(ts)
@@ -178,6 +181,14 @@ class Reference:
         else:
             out[:, T - v.shape[1] :] = v
         return out
+
+
+def as_tensor(x) -> torch.Tensor:
+    """A leaf as a tensor: a list of numbers as NumPy reads it (int64, float64, bool; an
+    empty list carries no dtype: int64)."""
+    if isinstance(x, list):
+        return torch.from_numpy(np.asarray(x) if x else np.zeros(0, np.int64))
+    return torch.as_tensor(x)
 
 
 def grow(value, B, rows, fill, key=""):
