@@ -26,7 +26,7 @@ __all__ = ["describe_tensors", "describe_native", "describe_rows", "native_modul
 
 _UNSET = object()
 _native = _UNSET
-NATIVE_API = 3      # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
+NATIVE_API = 4      # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
 
 
 def native_module():

@@ -1,9 +1,11 @@
 """PyTorch integration for dyntile: collate functions and batch samplers.
 
 * :mod:`loaders.collate` -- ``DynTileCollate``: a ``collate_fn`` that pads ragged
-  leaves to a bucket plan's shapes, with masks, lengths and per-process counters
-  (leaf handlers in :mod:`loaders.leaf_handlers`, counters in
-  :mod:`loaders.collate_stats`);
+  leaves to a bucket plan's shapes, with masks, lengths and per-process counters. Its
+  rules and the plan of a batch are in :mod:`loaders.collate_spec`; the Python executor
+  of a plan in :mod:`loaders.collate_python` (its leaf handlers in
+  :mod:`loaders.leaf_handlers`), the native one in ``dyntile.cpu.torch_tensors``;
+  counters in :mod:`loaders.collate_stats`;
 * :mod:`loaders.sampler` -- ``BucketBatchSampler``: a ``batch_sampler`` whose
   batches each hold one bucket, sized from a token budget, deterministic per seed
   and epoch, resumable mid-epoch, and in step across ``torch.distributed`` ranks;

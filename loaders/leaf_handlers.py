@@ -1,22 +1,23 @@
-"""Handlers of :class:`~loaders.collate.DynTileCollate`: one small function per kind of element.
+"""The Python executor's handlers: one small function per kind of place in a sample.
 
-Like ``torch.utils.data._utils.collate.collate_fn_map``, a table maps a type to a
-handler ``handler(ctx, items, key)``: ``items`` are the B samples' values at one
-place in the sample structure, ``key`` names that place (``"input_ids"``,
-``"0"``, ``"inputs.pixels"``), and ``ctx`` is the batch being collated
-(``ctx.walk`` recurses into structures; ``ctx.pad`` pads a ragged leaf). The type
-of the first item picks the handler, once per type (cached).
+Like ``torch.utils.data._utils.collate.collate_fn_map``, :data:`HANDLERS` maps a kind
+(:func:`loaders.collate_spec.kind_of`) to a handler ``handler(ctx, items, spec)``:
+``items`` are the B samples' values at one place of the sample structure, ``spec`` is
+that place's :class:`~loaders.collate_spec.LeafSpec` or
+:class:`~loaders.collate_spec.NodeSpec`, and ``ctx`` is the batch being collated
+(:class:`loaders.collate_python.PythonBatch`: ``ctx.walk`` recurses into structures,
+``ctx.pad`` pads a ragged leaf).
 
 Structures: mappings -> dict, namedtuples -> the same namedtuple, tuples and lists
 of non-numbers -> list (as ``default_collate``). Leaves: tensors and arrays ->
 one padded (or stacked) tensor; lists of numbers -> a 1-D sequence leaf; numbers
 -> a ``(B,)`` tensor; strings, bytes and ``None`` -> kept as a list.
 """
+
 from __future__ import annotations
 
 import collections.abc
 import itertools
-import numbers
 import operator
 from typing import Any, Callable
 
@@ -26,7 +27,21 @@ import torch
 from dyntile import tensor_reader
 from dyntile.dtypes import promote_samples
 
-__all__ = ["handler_for", "HANDLERS", "join_key", "mapping_columns"]
+from .collate_spec import (
+    ARRAY,
+    KEEP,
+    MAP,
+    NAMEDTUPLE,
+    NP_SCALARS,
+    NUMBERS,
+    ROWS,
+    SEQ,
+    Mismatch,
+    _is_number,
+    join_key,
+)
+
+__all__ = ["HANDLERS", "mapping_columns"]
 
 
 def _where(key: str) -> str:
@@ -36,20 +51,25 @@ def _where(key: str) -> str:
 # ----------------------------------------------------------------------------- structures
 
 
-def collate_mapping(ctx, items: list, key: str) -> dict:
+def collate_mapping(ctx, items: list, spec) -> dict:
     """Dicts -> a dict of collated values; every sample must have the same keys.
 
     Every sample of sample 0's type, every key of sample 0 present (the column
     lookups raise otherwise) and as many keys in all as ``B`` times sample 0's means
     the same key set; the checks are C-level loops (``map(type)``, ``map(itemgetter)``
     and ``map(len)``). Mappings of mixed types are collated when each is a mapping."""
+    key = spec.key
     try:
         keys, columns = mapping_columns(items)
     except (KeyError, TypeError, IndexError):
         keys = list(items[0].keys())
         _raise_key_mismatch(items, keys, key)
-        raise TypeError(f"{_where(key)}: the samples could not be read as mappings with keys {keys}") from None
-    return {k: ctx.walk(column, join_key(key, k)) for k, column in zip(keys, columns)}
+        raise TypeError(
+            f"{_where(key)}: the samples could not be read as mappings with keys {keys}"
+        ) from None
+    if tuple(keys) != spec.fields:
+        raise Mismatch(key)
+    return {k: ctx.walk(child, column) for k, child, column in zip(keys, spec.children, columns)}
 
 
 def mapping_columns(items: list) -> tuple[list, list]:
@@ -63,9 +83,10 @@ def mapping_columns(items: list) -> tuple[list, list]:
         if got is not None:
             return got
     keys = list(items[0].keys())
-    if list(map(type, items)).count(type(items[0])) != len(items) \
-            and not all(isinstance(x, collections.abc.Mapping) for x in items):
-        raise TypeError              # not a mapping: a list or tuple would answer int keys
+    if list(map(type, items)).count(type(items[0])) != len(items) and not all(
+        isinstance(x, collections.abc.Mapping) for x in items
+    ):
+        raise TypeError  # not a mapping: a list or tuple would answer int keys
     columns = [list(map(operator.itemgetter(k), items)) for k in keys]
     if sum(map(len, items)) != len(keys) * len(items):
         raise KeyError
@@ -75,99 +96,115 @@ def mapping_columns(items: list) -> tuple[list, list]:
 def _raise_key_mismatch(items: list, keys: list, key: str):
     for i, item in enumerate(items):
         if not isinstance(item, collections.abc.Mapping):
-            raise TypeError(f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a mapping")
+            raise TypeError(
+                f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a mapping"
+            )
         missing = [k for k in keys if k not in item]
         extra = [k for k in item if k not in keys]
         if missing or extra:
-            what = f"is missing key {join_key(key, missing[0])!r}" if missing else f"has extra key {join_key(key, extra[0])!r}"
+            what = (
+                f"is missing key {join_key(key, missing[0])!r}"
+                if missing
+                else f"has extra key {join_key(key, extra[0])!r}"
+            )
             raise KeyError(f"sample {i} {what}; every sample needs the keys of sample 0: {keys}")
 
 
-def collate_sequence(ctx, items: list, key: str) -> list:
+def collate_sequence(ctx, items: list, spec) -> list:
     """Tuples (and lists of non-numbers) -> a list with one collated value per position."""
+    key = spec.key
     n = len(items[0])
+    if n != len(spec.children):
+        raise Mismatch(key)
     kind = type(items[0])
-    known = issubclass(kind, (tuple, list))     # a sample of sample 0's tuple or list type: no ABC check
+    known = issubclass(kind, (tuple, list))  # a sample of sample 0's tuple or list type: no ABC check
     for i, item in enumerate(items):
         if not ((known and type(item) is kind) or _is_sequence(item)):
-            raise TypeError(f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a "
-                            f"{type(items[0]).__name__}; every sample's value of one key needs one kind")
+            raise TypeError(
+                f"{_where(key)}: sample {i} is a {type(item).__name__}, but sample 0 is a "
+                f"{type(items[0]).__name__}; every sample's value of one key needs one kind"
+            )
         if len(item) != n:
             what = "numbers" if not n or _is_number(items[0][0]) else type(items[0][0]).__name__
-            raise ValueError(f"{_where(key)}: sample {i} has {len(item)} elements, but sample 0 has {n}; a "
-                             f"{type(items[0]).__name__} of {what} is collated position by position (as "
-                             f"default_collate does), which needs equal sizes; only lists of numbers and "
-                             f"arrays are padded")
-    names = getattr(items[0], "_fields", None) or [str(j) for j in range(n)]   # a namedtuple's fields by name
-    return [ctx.walk(list(column), join_key(key, name)) for name, column in zip(names, zip(*items))]
+            raise ValueError(
+                f"{_where(key)}: sample {i} has {len(item)} elements, but sample 0 has {n}; a "
+                f"{type(items[0]).__name__} of {what} is collated position by position (as "
+                f"default_collate does), which needs equal sizes; only lists of numbers and "
+                f"arrays are padded"
+            )
+    return [ctx.walk(child, list(column)) for child, column in zip(spec.children, zip(*items))]
 
 
-def collate_namedtuple(ctx, items: list, key: str):
+def collate_namedtuple(ctx, items: list, spec):
     """Namedtuples -> the same namedtuple of collated fields (named ``key.field``, as
     ``pad_values`` and ``pad_keys`` take them)."""
-    return type(items[0])(*collate_sequence(ctx, items, key))
-
-
-def collate_list(ctx, items: list, key: str):
-    """A list of numbers is a 1-D sequence leaf; any other list is a structure."""
-    first = items[0]
-    if not first or _is_number(first[0]):
-        return collate_number_lists(ctx, items, key)
-    return collate_sequence(ctx, items, key)
+    if type(items[0]) is not spec.cls:
+        raise Mismatch(spec.key)
+    return spec.cls(*collate_sequence(ctx, items, spec))
 
 
 # ----------------------------------------------------------------------------- leaves
 
 
-def collate_arrays(ctx, items: list, key: str) -> torch.Tensor:
+def collate_arrays(ctx, items: list, spec) -> torch.Tensor:
     """Tensors / arrays of one rank and dtype -> one tensor, padded when ragged.
 
     Plain CPU tensors are read by the native reader (:mod:`dyntile.tensor_reader`)
     in one call when it is built; otherwise, and for anything it refuses, this reads
     ``type``, ``dtype`` and ``shape`` per sample (one pass each, in C-level
     comprehensions) and names any mismatch. The copy is one kernel call in
-    ``ctx.pad``. The direct route leaves all of that to one ``pad_batch`` call.
+    ``ctx.pad``. 1-D rows go to one ``pad_rows`` call first (:meth:`PythonBatch.pad_rows`).
     """
+    key = spec.key
     x0 = items[0]
-    if x0.ndim == 1 and ctx.direct():  # pad_rows / pad_batch(promote=False) check kinds and dtypes themselves
-        out = ctx.pad_direct(items, key)
+    if x0.ndim != spec.ndim:
+        raise Mismatch(key)
+    if x0.ndim == 1:  # pad_rows / pad_batch(promote=False) check kinds and dtypes themselves
+        out = ctx.pad_rows(items, spec)
         if out is not None:
             return out
-    kind = type(x0)
-    if kind is torch.Tensor:      # the native reader gives every shape, and checks dtype and rank, in one call
+    shapes = _shapes(items, key, ctx.refused.get(key))
+    if shapes.shape[1] == 0 or not ctx.is_ragged(spec, shapes):
+        return ctx.stacked(items, spec, _stack(items))
+    return ctx.pad(items, shapes, spec)
+
+
+def _shapes(items: list, key: str, refused: str | None) -> np.ndarray:
+    """The ``(B, ndim)`` shapes of tensors or arrays of one type, dtype and rank (else an
+    error naming the first sample that differs); plain CPU tensors in one native call."""
+    if type(items[0]) is torch.Tensor:  # the native reader checks dtype and rank too
         described = tensor_reader.describe_native(items)
         if described is not None:
-            shapes = described[0]
-            if shapes.shape[1] == 0 or not ctx.is_ragged(key, shapes):
-                return _stack(items)
-            return ctx.pad(items, shapes, key)
-    dtype = x0.dtype
+            return described[0]
     if len({(type(x), getattr(x, "dtype", None)) for x in items}) > 1:
-        _raise_mixed(items, kind, dtype, key, ctx.refused.get(key))
+        _raise_mixed(items, type(items[0]), items[0].dtype, key, refused)
     shape_list = [x.shape for x in items]
     ndim = len(shape_list[0])
     if len({len(s) for s in shape_list}) > 1:
         i = next(i for i, s in enumerate(shape_list) if len(s) != ndim)
-        raise ValueError(f"{_where(key)}: sample {i} has shape {tuple(shape_list[i])} ({len(shape_list[i])} "
-                         f"dimensions), but sample 0 has shape {tuple(shape_list[0])} ({ndim} dimensions)")
-    B = len(items)
-    shapes = np.fromiter(itertools.chain.from_iterable(shape_list), np.int64, count=B * ndim).reshape(B, ndim)
-    if ndim == 0 or not ctx.is_ragged(key, shapes):
-        return _stack(items)
-    return ctx.pad(items, shapes, key)
+        raise ValueError(
+            f"{_where(key)}: sample {i} has shape {tuple(shape_list[i])} ({len(shape_list[i])} "
+            f"dimensions), but sample 0 has shape {tuple(shape_list[0])} ({ndim} dimensions)"
+        )
+    flat = itertools.chain.from_iterable(shape_list)
+    return np.fromiter(flat, np.int64, count=len(items) * ndim).reshape(len(items), ndim)
 
 
 def _raise_mixed(items: list, kind: type, dtype, key: str, reason: str | None = None):
     """``TypeError`` naming the first sample of another type or dtype than sample 0; for
-    a list of numbers, ``reason``: why the direct route (where lists join tensors of a
+    a list of numbers, ``reason``: why ``pad_rows`` (where lists join tensors of a
     dtype that holds their values) refused it."""
-    i, got = next((i, x) for i, x in enumerate(items) if type(x) is not kind or getattr(x, "dtype", None) != dtype)
-    if reason is not None and not hasattr(got, "dtype"):      # a list the tensors' dtype cannot hold
+    i, got = next(
+        (i, x) for i, x in enumerate(items) if type(x) is not kind or getattr(x, "dtype", None) != dtype
+    )
+    if reason is not None and not hasattr(got, "dtype"):  # a list the tensors' dtype cannot hold
         raise TypeError(f"{_where(key)}: {reason}")
     what = f"dtype {got.dtype}" if type(got) is kind else f"type {type(got).__name__}"
     want = f"dtype {dtype}" if type(got) is kind else f"type {kind.__name__}"
-    raise TypeError(f"{_where(key)}: sample {i} has {what}, but sample 0 has {want}; "
-                    f"every sample's value of one key needs one type and dtype")
+    raise TypeError(
+        f"{_where(key)}: sample {i} has {what}, but sample 0 has {want}; "
+        f"every sample's value of one key needs one type and dtype"
+    )
 
 
 def _stack(items: list) -> torch.Tensor:
@@ -176,39 +213,41 @@ def _stack(items: list) -> torch.Tensor:
     return torch.from_numpy(np.stack(items))
 
 
-def collate_number_lists(ctx, items: list, key: str) -> torch.Tensor:
+def collate_number_lists(ctx, items: list, spec) -> torch.Tensor:
     """Lists of numbers (1-D sequences) -> one padded tensor (bool, int64 or float64,
     as ``numpy.asarray`` reads them; empty lists carry no type)."""
-    if ctx.direct():  # pad_rows reads the lists of Python numbers itself
-        out = ctx.pad_direct(items, key)
-        if out is not None:
-            return out
+    out = ctx.pad_rows(items, spec)  # pad_rows reads the lists of Python numbers itself
+    if out is not None:
+        return out
+    key = spec.key
     arrays = _number_arrays(items, key)
     shapes = np.array([len(a) for a in arrays], dtype=np.int64).reshape(-1, 1)
-    if not ctx.is_ragged(key, shapes):
-        return torch.from_numpy(np.stack(arrays))
-    return ctx.pad(arrays, shapes, key)
+    if not ctx.is_ragged(spec, shapes):
+        return ctx.stacked(items, spec, torch.from_numpy(np.stack(arrays)))
+    return ctx.pad(arrays, shapes, spec)
 
 
 def _number_arrays(items: list, key: str) -> list:
     """One array per list of numbers, all of the batch's dtype (views of one buffer)."""
     i = next((i for i, x in enumerate(items) if not isinstance(x, (list, tuple))), None)
     if i is not None:
-        raise TypeError(f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a list of "
-                        f"numbers; every sample's value of one key needs one kind")
+        raise TypeError(
+            f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a list of "
+            f"numbers; every sample's value of one key needs one kind"
+        )
     lengths = [len(x) for x in items]
     try:
         flat = np.array(list(itertools.chain.from_iterable(items)))
-    except (TypeError, ValueError):             # e.g. a nested list (another rank): named below
+    except (TypeError, ValueError):  # e.g. a nested list (another rank): named below
         flat = None
     if flat is None or (flat.size and flat.dtype.kind not in "biufc"):
         _raise_not_numbers(items, key)
-    if flat.size == 0:                          # empty lists carry no type (as in pad_batch)
+    if flat.size == 0:  # empty lists carry no type (as in pad_batch)
         flat = flat.astype(np.int64)
-    elif flat.dtype.kind in "fc":               # each list is typed by its own values (as in pad_batch):
-        _check_float_lists(items, key)          # an int list must not round in float64 (complex128)
+    elif flat.dtype.kind in "fc":  # each list is typed by its own values (as in pad_batch):
+        _check_float_lists(items, key)  # an int list must not round in float64 (complex128)
     ends = np.cumsum(lengths).tolist()
-    return [flat[e - n:e] for e, n in zip(ends, lengths)]
+    return [flat[e - n : e] for e, n in zip(ends, lengths)]
 
 
 def _raise_not_numbers(items: list, key: str):
@@ -219,15 +258,20 @@ def _raise_not_numbers(items: list, key: str):
     for i, x in enumerate(items):
         for v in x:
             if not _is_number(v):
-                raise TypeError(f"{_where(key)}: sample {i} should be a list of numbers, but holds a "
-                                f"{type(v).__name__}")
+                raise TypeError(
+                    f"{_where(key)}: sample {i} should be a list of numbers, but holds a {type(v).__name__}"
+                )
     for i, x in enumerate(items):
-        big = next((v for v in x if isinstance(v, int) and not -2**63 <= v < 2**64), None)
+        big = next((v for v in x if isinstance(v, int) and not -(2**63) <= v < 2**64), None)
         if big is not None:
-            raise ValueError(f"{_where(key)}: sample {i} holds {big}, which no integer dtype holds "
-                             f"(int64 and uint64 are the widest)")
-    raise TypeError(f"{_where(key)}: the samples' numbers make an array of Python objects (NumPy reads them as "
-                    f"no one numeric dtype); pass them as one dtype")
+            raise ValueError(
+                f"{_where(key)}: sample {i} holds {big}, which no integer dtype holds "
+                f"(int64 and uint64 are the widest)"
+            )
+    raise TypeError(
+        f"{_where(key)}: the samples' numbers make an array of Python objects (NumPy reads them as "
+        f"no one numeric dtype); pass them as one dtype"
+    )
 
 
 def _check_float_lists(items: list, key: str) -> None:
@@ -236,19 +280,22 @@ def _check_float_lists(items: list, key: str) -> None:
     arrays = [(i, np.asarray(x)) for i, x in enumerate(items)]
     i = next((i for i, a in arrays if a.dtype == object), None)
     if i is not None:
-        raise TypeError(f"{_where(key)}: sample {i} holds ints outside int64, which float64 (the "
-                        f"batch's dtype) would round; pass them as floats or as one dtype")
+        raise TypeError(
+            f"{_where(key)}: sample {i} holds ints outside int64, which float64 (the "
+            f"batch's dtype) would round; pass them as floats or as one dtype"
+        )
     try:
         promote_samples([], arrays)
     except TypeError as e:
         raise TypeError(f"{_where(key)}: {e} (the batch is float64: another sample holds floats)") from None
 
 
-def collate_numbers(ctx, items: list, key: str) -> torch.Tensor:
+def collate_numbers(ctx, items: list, spec) -> torch.Tensor:
     """Python numbers -> a ``(B,)`` tensor: float64 for floats, int64 for ints (as ``default_collate``)."""
+    key = spec.key
     native = tensor_reader.native_module()
     if native is not None and type(items) is list:
-        out = native.stack_numbers(items)            # numbers of one kind, without torch.tensor's ~10 us
+        out = native.stack_numbers(items)  # numbers of one kind, without torch.tensor's per-item parsing
         if out is not None:
             return out
     try:
@@ -259,74 +306,35 @@ def collate_numbers(ctx, items: list, key: str) -> torch.Tensor:
         i = next((i for i, x in enumerate(items) if not _is_number(x)), None)
         if i is None:
             raise
-        raise TypeError(f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a number "
-                        f"({type(items[0]).__name__}); every sample's value of one key needs one kind") from None
+        raise TypeError(
+            f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a number "
+            f"({type(items[0]).__name__}); every sample's value of one key needs one kind"
+        ) from None
 
 
-def collate_numpy_scalars(ctx, items: list, key: str) -> torch.Tensor:
+def collate_numpy_scalars(ctx, items: list, spec) -> torch.Tensor:
     """NumPy scalars -> a ``(B,)`` tensor of their dtype."""
     return torch.as_tensor(np.array(items))
 
 
-def keep_list(ctx, items: list, key: str) -> list:
+def keep_list(ctx, items: list, spec) -> list:
     """Strings, bytes, ``None``: kept as a list of the B values."""
     return list(items)
 
 
 # ----------------------------------------------------------------------------- dispatch
 
-# checked in this order for types not seen before (subclasses included)
-HANDLERS: dict[type, Callable] = {
-    torch.Tensor: collate_arrays,
-    np.ndarray: collate_arrays,
-    str: keep_list,
-    bytes: keep_list,
-    type(None): keep_list,
-    collections.abc.Mapping: collate_mapping,
-    list: collate_list,
-    tuple: collate_sequence,              # namedtuples are caught first in handler_for
-    bool: collate_numbers,
-    numbers.Number: collate_numbers,
-    np.generic: collate_numpy_scalars,
+HANDLERS: dict[str, Callable] = {
+    ARRAY: collate_arrays,
+    ROWS: collate_number_lists,
+    NUMBERS: collate_numbers,
+    NP_SCALARS: collate_numpy_scalars,
+    KEEP: keep_list,
+    MAP: collate_mapping,
+    SEQ: collate_sequence,
+    NAMEDTUPLE: collate_namedtuple,
 }
-_CACHE: dict[type, Callable] = {}
-
-
-def handler_for(cls: type, key: str = "") -> Callable:
-    """The handler for items of type ``cls`` (``TypeError`` naming the key for unknown types)."""
-    handler = _CACHE.get(cls)
-    if handler is not None:
-        return handler
-    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
-        handler = collate_namedtuple
-    elif issubclass(cls, np.generic) and not issubclass(cls, (np.number, np.bool_)):
-        handler = None                    # np.str_, np.bytes_, np.void: not numbers
-        if issubclass(cls, (np.str_, np.bytes_)):
-            handler = keep_list
-    else:
-        handler = next((h for base, h in HANDLERS.items() if issubclass(cls, base)), None)
-        if handler is None and issubclass(cls, collections.abc.Sequence):
-            handler = collate_sequence
-    if handler is None:
-        raise TypeError(f"{_where(key)}: cannot collate values of type {cls.__name__}; DynTileCollate takes "
-                        f"tensors, NumPy arrays, numbers, lists of numbers, strings and dicts, tuples and "
-                        f"lists of these")
-    _CACHE[cls] = handler
-    return handler
-
-
-def _is_number(v: Any) -> bool:
-    if type(v) in _EXACT_NUMBERS:                   # token ids: skip the ABC check (~0.5 us)
-        return True
-    return isinstance(v, (numbers.Number, np.number, np.bool_)) and not isinstance(v, (str, bytes))
-
-
-_EXACT_NUMBERS = frozenset((int, float, bool))
 
 
 def _is_sequence(v: Any) -> bool:
     return isinstance(v, collections.abc.Sequence) and not isinstance(v, (str, bytes))
-
-
-def join_key(key: str, part: str) -> str:
-    return f"{key}.{part}" if key else str(part)

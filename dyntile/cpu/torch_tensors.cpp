@@ -1,12 +1,13 @@
 // The native bridge to torch: read a list of CPU torch tensors' sizes, byte strides and
 // data pointers in one call (describe), and pad 1-D rows straight into new torch tensors
-// (pad_rows, with the columns of a batch of dicts: dict_columns), the collate's hot case
-// (collate_dicts: a batch of flat dicts of rows, and of numbers stacked beside them).
+// (pad_rows, with the columns of a batch of dicts: dict_columns), and run a collate's plan
+// of a batch of flat dicts of rows and numbers (collate_dicts: the spec comes from
+// loaders/collate_spec.py; this executes it and decides nothing).
 //
 // The Python route (dyntile/cpu/pad.pyx: describe_tensors) pays torch's binding for
-// every attribute of every sample (t.dtype, t.shape, t.stride(), t.data_ptr(), which
-// together are most of a collate of 64 short token rows); here each tensor is read
-// from its TensorImpl directly. Built only when torch is importable at
+// every attribute of every sample (t.dtype, t.shape, t.stride(), t.data_ptr()), which is
+// most of a collate of short token rows; here each tensor is read from its TensorImpl
+// directly. Built only when torch is importable at
 // build time (setup.py), against that torch's headers: the module records the torch
 // version it was built for, and dyntile/tensor_reader.py loads it only under that
 // version, else it keeps the Python route. It accepts plain dense CPU tensors alone
@@ -30,6 +31,7 @@
 #include <ATen/EmptyTensor.h>
 #include <c10/core/Layout.h>
 #include <c10/core/TensorImpl.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "pylong_read.h"
@@ -42,7 +44,7 @@
 // module of its own NATIVE_API only, so that a build left from older sources (an
 // editable install after a pull) is not used rather than failing. Bump both with any
 // new function or changed signature.
-#define DYNTILE_NATIVE_API 3
+#define DYNTILE_NATIVE_API 4
 
 namespace {
 
@@ -158,7 +160,7 @@ PyObject* describe(PyObject*, PyObject* args) {
 // dtype) -> new torch tensors, the batch, its lengths and its mask, in one call.
 
 // Scratch memory of one call: a bump allocator over a block on the stack, spilling to the
-// heap past it (a batch of 64 rows of 2 keys takes ~3 KiB). One call's small arrays cost
+// heap past it (a batch of 64 rows of 2 keys fits in the block). One call's small arrays cost
 // no malloc (each freed small block would make the batch's large allocation consolidate
 // the fastbins). Only trivially copyable types; the memory is not initialised.
 class Scratch {
@@ -369,7 +371,8 @@ bool pad_read_rows(PyObject* const* items, Py_ssize_t n, const Rows& rows, const
     fill_width(dst, lo, bits, w);
     fill_width(dst + (lo + m) * w, T - lo - m, bits, w);
     if (rows.lists) {
-      if (dt_read_int_items(dt_list_items(items[i]), m, reinterpret_cast<int64_t*>(dst) + lo) != m) return false;
+      int64_t* row = reinterpret_cast<int64_t*>(dst) + lo;
+      if (dt_read_int_items(dt_list_items(items[i]), m, row) != m) return false;
     } else {
       copy_row(dst + lo * w, rows.ptrs[i], m, rows.steps[i], w);
     }
@@ -415,7 +418,8 @@ PyObject* pad_rows(PyObject*, PyObject* args) {
     Scratch scratch;
     Rows rows;
     Padded out;
-    if (!read_rows(items, n, rows, scratch) || !pad_read_rows(items, n, rows, lay, bits, want, out)) Py_RETURN_NONE;
+    if (!read_rows(items, n, rows, scratch) || !pad_read_rows(items, n, rows, lay, bits, want, out))
+      Py_RETURN_NONE;
     return Py_BuildValue("NNNLL", wrap(out.batch), wrap(out.lengths), wrap(out.mask),
                          static_cast<long long>(rows.longest), static_cast<long long>(rows.total));
   } catch (const std::bad_alloc&) {
@@ -462,7 +466,7 @@ PyObject* dict_columns(PyObject*, PyObject* args) {
     Py_INCREF(d);
     for (Py_ssize_t j = 0; j < nk; j++) {
       PyObject* v = PyDict_GetItemWithError(d, PyList_GET_ITEM(keys, j));
-      if (v == nullptr) {   // a missing key (the caller's route names it), or an error raised by a key's __eq__
+      if (v == nullptr) {   // a missing key (the caller names it), or an error raised by a key's __eq__
         ok = false;
         break;
       }
@@ -496,7 +500,7 @@ ScalarKind scalar_kind(PyObject* v) {
 
 // out = the (B,) tensor of the B 0-d tensors items: plain CPU tensors of exactly sample
 // 0's type and of `dtype`, none requiring grad (torch.stack would keep the graph); false
-// (out undefined) for anything else: the walk decides
+// (out undefined) for anything else: the Python executor decides
 bool read_tensor_scalars(PyObject* const* items, Py_ssize_t n, c10::ScalarType dtype, at::Tensor& out) {
   PyTypeObject* type = Py_TYPE(items[0]);
   for (Py_ssize_t i = 0; i < n; i++) {
@@ -515,12 +519,13 @@ bool read_tensor_scalars(PyObject* const* items, Py_ssize_t n, c10::ScalarType d
 }
 
 // out = the (B,) tensor of the B numbers items, all of `kind` (an int in int64); false
-// (out undefined) for a batch of mixed kinds or an int past int64: the walk decides
+// (out undefined) for a batch of mixed kinds or an int past int64: the Python executor decides
 bool read_scalars(PyObject* const* items, Py_ssize_t n, ScalarKind kind, at::Tensor& out) {
   for (Py_ssize_t i = 0; i < n; i++)
     if (scalar_kind(items[i]) != kind) return false;
-  const c10::ScalarType dtype = kind == ScalarKind::int64 ? at::kLong : kind == ScalarKind::float64 ? at::kDouble
-                                                                                                     : at::kBool;
+  const c10::ScalarType dtype = kind == ScalarKind::int64     ? at::kLong
+                                : kind == ScalarKind::float64 ? at::kDouble
+                                                              : at::kBool;
   at::Tensor t = at::detail::empty_cpu({n}, dtype);
   if (kind == ScalarKind::int64) {
     if (dt_read_int_items(items, n, static_cast<int64_t*>(t.data_ptr())) != n) return false;
@@ -537,7 +542,7 @@ bool read_scalars(PyObject* const* items, Py_ssize_t n, ScalarKind kind, at::Ten
 
 // stack_numbers(items) -> None | tensor: B Python numbers of one kind (exact ints in int64,
 // floats or bools) -> their (B,) int64, float64 or bool tensor, as torch.tensor(items) makes
-// it, without torch.tensor's per-item type inference; None for anything else
+// it, without torch.tensor's per-item parsing; None for anything else
 PyObject* stack_numbers(PyObject*, PyObject* args) {
   PyObject* items;
   if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return nullptr;
@@ -550,7 +555,7 @@ PyObject* stack_numbers(PyObject*, PyObject* args) {
 }
 
 // first_requiring_grad(items) -> the index of the first tensor of the list that requires
-// grad, or -1 (other objects are skipped): what torch's bindings answer at one Python call a tensor
+// grad, or -1 (other objects are skipped), without a trip through torch's bindings per tensor
 PyObject* first_requiring_grad(PyObject*, PyObject* args) {
   PyObject* items;
   if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return nullptr;
@@ -583,113 +588,72 @@ class Refs {
   size_t capacity_, count_ = 0;
 };
 
-// collate_dicts(samples, specs, tensor_type, multiple, bounds, left, marked, mask_key,
-//               lengths_key, max_bytes)
-//   -> None | (key, code, value) | (out, real, total, shapes, masked)
-PyObject* collate_dicts(PyObject*, PyObject* args) {
-  PyObject *samples, *specs, *tensor_type, *bounds_obj, *marked, *mask_key, *lengths_key;
-  long long multiple, max_bytes;
-  int left;
-  if (!PyArg_ParseTuple(args, "O!O!OLOpOOOL", &PyList_Type, &samples, &PyDict_Type, &specs, &tensor_type,
-                        &multiple, &bounds_obj, &left, &marked, &mask_key, &lengths_key, &max_bytes))
-    return nullptr;
-  Layout lay;
-  if (!lay.take(multiple, bounds_obj, left, max_bytes)) return nullptr;
-  const Py_ssize_t n = PyList_GET_SIZE(samples);
-  if (n == 0 || !PyDict_CheckExact(PyList_GET_ITEM(samples, 0))) Py_RETURN_NONE;
-  PyObject* first = PyList_GET_ITEM(samples, 0);
-  const Py_ssize_t nk = PyDict_GET_SIZE(first);
-  if (nk == 0) Py_RETURN_NONE;
-  if (marked != Py_None && !PyUnicode_Check(marked)) Py_RETURN_NONE;
-  Scratch scratch;
-  Refs refs(scratch, static_cast<size_t>(2 * nk + n * (nk + 1) + 1));
-  PyObject** keys = scratch.take<PyObject*>(nk);
-  PyObject** values = scratch.take<PyObject*>(nk * n);
-  PyObject** spec_of = scratch.take<PyObject*>(nk);
-  refs.hold(first);
-  Py_ssize_t marked_key = -1;   // the row key named marked (mask_from)
-  bool row_keys = false;
-  {  // sample 0's keys (str only: the walk names other keys) and values, and each key's spec
-    Py_ssize_t pos = 0, j = 0;
-    PyObject *k, *v0;
-    while (j < nk && PyDict_Next(first, &pos, &k, &v0)) {   // reads only: no Python code runs in this loop
-      if (!PyUnicode_CheckExact(k)) Py_RETURN_NONE;
-      keys[j] = refs.hold(k);
-      values[j * n] = refs.hold(v0);
-      j++;
-    }
-    if (j != nk) Py_RETURN_NONE;
+// One key of a collate spec (loaders/collate_spec.py NativeSpec): the kind of its values,
+// the padding flags, the dtype its tensors must have and the fill's bit pattern.
+enum KeyKind : long { ROW_LIST = 0, ROW_TENSOR = 1, NUM_INT = 2, NUM_FLOAT = 3, NUM_BOOL = 4, TENSOR_0D = 5 };
+constexpr long KIND_BITS = 7, ALWAYS = 8, ALIGN = 16;
+
+struct KeySpec {
+  long kind = ROW_LIST;
+  bool always = false, align = false;
+  c10::ScalarType dtype = c10::ScalarType::Long;
+  uint64_t bits = 0;
+  bool rows() const { return kind == ROW_LIST || kind == ROW_TENSOR; }
+};
+
+// parse the per-key tuples of a spec; false with an error set when they are malformed
+bool take_key_specs(PyObject* codes, PyObject* dtypes, PyObject* bits, Py_ssize_t nk, KeySpec* out) {
+  if (PyTuple_GET_SIZE(codes) != nk || PyTuple_GET_SIZE(dtypes) != nk || PyTuple_GET_SIZE(bits) != nk) {
+    PyErr_SetString(PyExc_ValueError, "collate_dicts: a spec needs one code, dtype and fill per key");
+    return false;
   }
-  ScalarKind* scalar = scratch.take<ScalarKind>(nk);
-  c10::ScalarType* scalar_dtype = scratch.take<c10::ScalarType>(nk);   // of 0-d tensors
   for (Py_ssize_t j = 0; j < nk; j++) {
-    PyObject* v0 = values[j * n];
-    scalar[j] = scalar_kind(v0);
-    if (scalar[j] == ScalarKind::none && reinterpret_cast<PyObject*>(Py_TYPE(v0)) == tensor_type &&
-        THPVariable_CheckExact(v0) && THPVariable_Unpack(v0).dim() == 0) {
-      scalar[j] = ScalarKind::tensor;
-      scalar_dtype[j] = THPVariable_Unpack(v0).scalar_type();
+    const long code = PyLong_AsLong(PyTuple_GET_ITEM(codes, j));
+    const unsigned long long b = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(bits, j));
+    if (PyErr_Occurred()) return false;
+    PyObject* dt = PyTuple_GET_ITEM(dtypes, j);
+    out[j].kind = code & KIND_BITS;
+    out[j].always = (code & ALWAYS) != 0;
+    out[j].align = (code & ALIGN) != 0;
+    out[j].bits = b;
+    const bool typed = out[j].kind == ROW_TENSOR || out[j].kind == TENSOR_0D;
+    if (out[j].kind > TENSOR_0D || typed != THPDtype_Check(dt)) {
+      PyErr_SetString(PyExc_ValueError, "collate_dicts: a key code out of range, or a dtype not fitting it");
+      return false;
     }
-    if (scalar[j] != ScalarKind::none) {   // numbers and 0-d tensors: stacked as default_collate stacks them
-      if (marked != Py_None && PyUnicode_Compare(keys[j], marked) == 0) Py_RETURN_NONE;   // the walk names it
-      spec_of[j] = nullptr;
-      continue;
-    }
-    // the spec of (key, code): code -1 for lists of ints (judged by the first element;
-    // the copy checks the rest), the scalar type for 1-D tensors of exactly tensor_type
-    long code;
-    if (PyList_CheckExact(v0) && PyList_GET_SIZE(v0) > 0 && PyLong_CheckExact(PyList_GET_ITEM(v0, 0))) {
-      code = -1;
-    } else if (reinterpret_cast<PyObject*>(Py_TYPE(v0)) == tensor_type && THPVariable_CheckExact(v0) &&
-               THPVariable_Unpack(v0).dim() == 1) {
-      code = static_cast<long>(THPVariable_Unpack(v0).scalar_type());
-    } else {
-      Py_RETURN_NONE;
-    }
-    PyObject* spec_key = Py_BuildValue("(Ol)", keys[j], code);
-    if (spec_key == nullptr) return nullptr;
-    PyObject* spec = PyDict_GetItemWithError(specs, spec_key);   // (str, int) keys: no Python code runs
-    Py_DECREF(spec_key);
-    if (spec == nullptr) {
-      if (PyErr_Occurred()) return nullptr;
-      return Py_BuildValue("(OlO)", keys[j], code, v0);   // the caller adds this spec, then asks again
-    }
-    if (spec == Py_None) Py_RETURN_NONE;   // a key the Python route takes
-    spec_of[j] = refs.hold(spec);
-    row_keys = true;
-    if (marked != Py_None && marked_key < 0 && PyUnicode_Compare(keys[j], marked) == 0) marked_key = j;
+    if (typed) out[j].dtype = reinterpret_cast<THPDtype*>(dt)->scalar_type;
   }
-  // no row key (the walk stacks numbers alone), or mask_from is not one: the Python route
-  // collates, or names the leaves
-  if (!row_keys || (marked != Py_None && marked_key < 0)) Py_RETURN_NONE;
-  uint64_t* bits = scratch.take<uint64_t>(nk);
-  bool* always = scratch.take<bool>(nk);
-  for (Py_ssize_t j = 0; j < nk; j++) {   // before the other samples are read: "p" may run __bool__
-    if (scalar[j] != ScalarKind::none) continue;
-    unsigned long long b;
-    int a;
-    if (!PyArg_ParseTuple(spec_of[j], "Kp", &b, &a)) return nullptr;
-    bits[j] = b;
-    always[j] = a != 0;
-  }
-  // Then the other samples' values. Samples made alike hold sample 0's key objects in its
-  // order: their entries are walked, which makes no object and runs no Python code, so
-  // from here to the copies what is read stays alive and unchanged without references of
-  // our own. A key elsewhere, or another object, is looked up, and a lookup may run Python
-  // code (a colliding key's __eq__) that changes the batch: from the first lookup on,
-  // every sample read and every value is held.
+  return true;
+}
+
+// equal exact str keys compare without running Python code
+inline bool same_key(PyObject* k, PyObject* want) {
+  return k == want || (PyUnicode_CheckExact(k) && PyUnicode_Compare(k, want) == 0);
+}
+
+// Read the B samples' values of the spec's keys into values[j * n + i]. Sample 0 must hold
+// the keys in the spec's order (the output follows it). Samples whose entries come in that
+// order are walked, which makes no object and runs no Python code, so what is read stays
+// alive and unchanged without references of our own; a key elsewhere is looked up, and a
+// lookup may run Python code (a colliding key's __eq__) that changes the batch: from the
+// first lookup on, every sample read and every value is held. 1: read; 0: the batch does
+// not match; -1: an error is set.
+int read_values(PyObject* samples, PyObject* const* keys, Py_ssize_t nk, PyObject** values, Refs& refs,
+                Scratch& scratch) {
+  const Py_ssize_t n = PyList_GET_SIZE(samples);
   PyObject** dicts = scratch.take<PyObject*>(n);
   bool holding = false;
-  for (Py_ssize_t i = 1; i < n; i++) {
-    if (i >= PyList_GET_SIZE(samples)) Py_RETURN_NONE;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (i >= PyList_GET_SIZE(samples)) return 0;
     PyObject* d = PyList_GET_ITEM(samples, i);
-    if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != nk) Py_RETURN_NONE;
+    if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != nk) return 0;
     dicts[i] = d;
     Py_ssize_t pos = 0, j = 0;
     PyObject *k, *v;
-    while (j < nk && PyDict_Next(d, &pos, &k, &v) && k == keys[j]) values[j++ * n + i] = v;
+    while (j < nk && PyDict_Next(d, &pos, &k, &v) && same_key(k, keys[j])) values[j++ * n + i] = v;
+    if (j < nk && i == 0) return 0;
     if (j < nk && !holding) {   // the first lookup: hold the samples before this one first
-      for (Py_ssize_t s = 1; s < i; s++) {
+      for (Py_ssize_t s = 0; s < i; s++) {
         refs.hold(dicts[s]);
         for (Py_ssize_t jj = 0; jj < nk; jj++) refs.hold(values[jj * n + s]);
       }
@@ -700,67 +664,108 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     for (Py_ssize_t jj = 0; jj < j; jj++) refs.hold(values[jj * n + i]);
     for (; j < nk; j++) {
       v = PyDict_GetItemWithError(d, keys[j]);
-      if (v == nullptr) {
-        if (PyErr_Occurred()) return nullptr;   // raised by a key's __eq__: the caller sees it
-        Py_RETURN_NONE;                         // a missing key: the Python route names it
-      }
+      if (v == nullptr) return PyErr_Occurred() ? -1 : 0;   // an error raised by a key's __eq__ goes up
       values[j * n + i] = refs.hold(v);
     }
   }
-  const int want = 1 | (mask_key != Py_None ? 2 : 0);
+  return 1;
+}
+
+// collate_dicts(samples, spec) -> None | (out, mask | None, lengths | None, real, total, shapes)
+//   spec = (keys, codes, dtypes, fill_bits, multiple, bounds, left, mark, want, max_bytes, tensor_type)
+PyObject* collate_dicts(PyObject*, PyObject* args) {
+  PyObject *samples, *keys_obj, *codes, *dtypes, *bits_obj, *bounds_obj, *tensor_type;
+  long long multiple, max_bytes, mark_arg;
+  int left, want;
+  if (!PyArg_ParseTuple(args, "O!(O!O!O!O!LOpLiLO)", &PyList_Type, &samples, &PyTuple_Type, &keys_obj,
+                        &PyTuple_Type, &codes, &PyTuple_Type, &dtypes, &PyTuple_Type, &bits_obj, &multiple,
+                        &bounds_obj, &left, &mark_arg, &want, &max_bytes, &tensor_type))
+    return nullptr;
+  Layout lay;
+  if (!lay.take(multiple, bounds_obj, left, max_bytes)) return nullptr;
+  const Py_ssize_t n = PyList_GET_SIZE(samples);
+  const Py_ssize_t nk = PyTuple_GET_SIZE(keys_obj);
+  if (n == 0 || nk == 0) Py_RETURN_NONE;
+  Scratch scratch;
+  KeySpec* spec = scratch.take<KeySpec>(nk);
+  if (!take_key_specs(codes, dtypes, bits_obj, nk, spec)) return nullptr;
+  PyObject* const* keys = &PyTuple_GET_ITEM(keys_obj, 0);
+  Refs refs(scratch, static_cast<size_t>(n * (nk + 1)));
+  PyObject** values = scratch.take<PyObject*>(nk * n);
+  const int got = read_values(samples, keys, nk, values, refs, scratch);
+  if (got <= 0) {
+    if (got < 0) return nullptr;
+    Py_RETURN_NONE;
+  }
   Padded padded_local[4];                    // the usual 1-4 keys: no allocation
   std::vector<Padded> padded_more(nk > 4 ? nk : 0);
   Padded* padded = nk > 4 ? padded_more.data() : padded_local;
-  int64_t* totals = scratch.take<int64_t>(nk);
   Rows* rows = scratch.take<Rows>(nk);
-  bool* stacked = scratch.take<bool>(nk);   // a row key of one length, not a sequence: stacked
+  bool* stacked = scratch.take<bool>(nk);   // a row key stacked as it is: one length, not a sequence
+  bool* widened = scratch.take<bool>(nk);   // an aligned row key of one length given the mask key's width
   Layout exact;                             // a stacked key's: its rows' one length
   exact.max_bytes = lay.max_bytes;
-  Py_ssize_t mark = marked_key;             // the key of the mask and lengths (set below)
+  Py_ssize_t mark = mark_arg;               // the key of the mask and lengths (-1: the first padded)
+  if (mark >= nk || (mark >= 0 && !spec[mark].rows())) Py_RETURN_NONE;
   try {
     // from here to the wrapping no Python object is made: no Python code runs
     for (Py_ssize_t j = 0; j < nk; j++) {
       PyObject* const* items = &values[j * n];
-      stacked[j] = false;
-      if (scalar[j] != ScalarKind::none) {
-        if (!(scalar[j] == ScalarKind::tensor ? read_tensor_scalars(items, n, scalar_dtype[j], padded[j].batch)
-                                               : read_scalars(items, n, scalar[j], padded[j].batch)))
-          Py_RETURN_NONE;
+      stacked[j] = widened[j] = false;
+      const KeySpec& k = spec[j];
+      if (!k.rows()) {
+        const bool ok = k.kind == TENSOR_0D ? read_tensor_scalars(items, n, k.dtype, padded[j].batch)
+                        : read_scalars(items, n, k.kind == NUM_INT     ? ScalarKind::int64
+                                                 : k.kind == NUM_FLOAT ? ScalarKind::float64
+                                                                       : ScalarKind::boolean,
+                                       padded[j].batch);
+        if (!ok) Py_RETURN_NONE;
         continue;
       }
       rows[j] = Rows{};
-      if (!read_rows(items, n, rows[j], scratch)) Py_RETURN_NONE;
-      if (rows[j].longest * n == rows[j].total && !always[j]) {
-        // stacked as the walk stacks it, once its length is within the plan (the walk
-        // applies the overflow policy to a row over it)
-        if (padded_length(rows[j].longest, lay.multiple, lay.bounds.data(), lay.nbounds) < 0) Py_RETURN_NONE;
-        // rows that require grad: the Python route stacks them with torch.stack, which
-        // records autograd (as default_collate does); padded rows are detached, as pad_batch pads
-        if (rows[j].grad) Py_RETURN_NONE;
+      if ((k.kind == ROW_LIST) != PyList_CheckExact(items[0])) Py_RETURN_NONE;
+      const bool tensor_of_type = reinterpret_cast<PyObject*>(Py_TYPE(items[0])) == tensor_type;
+      if (k.kind == ROW_TENSOR && !tensor_of_type) Py_RETURN_NONE;
+      if (!read_rows(items, n, rows[j], scratch) || (k.kind == ROW_TENSOR && rows[j].dtype != k.dtype))
+        Py_RETURN_NONE;
+      // one length and no sequence: stacked, unless over the plan (whose overflow rule the
+      // Python executor applies) or requiring grad (stacked there by torch.stack, which
+      // records autograd)
+      if (rows[j].longest * n == rows[j].total && !k.always) {
+        if (padded_length(rows[j].longest, lay.multiple, lay.bounds.data(), lay.nbounds) < 0 || rows[j].grad)
+          Py_RETURN_NONE;
         stacked[j] = true;
       }
     }
-    // the mask and lengths: of mask_from (which must be padded: the walk names it), else
-    // of the first padded key (none: no mask, as the walk adds none)
     if (mark >= 0 && stacked[mark]) Py_RETURN_NONE;
     for (Py_ssize_t j = 0; mark < 0 && j < nk; j++)
-      if (scalar[j] == ScalarKind::none && !stacked[j]) mark = j;
+      if (spec[j].rows() && !stacked[j]) mark = j;
+    // a stacked row key aligned with the mask's key, whose rows all have its one length,
+    // takes the mask's width: every sequence of a sample ends up one width
+    const bool mark_even = mark >= 0 && rows[mark].longest * n == rows[mark].total &&
+                           padded_length(rows[mark].longest, lay.multiple, lay.bounds.data(), lay.nbounds) !=
+                               rows[mark].longest;
+    for (Py_ssize_t j = 0; mark_even && j < nk; j++)
+      if (stacked[j] && spec[j].align && rows[j].longest == rows[mark].longest) {
+        stacked[j] = false;
+        widened[j] = true;
+      }
     for (Py_ssize_t j = 0; j < nk; j++) {
-      if (scalar[j] != ScalarKind::none) continue;
-      if (!pad_read_rows(&values[j * n], n, rows[j], stacked[j] ? exact : lay, bits[j], j == mark ? want : 0,
-                         padded[j]))
+      if (!spec[j].rows()) continue;
+      const int asked = j == mark ? want : 0;
+      const Layout& to = stacked[j] ? exact : lay;
+      if (!pad_read_rows(&values[j * n], n, rows[j], to, spec[j].bits, asked, padded[j]))
         Py_RETURN_NONE;
-      totals[j] = rows[j].total;
     }
   } catch (const std::bad_alloc&) {
     return PyErr_NoMemory();
-  } catch (const std::exception&) {  // c10::Error from an unusual tensor: the Python route decides
+  } catch (const std::exception&) {  // c10::Error from an unusual tensor: the Python executor decides
     Py_RETURN_NONE;
   }
-  Py_ssize_t nrows = 0;   // the padded keys, which the counts and shapes are of
-  for (Py_ssize_t j = 0; j < nk; j++) nrows += scalar[j] == ScalarKind::none && !stacked[j];
+  Py_ssize_t npadded = 0;   // the padded keys, which the counts and shapes are of
+  for (Py_ssize_t j = 0; j < nk; j++) npadded += spec[j].rows() && !stacked[j];
   PyObject* out = PyDict_New();
-  PyObject* shapes = PyList_New(nrows);
+  PyObject* shapes = PyList_New(npadded);
   if (out == nullptr || shapes == nullptr) {
     Py_XDECREF(out);
     Py_XDECREF(shapes);
@@ -768,37 +773,32 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
   }
   long long real = 0, total = 0;
   bool ok = true;
-  for (Py_ssize_t j = 0, r = 0; j < nk && ok; j++) {
-    if (scalar[j] == ScalarKind::none && !stacked[j]) {
+  // the shapes of the padded keys in key order, then those of the widened ones (as the
+  // Python executor counts them: it widens once every key is collated)
+  for (int pass = 0, r = 0; pass < 2 && ok; pass++) {
+    for (Py_ssize_t j = 0; j < nk && ok; j++) {
+      if (!spec[j].rows() || stacked[j] || widened[j] != (pass == 1)) continue;
       const int64_t T = padded[j].batch.size(1);
-      real += totals[j];
+      real += rows[j].total;
       total += static_cast<long long>(n) * T;
       PyObject* shape = Py_BuildValue("(O(nL))", keys[j], n, static_cast<long long>(T));
       ok = shape != nullptr;
       if (ok) PyList_SET_ITEM(shapes, r++, shape);
     }
-    PyObject* batch = ok ? wrap(padded[j].batch) : nullptr;
+  }
+  for (Py_ssize_t j = 0; j < nk && ok; j++) {
+    PyObject* batch = wrap(padded[j].batch);
     ok = batch != nullptr && PyDict_SetItem(out, keys[j], batch) == 0;
     Py_XDECREF(batch);
   }
-  int masked = 0;
-  auto add = [&](PyObject* name, at::Tensor& t) -> bool {   // mask or lengths, unless a sample brings its own
-    if (name == Py_None) return true;
-    const int has = PyDict_Contains(out, name);
-    if (has != 0) return has > 0;
-    PyObject* obj = wrap(t);
-    const bool done = obj != nullptr && PyDict_SetItem(out, name, obj) == 0;
-    Py_XDECREF(obj);
-    masked += name == mask_key && done;
-    return done;
-  };
-  ok = ok && (mark < 0 || (add(mask_key, padded[mark].mask) && add(lengths_key, padded[mark].lengths)));
   if (!ok) {
     Py_DECREF(out);
     Py_DECREF(shapes);
     return nullptr;
   }
-  return Py_BuildValue("NLLNO", out, real, total, shapes, masked ? Py_True : Py_False);
+  if (mark < 0) return Py_BuildValue("NOOLLN", out, Py_None, Py_None, real, total, shapes);
+  Padded& m = padded[mark];
+  return Py_BuildValue("NNNLLN", out, wrap(m.mask), wrap(m.lengths), real, total, shapes);
 }
 
 // The C API must never see a C++ exception (it would end the process): out of memory is
@@ -834,21 +834,17 @@ PyMethodDef methods[] = {
      "row type, an element that is not an exact int in int64, a longest row over the last bound, or a\n"
      "batch over max_bytes."},
     {"collate_dicts", guarded<collate_dicts>, METH_VARARGS,
-     "collate_dicts(samples, specs, tensor_type, multiple, bounds, left, marked, mask_key, lengths_key,\n"
-     "              max_bytes) -> None | (key, code, value) | (out, real, total, shapes, masked)\n\n"
-     "A collate's batch of exact dicts (str keys, one key set) whose every value is a 1-D row (an exact\n"
-     "list of exact ints, or exactly a tensor_type 1-D plain CPU tensor) or a scalar: a Python number\n"
-     "(exact int, float or bool, one kind per key) or a tensor_type 0-d plain CPU tensor (one dtype per\n"
-     "key, not requiring grad); rows padded as pad_rows pads (multiple, bounds, left, max_bytes): out\n"
-     "maps each row key to its (B, T) batch and each scalar key to its (B,) tensor (int64, float64 or\n"
-     "bool for numbers, the dtype of 0-d tensors), plus mask_key (bool, true on the data) and lengths_key (int64) of the row\n"
-     "key named marked (None: the first), each unless None or a key of the samples; real and total\n"
-     "count the data and padded elements of the rows, shapes lists (key, (B, T)) of the row keys,\n"
-     "masked says whether the mask was added. specs maps (key, code) to (fill_bits,\n"
-     "always) (always: pad even when every row has one length) or None; code is -1 for lists, else the\n"
-     "tensors' scalar type. A (key, code) missing from specs is answered (key, code, value of sample 0):\n"
-     "the caller adds it and asks again. None for anything else, rows of one length that would be\n"
-     "stacked while one requires grad among them: the Python route decides."},
+     "collate_dicts(samples, spec) -> None | (out, mask | None, lengths | None, real, total, shapes)\n\n"
+     "Run a collate spec (loaders/collate_spec.py NativeSpec: keys, codes, dtypes, fill_bits, multiple,\n"
+     "bounds, left, mark, want, max_bytes, tensor_type) over a batch of exact dicts holding the spec's\n"
+     "keys (sample 0 in its order). Row keys (exact lists of exact ints, or 1-D plain CPU tensors of\n"
+     "tensor_type and the key's dtype) are padded as pad_rows pads them, or stacked when their rows\n"
+     "share one length and the key is no sequence (ALWAYS) nor aligned with the mask's key (ALIGN);\n"
+     "number keys (exact ints, floats or bools; 0-d tensors of the key's dtype) are stacked. out maps\n"
+     "each key to its tensor; mask (bool) and lengths (int64) are of the key at index mark (-1: the\n"
+     "first padded key) as want asks (1 lengths, 2 mask); real and total count the data and padded\n"
+     "elements of the padded keys, shapes lists their (key, (B, T)). None, with nothing raised, when a\n"
+     "sample does not match the spec."},
     {"stack_numbers", guarded<stack_numbers>, METH_VARARGS,
      "stack_numbers(items) -> None | tensor\n\n"
      "A list of B Python numbers of one kind (exact ints in int64, floats, or bools) as the (B,) int64,\n"
@@ -865,7 +861,9 @@ PyMethodDef methods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch_tensors",
-                      "Native bridge to torch: reads CPU tensors' sizes, strides and pointers; pads 1-D rows into new tensors.", -1, methods};
+                      "Native bridge to torch: reads CPU tensors' sizes, strides and pointers; pads 1-D rows "
+                      "into new tensors; runs a collate plan of flat dicts.",
+                      -1, methods};
 
 }  // namespace
 

@@ -254,100 +254,141 @@ def test_dict_columns_refuses_other_mappings_and_survives_a_mutating_key():
     assert samples == []
 
 
-def _collate_dicts(
-    samples,
-    specs,
+# the native executor's key codes and flags (loaders/collate_spec.py, torch_tensors.cpp KeyKind)
+ROW_LIST, ROW_TENSOR, INT, FLOAT, BOOL, TENSOR_0D = range(6)
+ALWAYS, ALIGN = 8, 16
+
+
+def _spec(
+    keys,
+    codes,
+    dtypes=None,
+    bits=None,
     multiple=8,
     bounds=None,
     left=False,
-    marked=None,
-    mask_key="mask",
-    lengths_key="lengths",
+    mark=-1,
+    want=3,
     max_bytes=1 << 30,
 ):
-    return native.collate_dicts(
-        samples, specs, torch.Tensor, multiple, bounds, left, marked, mask_key, lengths_key, max_bytes
+    n = len(keys)
+    return (
+        tuple(keys),
+        tuple(codes),
+        tuple(dtypes or (None,) * n),
+        tuple(bits or (0,) * n),
+        multiple,
+        bounds,
+        left,
+        mark,
+        want,
+        max_bytes,
+        torch.Tensor,
     )
 
 
-def test_collate_dicts_asks_for_each_spec_then_pads_every_key():
+def _collate_dicts(samples, keys, codes, **options):
+    return native.collate_dicts(samples, _spec(keys, codes, **options))
+
+
+def test_collate_dicts_pads_every_key_by_its_spec():
     samples = [
         {"a": [1, 2, 3], "b": torch.tensor([1.5], dtype=torch.float16)},
         {"a": [4], "b": torch.tensor([2.5, 3.5], dtype=torch.float16)},
     ]
-    specs = {}
-    asked = []
-    while True:
-        got = _collate_dicts(samples, specs, multiple=2, marked="b")
-        if len(got) == 5:
-            break
-        key, code, value = got
-        asked.append((key, code))
-        assert value is samples[0][key]
-        specs[key, code] = (0xBC00 if key == "b" else 7, True)  # float16 -1.0, and 7 for the ints
-    assert [k for k, _ in asked] == ["a", "b"] and asked[0][1] == -1 and asked[1][1] >= 0
-    out, real, total, shapes, masked = got
-    assert list(out) == ["a", "b", "mask", "lengths"] and masked
+    got = _collate_dicts(
+        samples,
+        "ab",
+        (ROW_LIST | ALWAYS, ROW_TENSOR | ALWAYS),
+        dtypes=(None, torch.float16),
+        bits=(7, 0xBC00),
+        multiple=2,
+        mark=1,
+    )  # 7 for the ints, float16 -1.0
+    out, mask, lengths, real, total, shapes = got
+    assert list(out) == ["a", "b"]
     assert out["a"].tolist() == [[1, 2, 3, 7], [4, 7, 7, 7]]
     assert out["b"].dtype == torch.float16 and out["b"].tolist() == [[1.5, -1.0], [2.5, 3.5]]
-    assert out["mask"].tolist() == [[True, False], [True, True]] and out["lengths"].tolist() == [1, 2]
+    assert mask.tolist() == [[True, False], [True, True]] and lengths.tolist() == [1, 2]
     assert (real, total) == (7, 12) and shapes == [("a", (2, 4)), ("b", (2, 2))]
+    out, mask, lengths, *_ = _collate_dicts(
+        samples, "ab", (ROW_LIST, ROW_TENSOR), dtypes=(None, torch.float16), want=1
+    )
+    assert mask is None and lengths.tolist() == [3, 1]  # the first padded key's, as asked
 
 
-def test_collate_dicts_declines_what_the_python_routes_decide():
-    specs = {("a", -1): (0, False)}
+def test_collate_dicts_reports_a_batch_that_does_not_match_its_spec():
+    keys, codes = "a", (ROW_LIST,)
     one = [{"a": [1, 2]}, {"a": [3]}]
-    assert len(_collate_dicts(one, specs)) == 5
+    assert len(_collate_dicts(one, keys, codes)) == 6
     declined = [
         [{"a": [1, 2]}, {"a": [3], "b": [1]}],  # an extra key
         [{"a": [1, 2]}, {"b": [3]}],  # another key
+        [{"b": [1, 2]}, {"b": [3]}],  # sample 0 without the spec's keys
         [{"a": [1, 2]}, collections.OrderedDict(a=[3])],  # another mapping type
         [{"a": [1, 2]}, {"a": [3, True]}],  # a bool among the ints
         [{"a": [1, 2]}, {"a": torch.tensor([3])}],  # a list, then a tensor
+        [{"a": torch.tensor([3])}, {"a": torch.tensor([3])}],  # tensors where the spec has lists
         [{"a": [1, 2]}, {"a": [4, 5, 2**63]}],  # past int64
-        [{0: [1, 2]}, {0: [3]}],  # a key the walk names
-        [{"a": []}, {"a": [3]}],  # sample 0 shows no element kind
         [{"a": [1, 2]}, [("a", [3])]],  # not a dict
-        [{}, {}],
     ]
     for samples in declined:
-        assert _collate_dicts(samples, specs) is None, samples
-    assert _collate_dicts(one, {("a", -1): None}) is None  # a spec that leaves the key to Python
-    assert _collate_dicts(one, specs, marked="b") is None  # mask_from not a key here
-    assert _collate_dicts(one, specs, max_bytes=63) is None  # a copy big enough for threads
-    assert _collate_dicts(one, specs, bounds=np.array([1], np.int64)) is None  # over the plan
+        assert _collate_dicts(samples, keys, codes) is None, samples
+    assert _collate_dicts(one, keys, codes, max_bytes=63) is None  # a copy big enough for threads
+    assert _collate_dicts(one, keys, codes, bounds=np.array([1], np.int64)) is None  # over the plan
     param = [{"a": torch.nn.Parameter(torch.ones(2))}, {"a": torch.nn.Parameter(torch.ones(1))}]
-    assert _collate_dicts(param, {}) is None  # exactly torch.Tensor only
+    assert _collate_dicts(param, keys, (ROW_TENSOR,), dtypes=(torch.float32,)) is None  # exactly torch.Tensor
+    floats = [{"a": torch.ones(2)}, {"a": torch.ones(1)}]
+    assert _collate_dicts(floats, keys, (ROW_TENSOR,), dtypes=(torch.float64,)) is None  # another dtype
     equal = [{"a": [1, 2]}, {"a": [4, 5]}]
-    assert _collate_dicts(equal, specs, marked="a") is None  # mask_from names a key that is stacked
-    assert _collate_dicts(equal, specs, bounds=np.array([1], np.int64)) is None  # stacked, but over the plan
+    assert _collate_dicts(equal, keys, codes, mark=0) is None  # the mask's key is stacked
+    assert (
+        _collate_dicts(equal, keys, codes, bounds=np.array([1], np.int64)) is None
+    )  # stacked, over the plan
+    numbers = [{"a": [1], "y": 1}, {"a": [2], "y": 2.5}]
+    assert _collate_dicts(numbers, "ay", (ROW_LIST, INT)) is None  # numbers of two kinds
+    with pytest.raises(ValueError, match="one code, dtype and fill per key"):
+        native.collate_dicts(one, (("a",), (), (), (), 8, None, False, -1, 3, 64, torch.Tensor))
 
 
 def test_collate_dicts_stacks_a_key_of_one_length_that_is_no_sequence():
     """A key whose rows share one length and that is not declared a sequence is stacked
-    (no padding, no counts, no shape), as the walk stacks it; the mask and lengths come
-    from the first padded key, and there are none when no key is padded."""
-    specs = {("a", -1): (0, False), ("b", -1): (0, True)}
-    out, real, total, shapes, masked = _collate_dicts(
-        [{"a": [1, 2], "b": [7]}, {"a": [4, 5], "b": [8, 9]}], specs, multiple=4
+    (no padding, no counts, no shape); the mask and lengths come from the first padded
+    key, and there are none when no key is padded."""
+    codes = (ROW_LIST, ROW_LIST | ALWAYS)
+    out, mask, lengths, real, total, shapes = _collate_dicts(
+        [{"a": [1, 2], "b": [7]}, {"a": [4, 5], "b": [8, 9]}], "ab", codes, multiple=4
     )
     assert out["a"].tolist() == [[1, 2], [4, 5]] and out["b"].tolist() == [[7, 0, 0, 0], [8, 9, 0, 0]]
-    assert out["lengths"].tolist() == [1, 2] and masked and (real, total, shapes) == (3, 8, [("b", (2, 4))])
-    out, real, total, shapes, masked = _collate_dicts(
-        [{"a": [1, 2]}, {"a": [4, 5]}], specs, multiple=4, left=True
+    assert (
+        lengths.tolist() == [1, 2] and mask is not None and (real, total, shapes) == (3, 8, [("b", (2, 4))])
     )
-    assert list(out) == ["a"] and out["a"].tolist() == [[1, 2], [4, 5]] and not masked
+    out, mask, lengths, real, total, shapes = _collate_dicts(
+        [{"a": [1, 2]}, {"a": [4, 5]}], "a", codes[:1], multiple=4, left=True
+    )
+    assert list(out) == ["a"] and out["a"].tolist() == [[1, 2], [4, 5]] and mask is None and lengths is None
     assert (real, total, shapes) == (0, 0, [])
 
 
-def test_collate_dicts_keeps_a_samples_own_mask_and_lengths_keys():
-    samples = [{"ids": [1, 2], "mask": [1, 1]}, {"ids": [3], "mask": [1]}]
-    specs = {("ids", -1): (0, True), ("mask", -1): (0, True)}
-    out, *_, masked = _collate_dicts(samples, specs, multiple=1)
-    assert out["mask"].tolist() == [[1, 1], [1, 0]] and not masked  # the samples' own, padded
-    assert out["lengths"].tolist() == [2, 1]
-    out, *_, masked = _collate_dicts(samples, specs, multiple=1, mask_key=None, lengths_key=None, left=True)
-    assert list(out) == ["ids", "mask"] and out["ids"].tolist() == [[1, 2], [0, 3]] and not masked
+def test_collate_dicts_gives_an_aligned_key_the_mask_keys_width():
+    """A stacked key marked ALIGN whose one length is the mask key's one length is padded
+    to the mask key's width (an attention_mask beside declared input_ids); another length,
+    or no ALIGN, keeps it stacked."""
+    samples = [
+        {"ids": [1, 2, 3], "m": [1, 1, 1], "f": [5, 5]},
+        {"ids": [4, 5, 6], "m": [1, 1, 1], "f": [6, 6]},
+    ]
+    out, mask, lengths, real, total, shapes = _collate_dicts(
+        samples,
+        ("ids", "m", "f"),
+        (ROW_LIST | ALWAYS, ROW_LIST | ALIGN, ROW_LIST | ALIGN),
+        multiple=4,
+        left=True,
+    )
+    assert out["m"].tolist() == [[0, 1, 1, 1], [0, 1, 1, 1]] and out["f"].tolist() == [[5, 5], [6, 6]]
+    assert shapes == [("ids", (2, 4)), ("m", (2, 4))] and (real, total) == (12, 16)
+    out, *_ = _collate_dicts(samples, ("ids", "m", "f"), (ROW_LIST | ALWAYS, ROW_LIST, ROW_LIST), multiple=4)
+    assert out["m"].shape == (2, 3)
 
 
 def test_collate_dicts_survives_a_key_whose_eq_changes_the_batch():
@@ -371,7 +412,7 @@ def test_collate_dicts_survives_a_key_whose_eq_changes_the_batch():
     for equal in (False, True):
         first = {"a": [1, 2, 3]}
         samples = [first, {Clash(equal): [4]}]
-        got = _collate_dicts(samples, {("a", -1): (0, True)}, multiple=1)
+        got = _collate_dicts(samples, "a", (ROW_LIST | ALWAYS,), multiple=1)
         if equal:  # found: sample 0's row as it is now
             assert got[0]["a"].tolist() == [[9], [4]]
         else:  # not found: a missing key
@@ -392,15 +433,14 @@ def test_collate_dicts_of_a_batch_past_its_stack_scratch():
         }
         for row in sizes
     ]
-    specs = {}
-    while len(got := _collate_dicts(samples, specs, multiple=1)) == 3:  # each key's spec asked for once
-        specs[got[:2]] = (0, True)
-    out, real, total, shapes, masked = got
+    codes = [ROW_LIST | ALWAYS if j % 2 else ROW_TENSOR | ALWAYS for j in range(6)]
+    dtypes = [None if j % 2 else torch.int32 for j in range(6)]
+    out, mask, lengths, real, total, shapes = _collate_dicts(samples, keys, codes, dtypes=dtypes, multiple=1)
     for j, k in enumerate(keys):
         n = torch.from_numpy(sizes[:, j])[:, None]
         pos = torch.arange(out[k].shape[1])
         assert torch.equal(out[k], torch.where(pos < n, pos + 1, 0).to(out[k].dtype))
-    assert torch.equal(out["lengths"], torch.from_numpy(sizes[:, 0])) and real == sizes.sum()
+    assert torch.equal(lengths, torch.from_numpy(sizes[:, 0])) and real == sizes.sum()
 
 
 def test_collate_dicts_holds_the_samples_walked_before_a_lookup():
@@ -420,7 +460,7 @@ def test_collate_dicts_holds_the_samples_walked_before_a_lookup():
 
     junk = []
     samples = [{"a": [1, 2, 3]}, {"a": [5, 6]}, {"a": [4]}, {Clash(): [2, 2, 2]}, {"a": [3]}]
-    got = _collate_dicts(samples, {("a", -1): (0, True)}, multiple=1)
+    got = _collate_dicts(samples, "a", (ROW_LIST | ALWAYS,), multiple=1)
     assert got[0]["a"].tolist() == [[1, 2, 3], [5, 6, 0], [4, 0, 0], [2, 2, 2], [3, 0, 0]]
     assert samples[1]["a"] == [7, 7] and len(junk) == 200
 
@@ -435,10 +475,12 @@ def test_views_past_their_resized_storage_are_never_read():
     assert pad_rows_torch([row, torch.ones(2, dtype=torch.float64)]) is None
     bufs = [np.empty(2, np.int64), np.empty(2, np.int64), np.empty(2, np.int64), np.empty(1, np.int64)]
     assert native.describe([torch.ones(2, dtype=torch.float64), row], 1, *bufs)[0] == 1
-    specs = {("ids", -1): (0, True)}
     assert (
         _collate_dicts(
-            [{"ids": [1], "y": label}, {"ids": [2], "y": torch.tensor(2.0, dtype=torch.float64)}], specs
+            [{"ids": [1], "y": label}, {"ids": [2], "y": torch.tensor(2.0, dtype=torch.float64)}],
+            ("ids", "y"),
+            (ROW_LIST, TENSOR_0D),
+            dtypes=(None, torch.float64),
         )
         is None
     )
@@ -508,7 +550,7 @@ def test_an_error_raised_by_a_key_during_a_lookup_propagates(call):
         if call == "dict_columns":
             native.dict_columns(samples)
         else:
-            _collate_dicts(samples, {("a", -1): (0, True), ("b", -1): (0, True)})
+            _collate_dicts(samples, "ab", (ROW_LIST, ROW_LIST))
 
 
 def test_flags_are_read_as_truth_values():

@@ -14,8 +14,11 @@ from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
 import loaders.collate as collate_module
+import loaders.collate_python as collate_python
 from dyntile.planning import BucketPlan, plan_buckets
 from loaders import DynTileCollate
+
+from test_collate_outputs import python_only
 
 Point = collections.namedtuple("Point", "x y")
 
@@ -498,7 +501,6 @@ def test_batch_padding_reaches_every_leaf():
 def test_pin_memory_reaches_every_tensor(monkeypatch):
     """With CUDA, pin_memory=True pins every output tensor. Simulated on a CPU build:
     pinning marks a tensor, and every tensor of the batch must carry the mark."""
-    import loaders.collate as collate_module
 
     real_empty = torch.empty
 
@@ -530,7 +532,7 @@ def test_pin_memory_skipped_in_a_worker_with_one_warning(monkeypatch):
     """In a DataLoader worker, pin_memory=True would start CUDA there (impossible in a
     forked worker of a process using CUDA; on a CPU build torch.empty(pin_memory=True)
     raises): the worker's copy skips pinning, warns once, and collates as without it."""
-    import loaders.collate as collate_module
+    import loaders.collate_python as collate_python
 
     monkeypatch.setattr(collate_module, "_pinning_available", lambda: True)
     collate = DynTileCollate(pin_memory=True, pad_values={"ids": 0})
@@ -585,14 +587,13 @@ def test_tensor_leaves_of_every_kind_match_the_bindings_route(monkeypatch):
 
 
 def _walk_only(collate: DynTileCollate, samples):
-    """``collate(samples)`` through the general walk (the flat-rows route switched off)."""
-    fast, args = collate._collate_rows, collate._native_args
-    collate._collate_rows = lambda samples: None
-    collate._native_args = None
-    try:
-        return collate(samples)
-    finally:
-        collate._collate_rows, collate._native_args = fast, args
+    """``collate(samples)`` by the Python executor (its plans made without a native form)."""
+    return python_only(collate)(samples)
+
+
+def _no_python_executor(monkeypatch):
+    """Fail the test if a batch reaches the Python executor (a test that the native one runs)."""
+    monkeypatch.setattr(collate_python, "run", lambda *a: pytest.fail("ran the Python executor"))
 
 
 @pytest.mark.parametrize("route", ["native", "bindings", "walk"])
@@ -709,9 +710,12 @@ def assert_same_batch(got: dict, want: dict) -> None:
 
 
 def test_flat_rows_route_is_taken(monkeypatch):
-    """The common batch does not reach the walk (a test that the fast route can fail)."""
+    """The common batch does not reach the Python executor (a test that the native one can fail)."""
+    from dyntile import tensor_reader
+    if tensor_reader.native_module() is None:
+        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
     collate = DynTileCollate(pad_values={"input_ids": 0})
-    monkeypatch.setattr(collate_module._Batch, "walk", lambda *a: pytest.fail("walked"))
+    _no_python_executor(monkeypatch)
     out = collate([{"input_ids": [1, 2, 3]}, {"input_ids": torch.tensor([4]).tolist()}])
     assert out["input_ids"].tolist() == [[1, 2, 3, 0, 0, 0, 0, 0], [4, 0, 0, 0, 0, 0, 0, 0]]
     assert out["lengths"].tolist() == [3, 1]
@@ -724,8 +728,7 @@ def test_native_flat_rows_route_is_taken(leaf, monkeypatch):
     from dyntile import tensor_reader
     if tensor_reader.native_module() is None:
         pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
-    monkeypatch.setattr(collate_module, "pad_rows", lambda *a, **k: pytest.fail("pad_rows"))
-    monkeypatch.setattr(DynTileCollate, "_add_mask_and_lengths", lambda *a: pytest.fail("Python mask"))
+    _no_python_executor(monkeypatch)
     collate = DynTileCollate(pad_values={"labels": -100}, side="left")
     out = collate([{"input_ids": leaf([1, 2, 3]), "labels": leaf([5, 6, 7])},
                    {"input_ids": leaf([4]), "labels": leaf([8])}])
@@ -747,7 +750,7 @@ def test_native_route_stacks_numbers_beside_the_rows(numbers, dtype, monkeypatch
     from dyntile import tensor_reader
     if tensor_reader.native_module() is None:
         pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
-    monkeypatch.setattr(collate_module._Batch, "walk", lambda *a: pytest.fail("walked"))
+    _no_python_executor(monkeypatch)
     collate = DynTileCollate(pad_values={"input_ids": 0})
     samples = [{"label": numbers[0], "input_ids": [1, 2, 3]}, {"label": numbers[1], "input_ids": [4]}]
     out = collate(samples)
@@ -773,7 +776,7 @@ def test_native_route_reads_keys_in_any_order_and_equal_key_objects(monkeypatch)
     options = dict(pad_values={"input_ids": 0, "labels": -100})
     want = _walk_only(DynTileCollate(**options), samples)
     fast = DynTileCollate(**options)
-    monkeypatch.setattr(collate_module._Batch, "walk", lambda *a: pytest.fail("walked"))
+    _no_python_executor(monkeypatch)
     got = fast(samples)
     assert_same_batch(got, want)
     assert got["labels"][1].tolist() == [7] + [-100] * 7 and got["input_ids"][3].tolist()[:4] == [17, 18, 19, 20]
@@ -798,7 +801,7 @@ def test_native_flat_rows_route_equals_the_walk_for_every_dtype(dtype, side):
     assert fast.stats.as_dict() == walk.stats.as_dict()
     from dyntile import tensor_reader
     if tensor_reader.native_module() is not None:
-        assert len(fast._row_specs) == 2                          # (ids, lists) and (x, dtype)
+        assert fast._last.native is not None and len(fast._plans) == 1    # one plan, run natively
 
 
 def test_flat_rows_route_with_other_keys_and_samples_equals_the_walk():
@@ -922,7 +925,7 @@ def test_an_extended_plan_reaches_the_native_route(monkeypatch):
     assert collate([{"a": list(range(20))}, {"a": [1]}])["a"].shape == (2, 24)   # extended: (8,) -> (8, 24)
     assert collate.plan.boundaries == (8, 24)
     if tensor_reader.native_module() is not None:
-        monkeypatch.setattr(collate_module, "pad_rows", lambda *a, **k: pytest.fail("left the native route"))
+        _no_python_executor(monkeypatch)
     out = collate([{"a": list(range(12))}, {"a": [1]}])
     assert out["a"].shape == (2, 24) and out["lengths"].tolist() == [12, 1]
 
@@ -963,7 +966,7 @@ def test_a_subclass_overriding_collate_runs_on_every_batch():
 def test_a_collate_pickled_without_the_native_state_still_collates():
     collate = DynTileCollate(pad_values={"a": 0})
     state = collate.__getstate__()
-    del state["_row_specs"], state["_native_args"]            # as pickled before they existed
+    state.update(_row_specs={}, _native_args=None, _pin=False)   # as an older dyntile pickled it
     old = DynTileCollate.__new__(DynTileCollate)
     old.__setstate__(state)
     assert old([{"a": [1, 2]}, {"a": [3]}])["a"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
