@@ -29,6 +29,7 @@ at least ``WARMUP_SECONDS`` (steady state, as asv warms a time benchmark); ``--c
 adds the same tables timed right after the other methods' passes, and the
 fresh-sample lines time collates of samples made just before.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,10 +40,17 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))      # the asv suite, as a package
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the asv suite, as a package
 
-from benchmarks.bench_collate import (WARMUP_SECONDS, hf_collate, loader_seconds, make_batches,  # noqa: E402
-                                      pad_sequence_collate, warmed)
+from benchmarks.bench_collate import (  # noqa: E402
+    WARMUP_SECONDS,
+    hf_collate,
+    loader_seconds,
+    make_batches,
+    pad_sequence_collate,
+    warmed,
+)
+
 from dyntile.planning import plan_buckets  # noqa: E402
 from loaders import DynTileCollate  # noqa: E402
 
@@ -78,7 +86,7 @@ def fresh_ratio(batches, ours, reference, repeat: int, build=as_tensors) -> tupl
     for _ in range(repeat):
         t = dict.fromkeys(totals, 0.0)
         for i, b in enumerate(batches):
-            for name, fn in (pairs if i % 2 else pairs[::-1]):
+            for name, fn in pairs if i % 2 else pairs[::-1]:
                 fresh = [build(s) for s in b]
                 t0 = time.perf_counter()
                 fn(fresh)
@@ -101,7 +109,7 @@ def rotated(methods: dict, rounds: int, seconds, warm: bool = True) -> dict:
     results = {name: [] for name in methods}
     turns = list(methods.items())
     for r in range(rounds):
-        for name, fn in turns[r % len(turns):] + turns[:r % len(turns)]:
+        for name, fn in turns[r % len(turns) :] + turns[: r % len(turns)]:
             results[name].append(warmed(seconds, fn) if warm else seconds(fn))
     return results
 
@@ -121,13 +129,21 @@ def loader_table(order: str, args) -> None:
     every batch crosses to this process), the methods interleaved, medians."""
     _, batches = make_batches("tensors", args.batches, args.batch, order=order)
     pads = {"input_ids": 0, "labels": -100}
-    methods = {"dyntile (one-buffer transfer)": DynTileCollate(pad_values=pads),
-               "dyntile (torch's transfer)": DynTileCollate(pad_values=pads, worker_transfer="torch"),
-               "pad_sequence + mask": pad_sequence_collate}
-    results = rotated(methods, max(1, args.repeat // 2), lambda fn: loader_seconds(fn, batches) / (len(batches) - 1),
-                      warm=False)           # each pass starts its own worker
-    print_table(f"through a DataLoader (1 worker), {order} batches of {args.batch} dict samples (input_ids, labels)",
-                results)
+    methods = {
+        "dyntile (one-buffer transfer)": DynTileCollate(pad_values=pads),
+        "dyntile (torch's transfer)": DynTileCollate(pad_values=pads, worker_transfer="torch"),
+        "pad_sequence + mask": pad_sequence_collate,
+    }
+    results = rotated(
+        methods,
+        max(1, args.repeat // 2),
+        lambda fn: loader_seconds(fn, batches) / (len(batches) - 1),
+        warm=False,
+    )  # each pass starts its own worker
+    print_table(
+        f"through a DataLoader (1 worker), {order} batches of {args.batch} dict samples (input_ids, labels)",
+        results,
+    )
 
 
 def main(argv=None) -> None:
@@ -135,52 +151,85 @@ def main(argv=None) -> None:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--batches", type=int, default=50)
     p.add_argument("--repeat", type=int, default=7)
-    p.add_argument("--cold", action="store_true",
-                   help="also time each pass right after the other methods' (no warm-up pass)")
+    p.add_argument(
+        "--cold",
+        action="store_true",
+        help="also time each pass right after the other methods' (no warm-up pass)",
+    )
     args = p.parse_args(argv)
-    torch.set_num_threads(1)            # as in DataLoader workers, where a collate_fn runs
-    cases = [(kind, order, labels) for labels in (True, False)
-             for kind, order in (("tensors", "random"), ("tensors", "grouped"), ("lists", "random"), ("lists", "grouped"))]
+    torch.set_num_threads(1)  # as in DataLoader workers, where a collate_fn runs
+    cases = [
+        (kind, order, labels)
+        for labels in (True, False)
+        for kind, order in (
+            ("tensors", "random"),
+            ("tensors", "grouped"),
+            ("lists", "random"),
+            ("lists", "grouped"),
+        )
+    ]
     for kind, order, labels in cases:
         L, batches = make_batches(kind, args.batches, args.batch, order=order, labels=labels)
         plan = plan_buckets(L, max_buckets=8)
         pads = {"input_ids": 0, "labels": -100} if labels else {"input_ids": 0}
-        methods = {"dyntile (multiple=8)": DynTileCollate(pad_values=pads),
-                   "dyntile (8-bucket plan)": DynTileCollate(plan, pad_values=pads)}
+        methods = {
+            "dyntile (multiple=8)": DynTileCollate(pad_values=pads),
+            "dyntile (8-bucket plan)": DynTileCollate(plan, pad_values=pads),
+        }
         if labels and kind == "tensors":
             methods["pad_sequence + mask"] = pad_sequence_collate
         elif not labels:
             try:
                 methods["HF DataCollatorWithPadding(8)"] = hf_collate()
-            except NotImplementedError:                 # transformers is not installed
+            except NotImplementedError:  # transformers is not installed
                 continue
         if len(methods) == 2:
             continue
-        for fn in methods.values():                      # warm up
+        for fn in methods.values():  # warm up
             fn(batches[0])
         keys = "input_ids, labels" if labels else "input_ids"
         for warm in (True, False) if args.cold else (True,):
             results = rotated(methods, args.repeat, lambda fn: measure(fn, batches, 1), warm=warm)
-            state = f"each after {WARMUP_SECONDS} s of its own passes" if warm else "each after the method before it"
-            print_table(f"{kind}, {order} batches: {args.batches} batches of {args.batch} dict samples ({keys}); "
-                        f"{state}", results)
+            state = (
+                f"each after {WARMUP_SECONDS} s of its own passes"
+                if warm
+                else "each after the method before it"
+            )
+            print_table(
+                f"{kind}, {order} batches: {args.batches} batches of {args.batch} dict samples ({keys}); "
+                f"{state}",
+                results,
+            )
 
     for order in ("random", "grouped"):
         _, lists = make_batches("lists", args.batches, args.batch, order=order)
-        ours, ref, ratio = fresh_ratio(lists, DynTileCollate(pad_values={"input_ids": 0, "labels": -100}),
-                                       pad_sequence_collate, args.repeat)
-        print(f"\nfresh samples, {order} batches (built just before each collate; input_ids, labels): "
-              f"dyntile {ours:.1f} us, pad_sequence + mask {ref:.1f} us: {ratio:.1f}x")
+        ours, ref, ratio = fresh_ratio(
+            lists,
+            DynTileCollate(pad_values={"input_ids": 0, "labels": -100}),
+            pad_sequence_collate,
+            args.repeat,
+        )
+        print(
+            f"\nfresh samples, {order} batches (built just before each collate; input_ids, labels): "
+            f"dyntile {ours:.1f} us, pad_sequence + mask {ref:.1f} us: {ratio:.1f}x"
+        )
     try:
         hf = hf_collate()
-    except NotImplementedError:                         # transformers is not installed
+    except NotImplementedError:  # transformers is not installed
         hf = None
     for order in ("random", "grouped") if hf is not None else ():
         _, lists = make_batches("lists", args.batches, args.batch, order=order, labels=False)
-        ours, ref, ratio = fresh_ratio(lists, DynTileCollate(pad_values={"input_ids": 0}), hf, max(1, args.repeat // 2),
-                                       build=as_new_lists)
-        print(f"\nfresh samples, {order} batches (new lists of new ints just before each collate; input_ids): "
-              f"dyntile {ours:.1f} us, HF DataCollatorWithPadding(8) {ref:.1f} us: {ratio:.1f}x")
+        ours, ref, ratio = fresh_ratio(
+            lists,
+            DynTileCollate(pad_values={"input_ids": 0}),
+            hf,
+            max(1, args.repeat // 2),
+            build=as_new_lists,
+        )
+        print(
+            f"\nfresh samples, {order} batches (new lists of new ints just before each collate; input_ids): "
+            f"dyntile {ours:.1f} us, HF DataCollatorWithPadding(8) {ref:.1f} us: {ratio:.1f}x"
+        )
     for order in ("random", "grouped"):
         loader_table(order, args)
 

@@ -5,19 +5,29 @@ multiple, or to a bucket plan's boundary), allocates the output once and runs on
 copy kernel (:mod:`dyntile.cpu.pad` on the host, :mod:`dyntile.cuda` on the GPU).
 Nothing is ever cut: a target smaller than the data is an error.
 """
+
 from __future__ import annotations
 
 import bisect
 import operator
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
 from dyntile import shapes as _shapes
 from dyntile import tensor_reader
-from dyntile.arrays import (as_numpy, bit_out, bit_view, carrier_fill, check_out, check_out_grad, memory_view,
-                            torch_numpy_dtype, wrap_like)
+from dyntile.arrays import (
+    as_numpy,
+    bit_out,
+    bit_view,
+    carrier_fill,
+    check_out,
+    check_out_grad,
+    memory_view,
+    torch_numpy_dtype,
+    wrap_like,
+)
 from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_torch_tensor
@@ -50,8 +60,10 @@ def check_plan(plan) -> None:
     if isinstance(plan, (tuple, list)) and plan and all(isinstance(b, int) for b in plan):
         hint = f"; for the boundaries {tuple(plan)} pass plan=BucketPlan({tuple(plan)})"
     text = repr(plan)
-    raise TypeError(f"plan should be a dyntile BucketPlan (BucketPlan(boundaries), or dyntile.plan_buckets(lengths)), "
-                    f"but got {type(plan).__name__} {text if len(text) <= 60 else text[:57] + '...'}{hint}")
+    raise TypeError(
+        f"plan should be a dyntile BucketPlan (BucketPlan(boundaries), or dyntile.plan_buckets(lengths)), "
+        f"but got {type(plan).__name__} {text if len(text) <= 60 else text[:57] + '...'}{hint}"
+    )
 
 
 def _as_list(arrays) -> list:
@@ -79,24 +91,32 @@ def _normalize(samples: list, dtype, promote: bool = True):
             if first_kind is None:
                 first_kind = (i, kind)
             elif kind != first_kind[1]:
-                raise TypeError(f"sample {i} is {kind}, but sample {first_kind[0]} is {first_kind[1]}; "
-                                f"promote=False needs one kind (lists of numbers may join either)")
+                raise TypeError(
+                    f"sample {i} is {kind}, but sample {first_kind[0]} is {first_kind[1]}; "
+                    f"promote=False needs one kind (lists of numbers may join either)"
+                )
         a, tok = as_numpy(x, what=f"sample {i}")
-        if tok is not None and dtype is not None:     # bfloat16 bits to dtype=: torch casts the values
+        if tok is not None and dtype is not None:  # bfloat16 bits to dtype=: torch casts the values
             a, tok = _cast_torch_only(x, tok, np.dtype(dtype), i), None
         if is_t:
             if torch_like and tok != token:
-                raise TypeError(f"sample {i} has torch dtype {x.dtype}, which NumPy cannot promote with "
-                                f"the torch samples before it; cast them to one dtype")
+                raise TypeError(
+                    f"sample {i} has torch dtype {x.dtype}, which NumPy cannot promote with "
+                    f"the torch samples before it; cast them to one dtype"
+                )
             torch_like, token = True, tok
         if a.ndim == 0:
-            raise ValueError(f"sample {i} is a scalar (0-d, value {a.item()!r}); samples are arrays of "
-                             f"at least 1 dimension (use numpy.stack for scalars)")
+            raise ValueError(
+                f"sample {i} is a scalar (0-d, value {a.item()!r}); samples are arrays of "
+                f"at least 1 dimension (use numpy.stack for scalars)"
+            )
         if ndim is None:
             ndim = a.ndim
         elif a.ndim != ndim:
-            raise ValueError(f"all samples should have the same number of dimensions, but sample 0 has "
-                             f"{ndim} and sample {i} has {a.ndim} (shape {a.shape})")
+            raise ValueError(
+                f"all samples should have the same number of dimensions, but sample 0 has "
+                f"{ndim} and sample {i} has {a.ndim} (shape {a.shape})"
+            )
         if a.dtype.byteorder not in "=|":
             a = a.astype(a.dtype.newbyteorder("="))
         if isinstance(x, (list, tuple)):
@@ -107,9 +127,11 @@ def _normalize(samples: list, dtype, promote: bool = True):
     if not promote and dtype is None and len({d for _, d in strong}) > 1:
         i, d = next((i, d) for i, d in strong if d != strong[0][1])
         j = strong[0][0]
-        raise TypeError(f"sample {i} has dtype {samples[i].dtype}, but sample {j} has {samples[j].dtype}; "
-                        f"promote=False needs one dtype (cast the samples, or pass dtype=)")
-    if token is not None and dtype is None:     # the batch carries bfloat16 (float8) as integer bits
+        raise TypeError(
+            f"sample {i} has dtype {samples[i].dtype}, but sample {j} has {samples[j].dtype}; "
+            f"promote=False needs one dtype (cast the samples, or pass dtype=)"
+        )
+    if token is not None and dtype is None:  # the batch carries bfloat16 (float8) as integer bits
         _join_torch_only(samples, arrays, weak, token)
         strong, weak = strong + [(i, arrays[i].dtype) for i, _ in weak], []
     dt = promote_samples(strong, weak, dtype)
@@ -127,8 +149,9 @@ def _cast_torch_only(x, token, dtype: np.dtype, i: int) -> np.ndarray:
     """Sample ``i``, a tensor of a dtype NumPy lacks (``token``: bfloat16, float8),
     cast by torch to ``dtype`` (same_kind: floats and complex)."""
     if dtype.kind not in "fc":
-        raise TypeError(f"sample {i} has dtype {token}, which cannot be cast to dtype={dtype} "
-                        f"(same_kind casting)")
+        raise TypeError(
+            f"sample {i} has dtype {token}, which cannot be cast to dtype={dtype} (same_kind casting)"
+        )
     torch = sys.modules["torch"]
     return x.detach().to(torch.from_numpy(np.empty(0, dtype)).dtype).numpy()
 
@@ -142,8 +165,10 @@ def _join_torch_only(samples: list, arrays: list, weak: list, token) -> None:
     first = next(i for i, x in enumerate(samples) if is_torch_tensor(x))
     i = next((i for i, x in enumerate(samples) if isinstance(x, np.ndarray)), None)
     if i is not None:
-        raise TypeError(f"sample {i} is a NumPy {samples[i].dtype} array, but sample {first} is a {token} "
-                        f"tensor, which NumPy cannot promote with; cast them to one dtype (or pass dtype=)")
+        raise TypeError(
+            f"sample {i} is a NumPy {samples[i].dtype} array, but sample {first} is a {token} "
+            f"tensor, which NumPy cannot promote with; cast them to one dtype (or pass dtype=)"
+        )
     bits = torch.from_numpy(arrays[first][:0]).dtype
     for i, a in weak:
         values = torch.from_numpy(np.ascontiguousarray(a))
@@ -189,8 +214,10 @@ def _target_shape(shapes: np.ndarray, multiple, axes, shape, plan) -> tuple[int,
         if over.size:
             a = int(over[0])
             i = int(np.argmax(shapes[:, a]))
-            raise ValueError(f"sample {i} has shape {_shape(shapes, i)}, larger than shape={target} along "
-                             f"axis {a}; pad_batch never cuts data (slice the sample first)")
+            raise ValueError(
+                f"sample {i} has shape {_shape(shapes, i)}, larger than shape={target} along "
+                f"axis {a}; pad_batch never cuts data (slice the sample first)"
+            )
         return target
     m = _shapes.check_multiple(multiple)
     ragged = _ragged_axes(shapes, axes, plan)
@@ -199,8 +226,10 @@ def _target_shape(shapes: np.ndarray, multiple, axes, shape, plan) -> tuple[int,
         differ = np.flatnonzero(shapes[:, a] != shapes[0, a])
         if differ.size:
             i = int(differ[0])
-            raise ValueError(f"samples differ along axis {a}, which is not padded (axes={ragged}): sample 0 has "
-                             f"shape {_shape(shapes, 0)} and sample {i} has {_shape(shapes, i)}; pass axes= to pad it")
+            raise ValueError(
+                f"samples differ along axis {a}, which is not padded (axes={ragged}): sample 0 has "
+                f"shape {_shape(shapes, 0)} and sample {i} has {_shape(shapes, i)}; pass axes= to pad it"
+            )
     if plan is not None:
         if len(ragged) != plan.ndim:
             raise ValueError(f"the plan covers {plan.ndim} axes but axes={ragged} names {len(ragged)}")
@@ -234,8 +263,20 @@ def _copy_batch(arrays: list, out: np.ndarray, fill, left: bool, token=None) -> 
         out[index] = a
 
 
-def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, plan=None, fill=0,
-              side: str = "right", dtype=None, promote: bool = True, out=None, device: str | None = None):
+def pad_batch(
+    arrays: Sequence,
+    *,
+    multiple: int = 8,
+    axes=None,
+    shape=None,
+    plan=None,
+    fill=0,
+    side: str = "right",
+    dtype=None,
+    promote: bool = True,
+    out=None,
+    device: str | None = None,
+):
     """Pad a ragged list of arrays into one dense batch.
 
     Parameters
@@ -292,10 +333,17 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
     samples = _as_list(arrays)
     if not samples:
         raise ValueError("pad_batch needs at least one array, but got an empty sequence")
-    if device == "cpu":                           # the host: what None means
+    if device == "cpu":  # the host: what None means
         device = None
-    if axes is None and shape is None and out is None and dtype is None and device is None \
-            and type(samples[0]) is not np.ndarray and is_torch_tensor(samples[0]):
+    if (
+        axes is None
+        and shape is None
+        and out is None
+        and dtype is None
+        and device is None
+        and type(samples[0]) is not np.ndarray
+        and is_torch_tensor(samples[0])
+    ):
         rows = _pad_token_rows(samples, multiple, plan, fill, left)
         if rows is not None:
             return rows[0], sys.modules["torch"].from_numpy(rows[1])
@@ -305,10 +353,21 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
             return rows[0], rows[1]
     shapes, dt, bad = _pad.describe(samples)
     torch_like, token = False, None
-    if bad == -1 and dt is not None and (dtype is None or np.dtype(dtype) == dt) and device is None \
-            and shapes.shape[1] > 0:
+    if (
+        bad == -1
+        and dt is not None
+        and (dtype is None or np.dtype(dtype) == dt)
+        and device is None
+        and shapes.shape[1] > 0
+    ):
         host = samples  # fast path: native-order ndarrays of one rank and dtype
-    elif bad == 0 and dtype is None and device is None and is_torch_tensor(samples[0]) and not samples[0].is_cuda:
+    elif (
+        bad == 0
+        and dtype is None
+        and device is None
+        and is_torch_tensor(samples[0])
+        and not samples[0].is_cuda
+    ):
         result = _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out)
         if result is not None:
             return result
@@ -321,10 +380,12 @@ def pad_batch(arrays: Sequence, *, multiple: int = 8, axes=None, shape=None, pla
         if device == "cuda" or backend_of(samples, what="arrays") == "cuda":
             return _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out)
         host, shapes, dt, torch_like, token = _normalize(samples, dtype, promote)
-    if dt.kind in "US":                           # a fill of 0 would become the string '0'
+    if dt.kind in "US":  # a fill of 0 would become the string '0'
         i = next((i for i, x in enumerate(samples) if getattr(x, "dtype", dt) == dt), 0)
-        raise TypeError(f"sample {i} has dtype {dt}; pad_batch pads numbers (bool, integer, float, complex, "
-                        f"datetime) and records, not strings")
+        raise TypeError(
+            f"sample {i} has dtype {dt}; pad_batch pads numbers (bool, integer, float, complex, "
+            f"datetime) and records, not strings"
+        )
     target = (len(host),) + _target_shape(shapes, multiple, axes, shape, plan)
     dest = None if out is None else check_out(out, target, dt, "this batch", token, _memory_of(samples))
     if dest is None:
@@ -347,7 +408,7 @@ def _tensors_near(out, samples: list, ptrs, shapes, strides, width: int) -> tupl
     ``out``, as a collate's, meets none: a view each cost 5x the padding)."""
     try:
         view = memory_view(out)
-    except (TypeError, ValueError, AttributeError, RuntimeError):   # not an array: check_out names it
+    except (TypeError, ValueError, AttributeError, RuntimeError):  # not an array: check_out names it
         return _memory_of(samples)
     if type(view) is not np.ndarray:
         return _memory_of(samples)
@@ -363,8 +424,18 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
         return None
     dt, token = torch_numpy_dtype(tdtype)
     target = (len(samples),) + _target_shape(shapes, multiple, axes, shape, plan)
-    dest = None if out is None else check_out(out, target, dt, "this batch", token,
-                                              _tensors_near(out, samples, ptrs, shapes, strides, dt.itemsize))
+    dest = (
+        None
+        if out is None
+        else check_out(
+            out,
+            target,
+            dt,
+            "this batch",
+            token,
+            _tensors_near(out, samples, ptrs, shapes, strides, dt.itemsize),
+        )
+    )
     bits = kernel_fill_bits(fill, dt, token)
     if bits is None:
         return None
@@ -388,14 +459,19 @@ def _row_setup(dt: np.dtype, token, multiple, plan, fill):
     dtype it carries): ``size_of(longest)`` gives the padded length, ``layout`` is
     :func:`native_row_layout`'s. ``None`` for dtypes the kernels do not move."""
     if plan is not None and type(plan) is not BucketPlan and not isinstance(plan, BucketPlan):
-        return None               # a plan of the protocol only: the general path asks its round_up
-    key = (dt, token, fill_key(fill), type(multiple),       # 8.0 == 8, but only 8 is a multiple
-           multiple if plan is None else plan.boundaries)     # a plan's hash costs more
+        return None  # a plan of the protocol only: the general path asks its round_up
+    key = (
+        dt,
+        token,
+        fill_key(fill),
+        type(multiple),  # 8.0 == 8, but only 8 is a multiple
+        multiple if plan is None else plan.boundaries,
+    )  # a plan's hash costs more
     try:
         return _ROW_SETUP[key]
     except KeyError:
         pass
-    except TypeError:             # an unhashable fill (a 0-d array): work it out uncached
+    except TypeError:  # an unhashable fill (a 0-d array): work it out uncached
         key = None
     bits = kernel_fill_bits(fill, dt, token)
     if bits is None:
@@ -454,6 +530,7 @@ def _plan_rows(plan):
         if 0 <= n <= top:
             return bounds[bisect.bisect_left(bounds, n)]
         return plan.round_up(n)[0]
+
     return size_of
 
 
@@ -474,7 +551,7 @@ def pad_rows(samples: list, *, multiple: int = 8, plan=None, fill=0, side: str =
     """
     left = _SIDES.get(side) if type(side) is str else None
     if left is None:
-        left = _check_side(side)                  # raises, naming what is accepted
+        left = _check_side(side)  # raises, naming what is accepted
     if plan is not None:
         check_plan(plan)
     if type(samples) is not list or not samples:
@@ -490,9 +567,16 @@ def pad_rows(samples: list, *, multiple: int = 8, plan=None, fill=0, side: str =
     return None
 
 
-
-def pad_rows_torch(samples: list, *, multiple: int = 8, plan=None, fill=0, side: str = "right",
-                   lengths: bool = False, mask: bool = False):
+def pad_rows_torch(
+    samples: list,
+    *,
+    multiple: int = 8,
+    plan=None,
+    fill=0,
+    side: str = "right",
+    lengths: bool = False,
+    mask: bool = False,
+):
     """:func:`pad_rows` straight into new torch tensors, natively, in one call:
     ``(batch, lengths, mask, longest, total)``.
 
@@ -507,13 +591,14 @@ def pad_rows_torch(samples: list, *, multiple: int = 8, plan=None, fill=0, side:
     caller has it loaded.
 
     >>> import torch
-    >>> batch, lengths, mask, longest, total = pad_rows_torch([[1, 2, 3], [4]], multiple=4, lengths=True, mask=True)
+    >>> rows = [[1, 2, 3], [4]]
+    >>> batch, lengths, mask, longest, total = pad_rows_torch(rows, multiple=4, lengths=True, mask=True)
     >>> batch.tolist(), lengths.tolist(), mask[1].tolist()
     ([[1, 2, 3, 0], [4, 0, 0, 0]], [3, 1], [True, False, False, False])
     """
     left = _SIDES.get(side) if type(side) is str else None
     if left is None:
-        left = _check_side(side)                  # raises, naming what is accepted
+        left = _check_side(side)  # raises, naming what is accepted
     if plan is not None:
         check_plan(plan)
     native = tensor_reader.native_module()
@@ -524,13 +609,15 @@ def pad_rows_torch(samples: list, *, multiple: int = 8, plan=None, fill=0, side:
         return None
     try:
         setup = _row_setup(*kind, multiple, plan, fill)
-    except (TypeError, ValueError):               # a fill that does not fit: pad_batch names it
+    except (TypeError, ValueError):  # a fill that does not fit: pad_batch names it
         return None
     if setup is None or setup[2] is None:
         return None
     bits, _, (m, bounds) = setup
-    return native.pad_rows(samples, m, bounds, bits, left, (1 if lengths else 0) | (2 if mask else 0),
-                           _PARALLEL_COPY_BYTES - 1)
+    return native.pad_rows(
+        samples, m, bounds, bits, left, (1 if lengths else 0) | (2 if mask else 0), _PARALLEL_COPY_BYTES - 1
+    )
+
 
 def _pad_token_rows(samples, multiple, plan, fill, left):
     """1-D CPU tensors (token ids, labels), the hot case of a collate: ``(batch,
@@ -554,18 +641,21 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
     native = tensor_reader.describe_rows(samples)
     if native is not None:
         shapes, strides, ptrs, longest, total = native
-        batch = np.empty((len(samples), size_of(longest)), dt)   # too short: pad_pointers raises, pad_rows says None
+        batch = np.empty(
+            (len(samples), size_of(longest)), dt
+        )  # too short: pad_pointers raises, pad_rows says None
         _pad.pad_pointers(ptrs, shapes, strides, batch, bits, left, copy_threads(batch.nbytes))
         batch = sys.modules["torch"].from_numpy(batch)
         return (batch if token is None else batch.view(token)), shapes.reshape(-1), longest, total
-    if len(samples) * x0.numel() > _CAT_ELEMENTS:    # long rows: the extra copy would cost more than it saves
+    if len(samples) * x0.numel() > _CAT_ELEMENTS:  # long rows: the extra copy would cost more than it saves
         return None
     rows = cat_token_rows(samples)
     if rows is None:
         return None
     flat, lengths = rows
-    batch, lengths, longest, total = _pad.pad_flat_rows(flat.data_ptr(), flat.shape[0], lengths, dt, size_of,
-                                                        bits, left, copy_threads)
+    batch, lengths, longest, total = _pad.pad_flat_rows(
+        flat.data_ptr(), flat.shape[0], lengths, dt, size_of, bits, left, copy_threads
+    )
     batch = sys.modules["torch"].from_numpy(batch)
     return (batch if token is None else batch.view(token)), lengths, longest, total
 
@@ -580,8 +670,12 @@ def cat_token_rows(samples: list):
     except (RuntimeError, TypeError):
         return None
     # cat promotes dtypes and skips legacy empty 1-D tensors, so check both
-    if flat.dim() != 1 or not flat.is_cpu or flat.layout is not torch.strided \
-            or list(map(_DTYPE, samples)).count(samples[0].dtype) != len(samples):
+    if (
+        flat.dim() != 1
+        or not flat.is_cpu
+        or flat.layout is not torch.strided
+        or list(map(_DTYPE, samples)).count(samples[0].dtype) != len(samples)
+    ):
         return None
     return flat, list(map(torch.Tensor.numel, samples))
 
@@ -600,10 +694,10 @@ def _pad_number_lists(samples, multiple, axes, shape, plan, fill, left, out):
     if axes is None and shape is None and out is None and (plan is None or plan.ndim == 1):
         try:
             setup = _row_setup(_INT64, None, multiple, plan, fill)
-        except (TypeError, ValueError):   # e.g. fill=0.5 (fine for float lists): the two-pass route checks
+        except (TypeError, ValueError):  # e.g. fill=0.5 (fine for float lists): the two-pass route checks
             setup = None
         if setup is not None:
-            result = _number_lists.pad_ints(samples, setup[1], setup[0], left)    # token ids: one pass
+            result = _number_lists.pad_ints(samples, setup[1], setup[0], left)  # token ids: one pass
             if result is not None:
                 return result
     lengths, dt = _number_lists.scan(samples)
@@ -625,8 +719,10 @@ def _require_cuda() -> None:
     from numba import cuda
 
     if not cuda.is_available():
-        raise RuntimeError("device='cuda' needs a CUDA GPU and driver, which this machine lacks "
-                           "(numba.cuda.is_available() is False); pad on the host with device=None")
+        raise RuntimeError(
+            "device='cuda' needs a CUDA GPU and driver, which this machine lacks "
+            "(numba.cuda.is_available() is False); pad on the host with device=None"
+        )
 
 
 def _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out):
@@ -634,28 +730,34 @@ def _pad_cuda(samples, multiple, axes, shape, plan, fill, left, dtype, out):
     from dyntile import cuda as _cuda  # imports numba only now
 
     check_out_grad(out)
-    token = next(filter(None, (bit_view(x)[1] for x in samples)), None)   # bfloat16, float8 tensors
+    token = next(filter(None, (bit_view(x)[1] for x in samples)), None)  # bfloat16, float8 tensors
     if token is not None:
         return _pad_cuda_bits(samples, multiple, axes, shape, plan, fill, left, dtype, out, token)
     shapes_list, dts = [], []
     for i, x in enumerate(samples):
         if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-            raise TypeError(f"sample {i} ({type(x).__name__}) is not an array; with device='cuda' pass "
-                            f"NumPy or device arrays")
+            raise TypeError(
+                f"sample {i} ({type(x).__name__}) is not an array; with device='cuda' pass "
+                f"NumPy or device arrays"
+            )
         shapes_list.append(tuple(int(s) for s in x.shape))
         dts.append(_cuda.numpy_dtype(x.dtype))
     ndims = {len(s) for s in shapes_list}
     if len(ndims) != 1:
         i = next(i for i, s in enumerate(shapes_list) if len(s) != len(shapes_list[0]))
-        raise ValueError(f"all samples should have the same number of dimensions, but sample 0 has shape "
-                         f"{shapes_list[0]} and sample {i} has {shapes_list[i]}")
+        raise ValueError(
+            f"all samples should have the same number of dimensions, but sample 0 has shape "
+            f"{shapes_list[0]} and sample {i} has {shapes_list[i]}"
+        )
     if len(shapes_list[0]) == 0:
         raise ValueError("sample 0 is a scalar (0-d); pad_batch pads arrays of at least 1 dimension")
     dt = np.dtype(dtype) if dtype is not None else dts[0]
     for i, d in enumerate(dts):
         if d != dt:
-            raise TypeError(f"on the GPU every sample needs dtype {dt}, but sample {i} has {d}; "
-                            f"cast them first (device kernels do not promote)")
+            raise TypeError(
+                f"on the GPU every sample needs dtype {dt}, but sample {i} has {d}; "
+                f"cast them first (device kernels do not promote)"
+            )
     shapes = np.array(shapes_list, dtype=np.int64)
     target = (len(samples),) + _target_shape(shapes, multiple, axes, shape, plan)
     bits = check_fill(fill, dt).item()
@@ -669,16 +771,31 @@ def _pad_cuda_bits(samples, multiple, axes, shape, plan, fill, left, dtype, out,
     route on their bits (:func:`dyntile.arrays.bit_view`), the result viewed back."""
     for i, x in enumerate(samples):
         if not is_torch_tensor(x) or x.dtype != token:
-            raise TypeError(f"on the GPU every sample needs dtype {token}, but sample {i} has "
-                            f"{getattr(x, 'dtype', type(x).__name__)}; cast them first (device kernels do not promote)")
+            raise TypeError(
+                f"on the GPU every sample needs dtype {token}, but sample {i} has "
+                f"{getattr(x, 'dtype', type(x).__name__)}; cast them first (device kernels do not promote)"
+            )
         if not x.is_cuda:
-            raise TypeError(f"device='cuda' pads host arrays into a Numba device array, which cannot hold {token}; "
-                            f"move the tensors to the GPU (tensor.cuda()) and pad them there")
+            raise TypeError(
+                f"device='cuda' pads host arrays into a Numba device array, which cannot hold {token}; "
+                f"move the tensors to the GPU (tensor.cuda()) and pad them there"
+            )
     if dtype is not None and dtype != token:
-        raise TypeError(f"on the GPU the batch keeps the samples' dtype {token}, but got dtype={dtype}; "
-                        f"cast the samples first (device kernels do not promote)")
-    batch, lengths = _pad_cuda([bit_view(x)[0] for x in samples], multiple, axes, shape, plan,
-                               carrier_fill(fill, token), left, None, bit_out(out, token, "this batch"))
+        raise TypeError(
+            f"on the GPU the batch keeps the samples' dtype {token}, but got dtype={dtype}; "
+            f"cast the samples first (device kernels do not promote)"
+        )
+    batch, lengths = _pad_cuda(
+        [bit_view(x)[0] for x in samples],
+        multiple,
+        axes,
+        shape,
+        plan,
+        carrier_fill(fill, token),
+        left,
+        None,
+        bit_out(out, token, "this batch"),
+    )
     return (out if out is not None else batch.view(token)), lengths
 
 
@@ -697,8 +814,10 @@ def pad_to(x, shape, *, fill=0, side: str = "right", out=None):
         raise ValueError(f"cannot pad x of shape {xshape} to shape {target}: the ranks differ")
     for a, (s, t) in enumerate(zip(xshape, target)):
         if t < s:
-            raise ValueError(f"cannot pad x of shape {xshape} to shape {target}: axis {a} would be cut "
-                             f"({s} > {t}); pad_to never truncates")
+            raise ValueError(
+                f"cannot pad x of shape {xshape} to shape {target}: axis {a} would be cut "
+                f"({s} > {t}); pad_to never truncates"
+            )
     batch_out = None
     if out is not None:
         if not hasattr(out, "shape") or not hasattr(out, "reshape"):

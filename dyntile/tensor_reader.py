@@ -13,6 +13,7 @@ answer. The same module also pads 1-D rows straight into new torch tensors
 (:func:`loaders.leaf_handlers.mapping_columns`); :func:`native_module` hands it out.
 Imported only once a torch tensor is seen: importing dyntile imports no torch.
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,12 +22,19 @@ import numpy as np
 
 from dyntile.cpu import pad as _pad
 
-__all__ = ["describe_tensors", "describe_native", "describe_rows", "native_module", "native_reader",
-           "native_status", "requires_grad"]
+__all__ = [
+    "describe_tensors",
+    "describe_native",
+    "describe_rows",
+    "native_module",
+    "native_reader",
+    "native_status",
+    "requires_grad",
+]
 
 _UNSET = object()
 _native = _UNSET
-NATIVE_API = 4      # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
+NATIVE_API = 4  # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
 
 
 def native_module():
@@ -37,7 +45,7 @@ def native_module():
     if _native is _UNSET:
         torch = sys.modules.get("torch")
         if torch is None:
-            return None                    # asked again once torch is loaded
+            return None  # asked again once torch is loaded
         _native = None
         if np.dtype(np.intp).itemsize == 8:
             try:
@@ -45,7 +53,10 @@ def native_module():
             except ImportError:
                 pass
             else:
-                if torch_tensors.built_for == torch.__version__ and getattr(torch_tensors, "api", 1) == NATIVE_API:
+                if (
+                    torch_tensors.built_for == torch.__version__
+                    and getattr(torch_tensors, "api", 1) == NATIVE_API
+                ):
                     _native = torch_tensors
     return _native
 
@@ -67,18 +78,21 @@ def native_status() -> str:
     try:
         from dyntile.cpu import torch_tensors
     except ImportError as e:
-        return (f"not built ({e}): install dyntile with torch present and "
-                f"`pip install --no-build-isolation`")
+        return f"not built ({e}): install dyntile with torch present and `pip install --no-build-isolation`"
     if np.dtype(np.intp).itemsize != 8:
         return "not used: it needs a 64-bit Python"
     api = getattr(torch_tensors, "api", 1)
     if api != NATIVE_API:
-        return (f"not used: built from other sources (native API {api}, this dyntile calls {NATIVE_API}); "
-                f"rebuild dyntile with `pip install --no-build-isolation`")
+        return (
+            f"not used: built from other sources (native API {api}, this dyntile calls {NATIVE_API}); "
+            f"rebuild dyntile with `pip install --no-build-isolation`"
+        )
     if torch_tensors.built_for == torch.__version__:
         return "switched off (dyntile.tensor_reader._native is None: a test or benchmark turned it off)"
-    return (f"not used: built for torch {torch_tensors.built_for}, running {torch.__version__}; "
-            f"reinstall dyntile with `pip install --no-build-isolation`")
+    return (
+        f"not used: built for torch {torch_tensors.built_for}, running {torch.__version__}; "
+        f"reinstall dyntile with `pip install --no-build-isolation`"
+    )
 
 
 def describe_tensors(samples: list):

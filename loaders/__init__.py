@@ -19,6 +19,7 @@
 
 ``loaders`` builds on :mod:`dyntile` (never the other way round) and imports torch.
 """
+
 from .collate import DynTileCollate
 from .packed_collate import PackedCollate
 from .packing_sampler import PackingBatchSampler

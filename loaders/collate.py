@@ -12,31 +12,30 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import math
 import warnings
+from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any
 
 import torch
 from torch.utils.data import get_worker_info
 
+from dyntile.overflow import BUCKET_OVERFLOWS, check_overflow
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import check_multiple, check_tile
 
 from . import collate_python
 from .collate_python import map_tensors
 from .collate_spec import LABEL_KEYS, CollateRules, Mismatch, plan_batch, signature
-from .collate_stats import CollateStats
+from .collate_stats import STATS_KEY, CollateStats, batch_counts
+from .pinning import pinning_available
 from .worker_transfer import WorkerBatch
 
 __all__ = ["DynTileCollate"]
 
-OVERFLOWS = ("error", "truncate", "extend")
 WORKER_TRANSFERS = ("one_buffer", "torch")
-STATS_KEY = "collate_stats"
 #: the renames Hugging Face's collators apply to a label key
 HF_RENAMES = MappingProxyType({"label": "labels", "label_ids": "labels"})
-_PIN_WARNED = False
 _MAX_PLANS = 256  # structures planned per collate before the cache starts over
 
 
@@ -79,12 +78,10 @@ class DynTileCollate:
         pin_memory: bool = False,
         overflow: str = "error",
         return_stats: bool = False,
-        pack=None,
         worker_transfer: str = "one_buffer",
         label_keys: Collection[str] = LABEL_KEYS,
         rename: Mapping[str, str] | None = None,
     ):
-        given = {k: v for k, v in locals().items() if k in _WITH_PACK}  # what the pack check reads
         _check_choices(plan, side, overflow, worker_transfer, axes)
         self.plan, self.fill, self.side, self.overflow = plan, fill, side, overflow
         self.multiple = check_multiple(multiple)
@@ -101,12 +98,9 @@ class DynTileCollate:
         self.tile = None if tile is None else check_tile(tile)
         self.pin_memory, self.return_stats = bool(pin_memory), bool(return_stats)
         self.label_keys, self.rename = frozenset(label_keys), _read_only(rename)
-        self.pack = _read_only(_pack_options(pack, self.pad_values))
-        if self.pack is not None:
-            _check_pack_options(**given)
         self.worker_transfer = worker_transfer
         self.stats = CollateStats()
-        self._reset_rules(self.pin_memory and _pinning_available())
+        self._reset_rules(self.pin_memory and pinning_available("DynTileCollate"))
 
     @classmethod
     def from_tokenizer(cls, tokenizer, *, pad_to_multiple_of: int | None = 8, **options) -> DynTileCollate:
@@ -183,8 +177,6 @@ class DynTileCollate:
         else by this structure's plan, planned again when the batch does not match it."""
         if len(samples) == 0:
             raise ValueError("DynTileCollate needs at least one sample, but got an empty batch")
-        if self.pack is not None:
-            return self._collate_packed(samples)
         last = self._last
         if last is not None and last.run_native is not None and type(samples) is list:
             got = last.run_native(samples, last.native)
@@ -243,7 +235,7 @@ class DynTileCollate:
         if self._rules.pin:  # padded leaves were allocated pinned; the rest is copied
             out = map_tensors(out, lambda t, key: t if t.is_pinned() else t.pin_memory())
         if self.return_stats and isinstance(out, dict):
-            out[STATS_KEY] = _counts(real, total, shapes, truncated, extended)
+            out[STATS_KEY] = batch_counts(real, total, shapes, truncated, extended)
         self.stats.add(real, total, shapes, truncated, extended)
         return out
 
@@ -251,26 +243,6 @@ class DynTileCollate:
         """``overflow="extend"``: this collate's plan grows (per process), and its plans follow."""
         object.__setattr__(self, "plan", plan)
         self._reset_rules(self._rules.pin)
-
-    def _collate_packed(self, samples: Sequence) -> dict:
-        """``pack=``: :func:`loaders.packed_collate.collate_packed`, with this collate's
-        counters, ``return_stats`` and pinning."""
-        from .packed_collate import collate_packed
-
-        out = collate_packed(samples, **self.pack)
-        B, T = out["packing"].shape
-        tokens = int(out["packing"].sizes.sum())
-        shapes = [
-            (k, tuple(v.shape))
-            for k, v in out.items()  # the token keys: [B, T, *rest]
-            if isinstance(v, torch.Tensor)
-            and v.shape[:2] == (B, T)
-            and k not in ("position_ids", "segment_ids", "attention_mask")
-        ]
-        real = sum(
-            tokens * math.prod(shape[2:]) for _, shape in shapes
-        )  # elements, as unpacked batches count
-        return self._finish(out, None, None, real, sum(math.prod(shape) for _, shape in shapes), shapes)
 
     def _no_pinning_in_worker(self) -> None:
         """In a ``DataLoader`` worker, pinning would start CUDA in the worker (which a
@@ -307,7 +279,7 @@ _RULE_OPTIONS = tuple(f.name for f in dataclasses.fields(CollateRules) if f.name
 #: what a collate pickled by an older dyntile holds besides its options: its caches, worked out again
 _OLD_STATE = frozenset({"_row_specs", "_native_args", "_direct", "_worker_buffer"})
 #: the options held as read-only mappings (their nested dicts too)
-_MAPPING_OPTIONS = ("pad_values", "bucket_rows", "pack", "rename")
+_MAPPING_OPTIONS = ("pad_values", "bucket_rows", "rename")
 
 
 def _check_choices(plan, side: str, overflow: str, worker_transfer: str, axes) -> None:
@@ -315,8 +287,7 @@ def _check_choices(plan, side: str, overflow: str, worker_transfer: str, axes) -
         raise TypeError(f"plan should be a dyntile BucketPlan, but got {type(plan).__name__}")
     if side not in ("right", "left"):
         raise ValueError(f"side should be 'right' or 'left', but got {side!r}")
-    if overflow not in OVERFLOWS:
-        raise ValueError(f"overflow should be one of {OVERFLOWS}, but got {overflow!r}")
+    check_overflow(overflow, BUCKET_OVERFLOWS)
     if worker_transfer not in WORKER_TRANSFERS:
         raise ValueError(f"worker_transfer should be one of {WORKER_TRANSFERS}, but got {worker_transfer!r}")
     if axes is not None and not tuple(axes):
@@ -364,32 +335,6 @@ def _writable(options: Mapping | None) -> dict | None:
     return _remap(options, dict)
 
 
-def _counts(real: int, total: int, shapes: list, truncated: int, extended: int) -> dict:
-    """One batch's counts, as ``return_stats=True`` adds them under ``STATS_KEY``."""
-    return {
-        "real_elements": real,
-        "padded_elements": total,
-        "shapes": shapes,
-        "truncated_samples": truncated,
-        "plan_extensions": extended,
-    }
-
-
-def _pinning_available() -> bool:
-    global _PIN_WARNED
-    if torch.cuda.is_available():
-        return True
-    if not _PIN_WARNED:
-        warnings.warn(
-            "DynTileCollate(pin_memory=True): pinned memory needs CUDA, which this torch build or "
-            "machine lacks; outputs are allocated in ordinary memory",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        _PIN_WARNED = True
-    return False
-
-
 def _bucket_rows(plan, bucket_rows, batch_multiple) -> dict | None:
     """``{bucket sizes: rows}`` from one row count per bucket of ``plan``."""
     if bucket_rows is None:
@@ -403,53 +348,3 @@ def _bucket_rows(plan, bucket_rows, batch_multiple) -> dict | None:
     if len(rows) != len(shapes):
         raise ValueError(f"bucket_rows has {len(rows)} entries but the plan has {len(shapes)} buckets")
     return dict(zip(shapes, rows))
-
-
-def _pack_options(pack, pad_values: dict) -> dict | None:
-    """``collate_packed``'s keyword arguments from ``pack=``; ``pad_values`` are this
-    collate's, under those the dict itself gives."""
-    if pack is None:
-        return None
-    if hasattr(pack, "shapes"):  # a PackingBatchSampler
-        options = {"shapes": tuple(pack.shapes), "overflow": getattr(pack, "overflow", "second_shape")}
-    elif isinstance(pack, Mapping):
-        options = dict(pack)
-        if "shapes" in options:
-            options["shapes"] = tuple(options["shapes"])
-    else:
-        options = {"shapes": tuple(pack)}
-    options["pad_values"] = {**pad_values, **dict(options.get("pad_values") or {})}
-    return options
-
-
-#: options of DynTileCollate that the packed layout decides itself: the values it takes
-#: (the defaults; mask_key=None too: no (B, T) mask is what pack gives anyway)
-_WITH_PACK = {
-    "plan": (None,),
-    "multiple": (8,),
-    "fill": (0,),
-    "side": ("right",),
-    "pad_keys": (None,),
-    "axes": (None,),
-    "batch_multiple": (None,),
-    "bucket_rows": (None,),
-    "mask_key": ("attention_mask", None),
-    "lengths_key": ("lengths",),
-    "mask_from": (None,),
-    "mask_dtype": (torch.bool,),
-    "tile": (None,),
-    "overflow": ("error",),
-    "label_keys": (LABEL_KEYS, frozenset(LABEL_KEYS)),
-    "rename": (None,),
-}
-
-
-def _check_pack_options(**given) -> None:
-    """``ValueError`` naming the options given with ``pack=`` that it would ignore."""
-    ignored = [k for k, v in given.items() if not any(v is a or v == a for a in _WITH_PACK[k])]
-    if ignored:
-        raise ValueError(
-            f"with pack=, the packed layout sets the shapes, masks and padding, so {ignored} "
-            f"would be ignored; drop them (pad_values, pin_memory, return_stats and "
-            f"worker_transfer apply; collate_packed's own options go in the pack dict)"
-        )

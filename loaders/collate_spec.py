@@ -19,8 +19,9 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import numbers
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 import torch

@@ -6,11 +6,12 @@ counters see only that worker's batches. For global figures either run with
 carries its own counts under ``"collate_stats"``) and fold them in the main
 process with :meth:`CollateStats.update`.
 """
+
 from __future__ import annotations
 
 import collections
 import dataclasses
-from typing import Mapping
+from collections.abc import Mapping
 
 __all__ = ["CollateStats"]
 
@@ -50,9 +51,13 @@ class CollateStats:
 
     def update(self, batch_stats: Mapping) -> None:
         """Add one batch's counts (the ``"collate_stats"`` entry of a batch)."""
-        self.add(int(batch_stats["real_elements"]), int(batch_stats["padded_elements"]),
-                 [(key, tuple(shape)) for key, shape in batch_stats["shapes"]],
-                 int(batch_stats.get("truncated_samples", 0)), int(batch_stats.get("plan_extensions", 0)))
+        self.add(
+            int(batch_stats["real_elements"]),
+            int(batch_stats["padded_elements"]),
+            [(key, tuple(shape)) for key, shape in batch_stats["shapes"]],
+            int(batch_stats.get("truncated_samples", 0)),
+            int(batch_stats.get("plan_extensions", 0)),
+        )
 
     def add(self, real: int, padded: int, shapes: list, truncated: int = 0, extended: int = 0) -> None:
         """Add one batch's counts given as ints and its ``(key, shape tuple)`` pairs
@@ -65,12 +70,33 @@ class CollateStats:
         if extended:
             self.plan_extensions += extended
         seen = self.shapes
-        for shape in shapes:              # Counter.update's Mapping check costs more than this
+        for shape in shapes:  # Counter.update's Mapping check costs more than this
             seen[shape] = seen.get(shape, 0) + 1
 
     def as_dict(self) -> dict:
         """Plain-Python summary (for logging)."""
-        return {"batches": self.batches, "real_elements": self.real_elements,
-                "padded_elements": self.padded_elements, "padding_ratio": self.padding_ratio,
-                "distinct_shapes": self.distinct_shapes, "truncated_samples": self.truncated_samples,
-                "plan_extensions": self.plan_extensions}
+        return {
+            "batches": self.batches,
+            "real_elements": self.real_elements,
+            "padded_elements": self.padded_elements,
+            "padding_ratio": self.padding_ratio,
+            "distinct_shapes": self.distinct_shapes,
+            "truncated_samples": self.truncated_samples,
+            "plan_extensions": self.plan_extensions,
+        }
+
+
+#: the key under which a batch carries its counts (``return_stats=True``)
+STATS_KEY = "collate_stats"
+
+
+def batch_counts(real: int, padded: int, shapes: list, truncated: int = 0, extended: int = 0) -> dict:
+    """One batch's counts, as a collate with ``return_stats=True`` adds them under
+    :data:`STATS_KEY` (and :meth:`CollateStats.update` reads them back)."""
+    return {
+        "real_elements": real,
+        "padded_elements": padded,
+        "shapes": shapes,
+        "truncated_samples": truncated,
+        "plan_extensions": extended,
+    }

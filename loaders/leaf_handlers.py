@@ -19,7 +19,8 @@ from __future__ import annotations
 import collections.abc
 import itertools
 import operator
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch

@@ -29,13 +29,14 @@ the chunks of split ones):
 A key the samples bring themselves (their own ``position_ids``, say) is kept: the
 output of that name is not computed.
 """
+
 from __future__ import annotations
 
 import math
 import numbers
 import warnings
-from collections.abc import Mapping
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -45,19 +46,24 @@ from dyntile import concat_rows
 from dyntile.arrays import torch_fill_bits
 from dyntile.cpu.packed_rows import packed_layout, place_pieces
 from dyntile.fill import check_fill, fill_bits
-from dyntile.planning.packing import check_packing_overflow, PackedBatch, check_packing_shapes, pack_checked_rows
+from dyntile.planning.packing import (
+    PackedBatch,
+    check_packing_overflow,
+    check_packing_shapes,
+    pack_checked_rows,
+)
 from dyntile.tensor_reader import describe_rows
 
-from .collate_stats import CollateStats
+from .collate_spec import IGNORE_INDEX, LABEL_KEYS
+from .collate_stats import STATS_KEY, CollateStats, batch_counts
 from .leaf_handlers import mapping_columns
+from .pinning import pinning_available
 from .worker_transfer import WorkerBatch
 
 __all__ = ["PackedCollate", "collate_packed", "ATTENTION_MASKS"]
 
-IGNORE_INDEX = -100
 #: the packed attention masks PackedCollate makes: none, [B, T, T] bool, [B, 1, T, T] additive float
 ATTENTION_MASKS = (None, "block", "additive")
-STATS_KEY = "collate_stats"
 _DEFAULT_KEY = "input_ids"
 _FLASH_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 
@@ -80,19 +86,32 @@ class PackedCollate:
     ([1, 1, 1, 2, 2, 0, 0, 0], [0, 3, 5, 8, 16])
     """
 
-    def __init__(self, shapes, *, overflow: str | None = None, pad_values: Mapping[str, Any] | None = None,
-                 label_keys: Sequence[str] = ("labels",), mask_boundary_labels: bool = True,
-                 attention_mask: str | bool | None = None, causal: bool = False,
-                 mask_dtype: torch.dtype = torch.float32, flash_attention_kwargs: bool = False,
-                 pin_memory: bool = False, return_stats: bool = False, worker_transfer: str = "one_buffer"):
-        if hasattr(shapes, "shapes") and hasattr(shapes, "overflow"):        # a PackingBatchSampler
+    def __init__(
+        self,
+        shapes,
+        *,
+        overflow: str | None = None,
+        pad_values: Mapping[str, Any] | None = None,
+        label_keys: Sequence[str] = LABEL_KEYS,
+        mask_boundary_labels: bool = True,
+        attention_mask: str | bool | None = None,
+        causal: bool = False,
+        mask_dtype: torch.dtype = torch.float32,
+        flash_attention_kwargs: bool = False,
+        pin_memory: bool = False,
+        return_stats: bool = False,
+        worker_transfer: str = "one_buffer",
+    ):
+        if hasattr(shapes, "shapes") and hasattr(shapes, "overflow"):  # a PackingBatchSampler
             overflow = shapes.overflow if overflow is None else overflow
             shapes = shapes.shapes
         self.shapes = check_packing_shapes(shapes)
         self.overflow = check_packing_overflow("extend" if overflow is None else overflow)
         self.pad_values = dict(pad_values or {})
         if isinstance(label_keys, str):
-            raise TypeError(f"label_keys should be a sequence of key names, but got the string {label_keys!r}")
+            raise TypeError(
+                f"label_keys should be a sequence of key names, but got the string {label_keys!r}"
+            )
         self.label_keys = tuple(label_keys)
         self.mask_boundary_labels = bool(mask_boundary_labels)
         self.attention_mask = _check_mask(attention_mask, mask_dtype)
@@ -100,20 +119,26 @@ class PackedCollate:
         self.mask_dtype = mask_dtype
         self.flash_attention_kwargs = bool(flash_attention_kwargs)
         if worker_transfer not in ("one_buffer", "torch"):
-            raise ValueError(f"worker_transfer should be 'one_buffer' or 'torch', but got {worker_transfer!r}")
+            raise ValueError(
+                f"worker_transfer should be 'one_buffer' or 'torch', but got {worker_transfer!r}"
+            )
         self.worker_transfer = worker_transfer
         self.pin_memory = bool(pin_memory)
-        self._pin = self.pin_memory and _pinning_available()
+        self._pin = self.pin_memory and pinning_available("PackedCollate")
         self.return_stats = bool(return_stats)
         self.stats = CollateStats()
-        self._bits: dict = {}                    # (key, dtype) -> (fill bits, element width) of its pad value
+        self._bits: dict = {}  # (key, dtype) -> (fill bits, element width) of its pad value
 
     def __call__(self, samples: Sequence) -> dict:
         in_worker = get_worker_info() is not None
         if in_worker and self._pin:
-            self._pin = False                    # pinned pages do not survive the pipe to the main process
-            warnings.warn("PackedCollate(pin_memory=True) in a DataLoader worker: pass pin_memory=True to the "
-                          "DataLoader instead; this worker's copy does not pin", RuntimeWarning, stacklevel=2)
+            self._pin = False  # pinned pages do not survive the pipe to the main process
+            warnings.warn(
+                "PackedCollate(pin_memory=True) in a DataLoader worker: pass pin_memory=True to the "
+                "DataLoader instead; this worker's copy does not pin",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         out = self._collate(samples)
         return WorkerBatch(out) if in_worker and self.worker_transfer == "one_buffer" else out
 
@@ -122,7 +147,7 @@ class PackedCollate:
             raise ValueError("PackedCollate needs at least one sample, but got an empty batch")
         tokens, others = _columns(samples)
         if self.flash_attention_kwargs and "attention_mask" in tokens and self.attention_mask is None:
-            del tokens["attention_mask"]         # a 2-D mask would send Hugging Face past cu_seq_lens
+            del tokens["attention_mask"]  # a 2-D mask would send Hugging Face past cu_seq_lens
         sources = {key: _token_source(column, key) for key, column in tokens.items()}
         lengths = _common_lengths(sources)
         packed = pack_checked_rows(lengths, self.shapes, self.overflow)
@@ -130,21 +155,29 @@ class PackedCollate:
         dst = packed.rows * T + packed.offsets
         out: dict[str, Any] = {key: self._place(key, src, packed, dst) for key, src in sources.items()}
         self._count(out, packed)
-        position, segment, cu, longest = packed_layout(packed.rows, packed.offsets, packed.sizes, packed.starts,
-                                                       B, T)
+        position, segment, cu, longest = packed_layout(
+            packed.rows, packed.offsets, packed.sizes, packed.starts, B, T
+        )
         segment_ids, cu_seqlens = torch.from_numpy(segment), torch.from_numpy(cu)
-        computed = {"position_ids": torch.from_numpy(position), "segment_ids": segment_ids,
-                    "cu_seqlens": cu_seqlens, "max_seqlen": int(longest), "lengths": torch.from_numpy(lengths)}
+        computed = {
+            "position_ids": torch.from_numpy(position),
+            "segment_ids": segment_ids,
+            "cu_seqlens": cu_seqlens,
+            "max_seqlen": int(longest),
+            "lengths": torch.from_numpy(lengths),
+        }
         out.update((k, v) for k, v in computed.items() if k not in out and k not in others)
         out.update((k, _stack_leaf(column)) for k, column in others.items())
-        if self.attention_mask is not None:      # asked for: it replaces a tokenizer's own mask of ones
+        if self.attention_mask is not None:  # asked for: it replaces a tokenizer's own mask of ones
             out["attention_mask"] = self._mask(segment_ids)
         if self.flash_attention_kwargs:
             out.update(zip(_FLASH_KEYS, (cu_seqlens, cu_seqlens, int(longest), int(longest))))
         out["packing"] = packed
         if self._pin:
-            out = {k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v
-                   for k, v in out.items()}
+            out = {
+                k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v
+                for k, v in out.items()
+            }
         return out
 
     def _place(self, key: str, src: _Source, packed: PackedBatch, dst: np.ndarray) -> torch.Tensor:
@@ -154,11 +187,24 @@ class PackedCollate:
         bits, width = self._fill_of(key, src.dtype, out.element_size())
         row = math.prod(src.rest)
         first = self.mask_boundary_labels and key in self.label_keys
-        if width != out.element_size():          # complex128: torch fills, the kernel moves whole rows as bytes
+        if width != out.element_size():  # complex128: torch fills, the kernel moves whole rows as bytes
             out.fill_(self._fill_value(key))
-        place_pieces(src.ptrs, src.strides, src.lengths, packed.indices, packed.starts, packed.sizes, dst,
-                     out.data_ptr(), B * T, row * out.element_size() // width, width, bits,
-                     first and width == out.element_size(), width == out.element_size())
+        place_pieces(
+            src.ptrs,
+            src.strides,
+            src.lengths,
+            packed.indices,
+            packed.starts,
+            packed.sizes,
+            dst,
+            out.data_ptr(),
+            B * T,
+            row * out.element_size() // width,
+            width,
+            bits,
+            first and width == out.element_size(),
+            width == out.element_size(),
+        )
         if first and width != out.element_size():
             out.view(B * T, -1).index_fill_(0, torch.from_numpy(dst[packed.sizes > 0]), self._fill_value(key))
         return out
@@ -179,10 +225,10 @@ class PackedCollate:
                     np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
                     if itemsize in (1, 2, 4, 8):
                         got = fill_bits(fill, np_dtype), itemsize
-                    else:                                          # checked here, filled by torch
+                    else:  # checked here, filled by torch
                         check_fill(fill, np_dtype)
                         got = 0, 1
-            except (TypeError, ValueError) as e:                   # a fill the dtype cannot hold
+            except (TypeError, ValueError) as e:  # a fill the dtype cannot hold
                 raise type(e)(f"pad value {fill!r} for key {key!r}: {e}") from None
             self._bits[key, dtype] = got
         return got
@@ -208,8 +254,7 @@ class PackedCollate:
         total = sum(math.prod(shape) for _, shape in shapes)
         self.stats.add(real, total, shapes)
         if self.return_stats:
-            out[STATS_KEY] = {"real_elements": real, "padded_elements": total, "shapes": shapes,
-                              "truncated_samples": 0, "plan_extensions": 0}
+            out[STATS_KEY] = batch_counts(real, total, shapes)
 
 
 def collate_packed(samples: Sequence, shapes, **options) -> dict:
@@ -270,8 +315,10 @@ def _check_bare(s, i: int) -> None:
     tuple of sequences)."""
     nested = isinstance(s, (list, tuple)) and s and isinstance(s[0], (torch.Tensor, np.ndarray, list, tuple))
     if not _is_token_leaf(s) or nested:
-        raise TypeError(f"sample {i} should be a dict (e.g. {{'input_ids': ..., 'labels': ...}}) or one "
-                        f"1-D sequence of tokens, but got a {type(s).__name__}" + (" of sequences" if nested else ""))
+        raise TypeError(
+            f"sample {i} should be a dict (e.g. {{'input_ids': ..., 'labels': ...}}) or one "
+            f"1-D sequence of tokens, but got a {type(s).__name__}" + (" of sequences" if nested else "")
+        )
 
 
 def _raise_mismatch(samples: Sequence) -> None:
@@ -304,8 +351,9 @@ def _token_source(column: list, key: str) -> _Source:
     lens = np.asarray(lens, dtype=np.int64)
     row_bytes = values.element_size() * math.prod(values.shape[1:])
     ptrs = (values.data_ptr() + (np.cumsum(lens) - lens) * row_bytes).astype(np.intp)
-    return _Source(ptrs, np.full(lens.size, row_bytes, np.int64), lens, values.dtype, tuple(values.shape[1:]),
-                   values)
+    return _Source(
+        ptrs, np.full(lens.size, row_bytes, np.int64), lens, values.dtype, tuple(values.shape[1:]), values
+    )
 
 
 def _common_lengths(sources: dict) -> np.ndarray:
@@ -327,8 +375,10 @@ def _stack_leaf(values: list):
     tensors, else the list as it is (strings, None, mixed)."""
     if all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in values):
         return torch.stack(values)
-    if all(isinstance(v, (numbers.Number, np.generic)) or (isinstance(v, np.ndarray) and v.ndim == 0)
-           for v in values):
+    if all(
+        isinstance(v, (numbers.Number, np.generic)) or (isinstance(v, np.ndarray) and v.ndim == 0)
+        for v in values
+    ):
         try:
             return torch.as_tensor(np.asarray(values))
         except (TypeError, ValueError):
@@ -344,14 +394,10 @@ def _check_mask(attention_mask, mask_dtype) -> str | None:
         return None
     if attention_mask not in ATTENTION_MASKS:
         raise ValueError(f"attention_mask should be one of {ATTENTION_MASKS}, but got {attention_mask!r}")
-    if attention_mask == "additive" and not (isinstance(mask_dtype, torch.dtype) and mask_dtype.is_floating_point):
-        raise TypeError(f"attention_mask='additive' needs a floating mask_dtype (the model's), but got {mask_dtype}")
+    if attention_mask == "additive" and not (
+        isinstance(mask_dtype, torch.dtype) and mask_dtype.is_floating_point
+    ):
+        raise TypeError(
+            f"attention_mask='additive' needs a floating mask_dtype (the model's), but got {mask_dtype}"
+        )
     return attention_mask
-
-
-def _pinning_available() -> bool:
-    if torch.cuda.is_available():
-        return True
-    warnings.warn("pin_memory=True: pinned memory needs CUDA, which this torch build or machine lacks; outputs "
-                  "are allocated in ordinary memory", RuntimeWarning, stacklevel=3)
-    return False

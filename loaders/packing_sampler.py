@@ -23,18 +23,24 @@ count may vary by epoch (:meth:`PackingBatchSampler.__len__`), but no epoch fail
 bad arguments (empty ``lengths``, a ``pool_size`` that is not a positive integer, a
 budget under one sample) are refused at construction.
 """
+
 from __future__ import annotations
 
 import operator
 
 import numpy as np
 
-from dyntile.planning.packing import check_packing_overflow, PackedBatch, check_pool_size, pack_lengths, packing_shapes
+from dyntile.planning.packing import (
+    PackedBatch,
+    check_packing_overflow,
+    check_pool_size,
+    pack_lengths,
+    packing_shapes,
+)
 
 from .epoch_sampler import EpochBatchSampler, layout_digest
 
 __all__ = ["PackingBatchSampler"]
-
 
 
 class PackingBatchSampler(EpochBatchSampler):
@@ -65,28 +71,65 @@ class PackingBatchSampler(EpochBatchSampler):
     (((2, 8),), 2, [0, 1, 2, 3, 4, 5])
     """
 
-    def __init__(self, lengths, *, max_tokens: int | None = None, seq_len: int | None = None,
-                 batch_rows: int | None = None, multiple: int = 8, overflow: str = "extend",
-                 pool_size: int | None = 65536, shuffle: bool = True, seed: int = 0, plan=None,
-                 num_replicas: int | None = None, rank: int | None = None, attention: str = "varlen",
-                 causal: bool = True, d_model: int | None = None, attention_weight: float | None = None,
-                 step_cost: float | None = None, sampler=None):
+    def __init__(
+        self,
+        lengths,
+        *,
+        max_tokens: int | None = None,
+        seq_len: int | None = None,
+        batch_rows: int | None = None,
+        multiple: int = 8,
+        overflow: str = "extend",
+        pool_size: int | None = 65536,
+        shuffle: bool = True,
+        seed: int = 0,
+        plan=None,
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        attention: str = "varlen",
+        causal: bool = True,
+        d_model: int | None = None,
+        attention_weight: float | None = None,
+        step_cost: float | None = None,
+        sampler=None,
+    ):
         self.lengths = np.asarray(lengths)
         overflow = check_packing_overflow(overflow)
-        self._shape_args = dict(seq_len=seq_len, max_tokens=max_tokens, batch_rows=batch_rows,
-                                multiple=multiple, overflow=overflow, plan=plan, attention=attention, causal=causal,
-                                d_model=d_model, attention_weight=attention_weight, step_cost=step_cost)
+        self._shape_args = dict(
+            seq_len=seq_len,
+            max_tokens=max_tokens,
+            batch_rows=batch_rows,
+            multiple=multiple,
+            overflow=overflow,
+            plan=plan,
+            attention=attention,
+            causal=causal,
+            d_model=d_model,
+            attention_weight=attention_weight,
+            step_cost=step_cost,
+        )
         self.shapes = packing_shapes(self.lengths, **self._shape_args)
-        self._shape_args["seq_len"] = self.shapes[0][1]   # the same shapes, not chosen again every epoch
+        self._shape_args["seq_len"] = self.shapes[0][1]  # the same shapes, not chosen again every epoch
         if self.lengths.size == 0:
             raise ValueError(f"lengths should be non-empty, but got shape {self.lengths.shape}")
         self.lengths = self.lengths.astype(np.int64)
         self.overflow = overflow
         self.pool_size = check_pool_size(pool_size)
-        super().__init__(len(self.lengths), shuffle=shuffle, seed=seed, num_replicas=num_replicas, rank=rank,
-                         sampler=sampler)
-        self.layout = layout_digest(np.ascontiguousarray(self.lengths), [tuple(s) for s in self.shapes],
-                                    overflow, self.pool_size, self.shuffle)
+        super().__init__(
+            len(self.lengths),
+            shuffle=shuffle,
+            seed=seed,
+            num_replicas=num_replicas,
+            rank=rank,
+            sampler=sampler,
+        )
+        self.layout = layout_digest(
+            np.ascontiguousarray(self.lengths),
+            [tuple(s) for s in self.shapes],
+            overflow,
+            self.pool_size,
+            self.shuffle,
+        )
         self._cache: tuple[tuple[int, int, int], list[PackedBatch]] | None = None
 
     # ---- epoch construction
@@ -96,9 +139,15 @@ class PackingBatchSampler(EpochBatchSampler):
         epoch = self.epoch if epoch is None else operator.index(epoch)
         key = (self.seed, epoch, self.num_replicas)
         if self._cache is None or self._cache[0] != key:
-            packed = pack_lengths(self.lengths, **self._shape_args, pool_size=self.pool_size,
-                                  shuffle=self.shuffle, seed=self.seed, epoch=epoch,
-                                  num_replicas=key[2])
+            packed = pack_lengths(
+                self.lengths,
+                **self._shape_args,
+                pool_size=self.pool_size,
+                shuffle=self.shuffle,
+                seed=self.seed,
+                epoch=epoch,
+                num_replicas=key[2],
+            )
             self._cache = (key, packed)
         return self._cache[1]
 

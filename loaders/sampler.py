@@ -28,9 +28,9 @@ import operator
 
 import numpy as np
 
+from dyntile.overflow import BUCKET_OVERFLOWS, check_overflow
 from dyntile.planning.buckets import BucketPlan, plan_buckets
 
-from .collate import OVERFLOWS
 from .epoch_sampler import EpochBatchSampler, layout_digest
 
 __all__ = ["BucketBatchSampler"]
@@ -85,8 +85,7 @@ class BucketBatchSampler(EpochBatchSampler):
             plan = plan_buckets(lengths, max_buckets=max_buckets, multiple=multiple, cost=cost or "linear")
         if not isinstance(plan, BucketPlan):
             raise TypeError(f"plan should be a dyntile BucketPlan, but got {type(plan).__name__}")
-        if overflow not in OVERFLOWS:
-            raise ValueError(f"overflow should be one of {OVERFLOWS}, but got {overflow!r}")
+        check_overflow(overflow, BUCKET_OVERFLOWS)
         self.overflow = overflow
         if overflow != "error" and lengths.size:
             top = np.asarray(plan.max_sizes)

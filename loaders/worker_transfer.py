@@ -22,6 +22,7 @@ Larger tensors, and values that are not plain dense CPU tensors, travel as torch
 sends them, next to the buffer; a batch with fewer than two small tensors is not
 packed at all.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,14 +35,20 @@ __all__ = ["PIPE_LIMIT", "TENSOR_LIMIT", "WorkerBatch", "unpack_batch"]
 PIPE_LIMIT = 256 << 10
 #: tensors of more bytes keep torch's transfer: their fixed cost is small next to their copies
 TENSOR_LIMIT = 1 << 20
-_ALIGN = 16                          # each tensor's offset in the buffer: every dtype's alignment
+_ALIGN = 16  # each tensor's offset in the buffer: every dtype's alignment
 
 
 def _packable(value) -> bool:
     """A tensor whose bytes are all there is to it: exact ``torch.Tensor``, dense,
     on the CPU, not quantized or nested, no autograd history to keep."""
-    return (type(value) is torch.Tensor and value.layout is torch.strided and value.device.type == "cpu"
-            and not value.requires_grad and not value.is_quantized and not value.is_nested)
+    return (
+        type(value) is torch.Tensor
+        and value.layout is torch.strided
+        and value.device.type == "cpu"
+        and not value.requires_grad
+        and not value.is_quantized
+        and not value.is_nested
+    )
 
 
 def _resolved(value):
@@ -70,8 +77,8 @@ class WorkerBatch(dict):
     def __reduce__(self):
         try:
             return self._packed()
-        except Exception:        # never fail here: a DataLoader worker's queue drops a batch it
-            return self._as_torch_sends_it()      # cannot pickle, and the main process waits forever
+        except Exception:  # never fail here: a DataLoader worker's queue drops a batch it
+            return self._as_torch_sends_it()  # cannot pickle, and the main process waits forever
 
     def _as_torch_sends_it(self):
         """The reduction of the plain dict, conjugate and negative views resolved."""
@@ -88,12 +95,12 @@ class WorkerBatch(dict):
                 count += 1
             else:
                 specs.append((key, _resolved(value)))
-        if count < 2:                                # nothing to save: torch's own transfer
+        if count < 2:  # nothing to save: torch's own transfer
             return self._as_torch_sends_it()
-        if offset <= PIPE_LIMIT:                     # inside the pickle
+        if offset <= PIPE_LIMIT:  # inside the pickle
             buffer = bytearray(offset)
             flat = _as_bytes_tensor(buffer)
-        else:                                        # one shared-memory segment for all
+        else:  # one shared-memory segment for all
             buffer = flat = _shared_bytes(offset)
         for spec in specs:
             if len(spec) == 5:
@@ -112,7 +119,7 @@ def unpack_batch(buffer, specs: list) -> dict:
 def _view(flat: torch.Tensor, spec: tuple) -> torch.Tensor:
     """The tensor a ``(key, offset, nbytes, dtype, shape)`` spec places in the byte tensor ``flat``."""
     _, start, nbytes, dtype, shape = spec
-    return flat[start:start + nbytes].view(dtype).view(shape)
+    return flat[start : start + nbytes].view(dtype).view(shape)
 
 
 def _shared_bytes(nbytes: int) -> torch.Tensor:
@@ -120,7 +127,7 @@ def _shared_bytes(nbytes: int) -> torch.Tensor:
     (as ``default_collate`` allocates in a worker), so torch pickles it without a copy."""
     try:
         storage = torch.UntypedStorage._new_shared(nbytes)
-    except AttributeError:                           # a torch without it: one more copy
+    except AttributeError:  # a torch without it: one more copy
         return torch.empty(nbytes, dtype=torch.uint8).share_memory_()
     return torch.empty(0, dtype=torch.uint8).set_(storage)
 
@@ -136,12 +143,18 @@ def _register_pytree() -> None:
     worker would silently change nothing."""
     try:
         from torch.utils import _pytree
+
         _pytree.register_pytree_node(
-            WorkerBatch, lambda d: (list(d.values()), list(d.keys())),
+            WorkerBatch,
+            lambda d: (list(d.values()), list(d.keys())),
             lambda values, keys: WorkerBatch(zip(keys, values)),
             serialized_type_name="loaders.worker_transfer.WorkerBatch",
-            flatten_with_keys_fn=lambda d: ([(_pytree.MappingKey(k), v) for k, v in d.items()], list(d.keys())))
-    except (ImportError, AttributeError, TypeError, ValueError):   # another torch: stays a leaf
+            flatten_with_keys_fn=lambda d: (
+                [(_pytree.MappingKey(k), v) for k, v in d.items()],
+                list(d.keys()),
+            ),
+        )
+    except (ImportError, AttributeError, TypeError, ValueError):  # another torch: stays a leaf
         pass
 
 

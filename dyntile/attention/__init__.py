@@ -31,7 +31,7 @@ def varlen_attention(
     """Softmax attention of ``q`` over ``k, v`` inside each segment; zeros on padding.
 
     Layouts: ``q, k, v`` ``[B, T, H, D]`` with ``segment_ids`` ``[B, T]`` (0 = padding,
-    each run of one id in a row a segment, as ``DynTileCollate(pack=...)`` emits them),
+    each run of one id in a row a segment, as ``PackedCollate`` emits them),
     or ``[total, H, D]`` with ``cu_seqlens`` ``(S + 1,)`` (segment ``s`` is tokens
     ``cu_seqlens[s] .. cu_seqlens[s + 1] - 1``; tokens past ``cu_seqlens[-1]`` are
     padding). ``scale`` defaults to ``1 / sqrt(D)``. float32 and float64 compute in

@@ -13,6 +13,7 @@ Every method gets the same token budget per batch and the same model and seed; e
 trains with its attention (``--attention``: by default SDPA with the mask for the
 baselines, :func:`dyntile.varlen_attention` for dyntile's rows).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,33 +83,60 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``dyntile demo`` (the data options are shared with ``dyntile plan``)."""
     g = p.add_argument_group("training run")
     g.add_argument("--steps", type=int, default=20, help="optimizer steps per method (default 20)")
-    g.add_argument("--batch-tokens", type=int, default=2048,
-                   help="token budget per batch, padding included, the same for every method (default 2048)")
-    g.add_argument("--pack-len", type=int, default=None,
-                   help="row length T of packed batches (default: the T of least training cost for the "
-                        "packing row's attention, see `dyntile plan`)")
-    g.add_argument("--pack-overflow", choices=("extend", "split"), default="extend",
-                   help="samples longer than --pack-len: whole, in a second packed shape (default), "
-                        "or split into chunks over consecutive rows (one shape)")
-    g.add_argument("--methods", default="random,sorted,buckets,packing",
-                   help="comma-separated subset of random,sorted,buckets,packing")
-    g.add_argument("--attention", default="auto", metavar="KIND|METHOD=KIND,...",
-                   help="attention each method trains with: dense (SDPA over the row with a block-diagonal "
-                        "causal mask) or varlen (dyntile.varlen_attention on the segments); one kind for "
-                        "every method, or METHOD=KIND pairs over the default (auto: dense for random and "
-                        "sorted, varlen for buckets and packing)")
+    g.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=2048,
+        help="token budget per batch, padding included, the same for every method (default 2048)",
+    )
+    g.add_argument(
+        "--pack-len",
+        type=int,
+        default=None,
+        help="row length T of packed batches (default: the T of least training cost for the "
+        "packing row's attention, see `dyntile plan`)",
+    )
+    g.add_argument(
+        "--pack-overflow",
+        choices=("extend", "split"),
+        default="extend",
+        help="samples longer than --pack-len: whole, in a second packed shape (default), "
+        "or split into chunks over consecutive rows (one shape)",
+    )
+    g.add_argument(
+        "--methods",
+        default="random,sorted,buckets,packing",
+        help="comma-separated subset of random,sorted,buckets,packing",
+    )
+    g.add_argument(
+        "--attention",
+        default="auto",
+        metavar="KIND|METHOD=KIND,...",
+        help="attention each method trains with: dense (SDPA over the row with a block-diagonal "
+        "causal mask) or varlen (dyntile.varlen_attention on the segments); one kind for "
+        "every method, or METHOD=KIND pairs over the default (auto: dense for random and "
+        "sorted, varlen for buckets and packing)",
+    )
     g.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
-    g.add_argument("--backend", default="aot_eager", choices=("inductor", "aot_eager", "eager"),
-                   help="torch.compile backend (default aot_eager: Dynamo traces and recompiles on every "
-                        "new shape exactly as with Inductor, without Inductor's code generation, so the "
-                        "demo runs in about a minute on 2 cores; inductor adds ~15 s of compiling per graph)")
+    g.add_argument(
+        "--backend",
+        default="aot_eager",
+        choices=("inductor", "aot_eager", "eager"),
+        help="torch.compile backend (default aot_eager: Dynamo traces and recompiles on every "
+        "new shape exactly as with Inductor, without Inductor's code generation, so the "
+        "demo runs in about a minute on 2 cores; inductor adds ~15 s of compiling per graph)",
+    )
     # BERT-Tiny's shape (2 layers, width 128, 2 heads of 64): the smallest model trained
     # and used in practice, and one that trains in about a minute per method here
     g.add_argument("--d-model", type=int, default=128, help="model width (default 128, as BERT-Tiny)")
     g.add_argument("--layers", type=int, default=2, help="transformer blocks (default 2)")
     g.add_argument("--heads", type=int, default=2, help="attention heads (default 2: head dim 64)")
-    g.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (default: torch's choice); 1 is steadier on a busy machine")
+    g.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: torch's choice); 1 is steadier on a busy machine",
+    )
     g.add_argument("--max-batches", type=int, default=None, help="cap on batches in the loader pass")
     g.add_argument("--plot", metavar="FILE.png", help="write a figure (needs matplotlib)")
     g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -116,6 +144,7 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
 
 def _parse_methods(text: str) -> list[str]:
     from dyntile.cli.methods import METHODS
+
     names = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in names if m not in METHODS]
     if bad or not names or len(set(names)) != len(names):
@@ -127,6 +156,7 @@ def _parse_attention(text: str, methods: list[str]) -> dict[str, str]:
     """``--attention``: one kind for every method, or ``METHOD=KIND`` pairs over the default."""
     from dyntile.cli.methods import DEFAULT_ATTENTION, METHODS
     from dyntile.cli.model import ATTENTIONS
+
     kinds = dict(DEFAULT_ATTENTION)
     text = text.strip()
     if text in ATTENTIONS:
@@ -135,8 +165,10 @@ def _parse_attention(text: str, methods: list[str]) -> dict[str, str]:
         for pair in text.split(","):
             method, _, kind = pair.strip().partition("=")
             if method not in METHODS or kind not in ATTENTIONS:
-                raise CLIError(f"--attention should be auto, {' or '.join(ATTENTIONS)}, or METHOD=KIND pairs "
-                               f"(METHOD in {','.join(METHODS)}, KIND in {','.join(ATTENTIONS)}), but got {text!r}")
+                raise CLIError(
+                    f"--attention should be auto, {' or '.join(ATTENTIONS)}, or METHOD=KIND pairs "
+                    f"(METHOD in {','.join(METHODS)}, KIND in {','.join(ATTENTIONS)}), but got {text!r}"
+                )
             kinds[method] = kind
     return {m: kinds[m] for m in methods}
 
@@ -151,19 +183,33 @@ def _check_positive(args, *names: str) -> None:
 def run_demo(args: argparse.Namespace, out=None) -> int:
     """Run the demo for parsed ``args``; print the table to ``out``; return the exit status."""
     out = sys.stdout if out is None else out
-    _check_positive(args, "threads", "steps", "batch_tokens", "pack_len", "buckets", "d_model", "layers", "heads", "max_batches")
+    _check_positive(
+        args,
+        "threads",
+        "steps",
+        "batch_tokens",
+        "pack_len",
+        "buckets",
+        "d_model",
+        "layers",
+        "heads",
+        "max_batches",
+    )
     if args.d_model % args.heads:
         raise CLIError(f"--d-model should be a multiple of --heads, but got {args.d_model} and {args.heads}")
     from dyntile.cli.torch_import import require_torch
+
     torch = require_torch()
     methods = _parse_methods(args.methods)
     attention = _parse_attention(args.attention, methods)
     if args.plot:
         from dyntile.cli.plot import require_matplotlib
-        require_matplotlib()                  # before the run, not after it
+
+        require_matplotlib()  # before the run, not after it
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     from dyntile.cli.allocator import keep_freed_memory
+
     kept = keep_freed_memory()
     import dyntile
     from dyntile.cli.methods import TokenDataset, build_batching
@@ -171,19 +217,36 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     from dyntile.cli.train import train, warm_up_compiler
 
     t_start = time.perf_counter()
-    corpus = load_corpus(args.data, field=args.field, pad_id=args.pad_id, allow_pickle=args.allow_pickle,
-                         limit=args.limit, vocab_size=args.vocab_size, seed=args.seed, max_length=args.max_length)
+    corpus = load_corpus(
+        args.data,
+        field=args.field,
+        pad_id=args.pad_id,
+        allow_pickle=args.allow_pickle,
+        limit=args.limit,
+        vocab_size=args.vocab_size,
+        seed=args.seed,
+        max_length=args.max_length,
+    )
     lengths = corpus.lengths
     if lengths.max() > args.batch_tokens:
         i = int(lengths.argmax())
-        raise CLIError(f"sample {i} has {lengths[i]} tokens, more than --batch-tokens={args.batch_tokens}; "
-                       f"raise --batch-tokens or truncate explicitly with --max-length")
+        raise CLIError(
+            f"sample {i} has {lengths[i]} tokens, more than --batch-tokens={args.batch_tokens}; "
+            f"raise --batch-tokens or truncate explicitly with --max-length"
+        )
     plan = dyntile.plan_buckets(lengths, max_buckets=args.buckets, multiple=args.multiple, cost=args.cost)
-    print(f"corpus : {corpus.name}" + (" (lengths only: token ids drawn at random)" if corpus.synthetic else ""), file=out)
+    print(
+        f"corpus : {corpus.name}"
+        + (" (lengths only: token ids drawn at random)" if corpus.synthetic else ""),
+        file=out,
+    )
     print(f"lengths: {describe_lengths(lengths)}", file=out)
-    print(f"plan   : {count(len(plan.boundaries), 'bucket')} {list(plan.boundaries)}, batch sizes "
-          f"{list(plan.batch_sizes(args.batch_tokens, multiple=1))} at {args.batch_tokens} tokens/batch, "
-          f"planned padding {100 * plan.padding_ratio(lengths, cost='linear'):.1f}%", file=out)
+    print(
+        f"plan   : {count(len(plan.boundaries), 'bucket')} {list(plan.boundaries)}, batch sizes "
+        f"{list(plan.batch_sizes(args.batch_tokens, multiple=1))} at {args.batch_tokens} tokens/batch, "
+        f"planned padding {100 * plan.padding_ratio(lengths, cost='linear'):.1f}%",
+        file=out,
+    )
     out.flush()
 
     dataset = TokenDataset(corpus)
@@ -192,8 +255,14 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     warm_up = 0.0 if compile_backend is None else warm_up_compiler(compile_backend)
     rows, stats, packing = [], {}, None
     for name in methods:
-        build = dict(max_tokens=args.batch_tokens, pack_len=args.pack_len, pack_overflow=args.pack_overflow,
-                     seed=args.seed, attention=attention[name], d_model=args.d_model)
+        build = dict(
+            max_tokens=args.batch_tokens,
+            pack_len=args.pack_len,
+            pack_overflow=args.pack_overflow,
+            seed=args.seed,
+            attention=attention[name],
+            d_model=args.d_model,
+        )
         batching = build_batching(name, corpus, plan, **build)
         ls = loader_pass(batching.loader(dataset), args.max_batches, f"{name}: loader", show)
         stats[name] = ls
@@ -201,31 +270,66 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
         batching = build_batching(name, corpus, plan, **build)
         torch.manual_seed(args.seed)
         # every batch has B * T <= budget, so positions stay below it
-        model = TinyTransformer(corpus.vocab_size, args.batch_tokens, args.d_model, args.heads, args.layers,
-                                attention=batching.attention)
+        model = TinyTransformer(
+            corpus.vocab_size,
+            args.batch_tokens,
+            args.d_model,
+            args.heads,
+            args.layers,
+            attention=batching.attention,
+        )
         steps = min(args.steps, len(batching.batch_sampler))
         bar = progress(range(steps), steps, f"{name}: train", show)
-        tr = train(model, batching.loader(dataset), steps=steps, backend=compile_backend,
-                   dynamic=batching.dynamic, recompile_limit=len(plan.boundaries) + 2, on_step=lambda: next(bar, None))
+        tr = train(
+            model,
+            batching.loader(dataset),
+            steps=steps,
+            backend=compile_backend,
+            dynamic=batching.dynamic,
+            recompile_limit=len(plan.boundaries) + 2,
+            on_step=lambda: next(bar, None),
+        )
         for _ in bar:
             pass
         rows.append(_row(batching.label, batching.attention, ls, tr))
-    headers = ["method", "attention", "batches", "shapes", "padded %", "loader tok/s", "steps",
-               "graphs", "compile s", "tok/s", "steady tok/s", "loss"]
+    headers = [
+        "method",
+        "attention",
+        "batches",
+        "shapes",
+        "padded %",
+        "loader tok/s",
+        "steps",
+        "graphs",
+        "compile s",
+        "tok/s",
+        "steady tok/s",
+        "loss",
+    ]
     print(file=out)
     print(format_table(headers, rows), file=out)
     print(file=out)
-    for note in _notes(args, compile_backend, stats, plan.padding_ratio(lengths, cost="linear"), warm_up,
-                       packing, lengths):
+    for note in _notes(
+        args, compile_backend, stats, plan.padding_ratio(lengths, cost="linear"), warm_up, packing, lengths
+    ):
         print(note, file=out)
     if kept:
-        print("memory: freed blocks stay in the process (glibc mallopt), so no step pays page faults for "
-              "re-allocating its activations (as with jemalloc or tcmalloc).", file=out)
+        print(
+            "memory: freed blocks stay in the process (glibc mallopt), so no step pays page faults for "
+            "re-allocating its activations (as with jemalloc or tcmalloc).",
+            file=out,
+        )
     if args.plot:
         from dyntile.cli.methods import LABELS
         from dyntile.cli.plot import plot_demo
-        path = plot_demo(args.plot, lengths, plan.boundaries, [LABELS[m] for m in methods],
-                         [stats[m].padded_fraction for m in methods])
+
+        path = plot_demo(
+            args.plot,
+            lengths,
+            plan.boundaries,
+            [LABELS[m] for m in methods],
+            [stats[m].padded_fraction for m in methods],
+        )
         print(f"plot written to {path}", file=out)
     print(f"wall time {time.perf_counter() - t_start:.1f} s", file=out)
     return 0
@@ -233,9 +337,20 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
 
 def _row(label: str, attention: str, ls: LoaderStats, tr) -> list:
     graphs = "-" if tr.graphs is None else tr.graphs
-    return [label, attention, f"{ls.batches}" + ("" if ls.complete else "+"), len(ls.shapes),
-            f"{100 * ls.padded_fraction:.1f}", f"{ls.tokens_per_s:.0f}", tr.steps, graphs, f"{tr.compile_seconds:.1f}",
-            f"{tr.tokens_per_s:.0f}", f"{tr.steady_tokens_per_s:.0f}", f"{tr.first_loss:.2f}->{tr.last_loss:.2f}"]
+    return [
+        label,
+        attention,
+        f"{ls.batches}" + ("" if ls.complete else "+"),
+        len(ls.shapes),
+        f"{100 * ls.padded_fraction:.1f}",
+        f"{ls.tokens_per_s:.0f}",
+        tr.steps,
+        graphs,
+        f"{tr.compile_seconds:.1f}",
+        f"{tr.tokens_per_s:.0f}",
+        f"{tr.steady_tokens_per_s:.0f}",
+        f"{tr.first_loss:.2f}->{tr.last_loss:.2f}",
+    ]
 
 
 def _packing_note(shapes, seq_len: int, longer: int, overflow: str) -> str:
@@ -245,13 +360,19 @@ def _packing_note(shapes, seq_len: int, longer: int, overflow: str) -> str:
     if longer == 0:
         return f"dyntile packing: shape {named} (B x T): rows of T={seq_len} tokens hold every sample whole."
     if overflow == "split":
-        return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} are split "
-                f"into chunks over consecutive rows, each chunk its own segment (--pack-overflow).")
+        return (
+            f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} are split "
+            f"into chunks over consecutive rows, each chunk its own segment (--pack-overflow)."
+        )
     if len(shapes) == 1:
-        return (f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} "
-                f"are kept whole in its rows, and the shorter ones share those rows (--pack-overflow).")
-    return (f"dyntile packing: shapes {named} (B x T); the {longer} samples longer than T={seq_len} "
-            f"are kept whole in rows of the second shape (--pack-overflow).")
+        return (
+            f"dyntile packing: shape {named} (B x T); the {longer} samples longer than T={seq_len} "
+            f"are kept whole in its rows, and the shorter ones share those rows (--pack-overflow)."
+        )
+    return (
+        f"dyntile packing: shapes {named} (B x T); the {longer} samples longer than T={seq_len} "
+        f"are kept whole in rows of the second shape (--pack-overflow)."
+    )
 
 
 def _choice_note(batching) -> str:
@@ -260,42 +381,61 @@ def _choice_note(batching) -> str:
     if batching.packing is None:
         return f"dyntile packing: T={T} from --pack-len."
     lines = batching.packing.describe().split("\n")
-    return (f"dyntile packing: T={T}, the least training cost for {batching.attention} attention: "
-            f"{lines[0]}; against the {lines[1]}.")
+    return (
+        f"dyntile packing: T={T}, the least training cost for {batching.attention} attention: "
+        f"{lines[0]}; against the {lines[1]}."
+    )
 
 
 def _torch_threads() -> int:
     import torch
+
     return torch.get_num_threads()
 
 
-def _notes(args, backend, stats: dict, planned: float, warm_up: float, packing=None,
-           lengths: np.ndarray | None = None) -> list[str]:
+def _notes(
+    args,
+    backend,
+    stats: dict,
+    planned: float,
+    warm_up: float,
+    packing=None,
+    lengths: np.ndarray | None = None,
+) -> list[str]:
     """The lines under the table; ``packing``: the packing method's batching, if it ran."""
     how = "eager (--no-compile)" if backend is None else f"torch.compile(backend={backend!r})"
     notes = [
         "batches, shapes, padded %, loader tok/s (real tokens/s): one pass of the DataLoader over the epoch"
-        + ("" if all(s.complete for s in stats.values()) else " ('+': capped by --max-batches)") + ".",
+        + ("" if all(s.complete for s in stats.values()) else " ('+': capped by --max-batches)")
+        + ".",
         f"training: the first {args.steps} batches of each method (--steps), budget {args.batch_tokens} "
         f"tokens/batch, TinyTransformer d_model={args.d_model} layers={args.layers} heads={args.heads}, "
         f"next-token loss inside each sample, {how}, {_torch_threads()} torch threads.",
-        "attention: dense = SDPA over the whole row with a block-diagonal causal mask (every score computed); "
-        "varlen = dyntile.varlen_attention on the segments (only the scores inside samples).",
+        "attention: dense = SDPA over the whole row with a block-diagonal causal mask "
+        "(every score computed); varlen = dyntile.varlen_attention on the segments "
+        "(only the scores inside samples).",
         "tok/s counts real (non-padding) tokens; steady tok/s leaves out the steps that compiled.",
     ]
     if "buckets" in stats:
         b = stats["buckets"]
-        notes.insert(1, f"dyntile buckets: {100 * b.sample_padded_fraction:.1f}% padding inside samples' rows "
-                        f"(planned {100 * planned:.1f}%) + {100 * b.empty_row_slots / max(b.slots, 1):.1f}% in empty "
-                        "rows that top up each bucket's last batch (one shape per bucket).")
+        notes.insert(
+            1,
+            f"dyntile buckets: {100 * b.sample_padded_fraction:.1f}% padding inside samples' rows "
+            f"(planned {100 * planned:.1f}%) + {100 * b.empty_row_slots / max(b.slots, 1):.1f}% in empty "
+            "rows that top up each bucket's last batch (one shape per bucket).",
+        )
     if packing is not None:
         T = packing.batch_sampler.shapes[0][1]
         notes.insert(1, _choice_note(packing))
-        notes.insert(1, _packing_note(stats["packing"].shapes, T, int((lengths > T).sum()), args.pack_overflow))
+        notes.insert(
+            1, _packing_note(stats["packing"].shapes, T, int((lengths > T).sum()), args.pack_overflow)
+        )
     if backend is not None:
-        notes.append("graphs: graphs torch.compile built (first compile + every recompilation); "
-                     "the baselines use torch.compile's defaults (a static graph, then one dynamic graph "
-                     "after the first shape change); dyntile compiles dynamic=False: one static graph per "
-                     "planned shape (bucket or packed shape), each compiled once. "
-                     f"The compiler's one-time start-up ({warm_up:.1f} s) ran before the first method.")
+        notes.append(
+            "graphs: graphs torch.compile built (first compile + every recompilation); "
+            "the baselines use torch.compile's defaults (a static graph, then one dynamic graph "
+            "after the first shape change); dyntile compiles dynamic=False: one static graph per "
+            "planned shape (bucket or packed shape), each compiled once. "
+            f"The compiler's one-time start-up ({warm_up:.1f} s) ran before the first method."
+        )
     return notes

@@ -14,10 +14,11 @@ Each method trains with an attention (:data:`~dyntile.cli.model.ATTENTIONS`): by
 default (:data:`DEFAULT_ATTENTION`) the baselines keep what a user has without dyntile
 (SDPA with the padding mask), dyntile's rows use :func:`dyntile.varlen_attention`.
 """
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -75,7 +76,9 @@ class Batching:
 
     def loader(self, dataset: TokenDataset) -> torch.utils.data.DataLoader:
         """A single-process ``DataLoader`` (the demo runs on small machines)."""
-        return torch.utils.data.DataLoader(dataset, batch_sampler=self.batch_sampler, collate_fn=self.collate_fn)
+        return torch.utils.data.DataLoader(
+            dataset, batch_sampler=self.batch_sampler, collate_fn=self.collate_fn
+        )
 
 
 def pack_seq_len(lengths: np.ndarray, pack_len: int | None, max_tokens: int, multiple: int = 8) -> int:
@@ -92,8 +95,18 @@ def pack_seq_len(lengths: np.ndarray, pack_len: int | None, max_tokens: int, mul
     return min(wanted, longest, max_tokens // multiple * multiple)
 
 
-def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len: int | None, seed: int,
-                   pack_overflow: str = "extend", attention: str | None = None, d_model: int = 64) -> Batching:
+def build_batching(
+    name: str,
+    corpus: Corpus,
+    plan,
+    *,
+    max_tokens: int,
+    pack_len: int | None,
+    seed: int,
+    pack_overflow: str = "extend",
+    attention: str | None = None,
+    d_model: int = 64,
+) -> Batching:
     """Fresh sampler + collate for method ``name`` (one of :data:`METHODS`), trained with
     ``attention`` (default :data:`DEFAULT_ATTENTION`); ``d_model`` weighs attention in
     the packed row length's cost."""
@@ -102,12 +115,19 @@ def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len
     lengths = corpus.lengths
     attention = DEFAULT_ATTENTION[name] if attention is None else attention
     if name in ("random", "sorted"):
-        return Batching(name, BudgetBatchSampler(lengths, max_tokens, order=name, seed=seed), pad_sequence_collate,
-                        attention=attention)
+        return Batching(
+            name,
+            BudgetBatchSampler(lengths, max_tokens, order=name, seed=seed),
+            pad_sequence_collate,
+            attention=attention,
+        )
     from loaders import BucketBatchSampler, DynTileCollate, PackedCollate, PackingBatchSampler
+
     if name == "buckets":
         # batch_multiple=1: every bucket uses the whole token budget, like the baselines
-        sampler = BucketBatchSampler(lengths, plan=plan, max_tokens=max_tokens, batch_multiple=1, shuffle=True, seed=seed)
+        sampler = BucketBatchSampler(
+            lengths, plan=plan, max_tokens=max_tokens, batch_multiple=1, shuffle=True, seed=seed
+        )
         # bucket_rows: a bucket's last, partial batch keeps the bucket's shape (empty rows)
         collate = DynTileCollate(plan=plan, pad_values={"input_ids": 0}, bucket_rows=sampler.batch_sizes)
         return Batching(name, sampler, _BucketCollate(collate), dynamic=False, attention=attention)
@@ -115,14 +135,29 @@ def build_batching(name: str, corpus: Corpus, plan, *, max_tokens: int, pack_len
         choice = None
         if pack_len is None:
             from dyntile.planning import choose_seq_len
-            choice = choose_seq_len(lengths, max_tokens=max_tokens, multiple=plan.multiple, overflow=pack_overflow,
-                                    attention=attention, d_model=d_model)
+
+            choice = choose_seq_len(
+                lengths,
+                max_tokens=max_tokens,
+                multiple=plan.multiple,
+                overflow=pack_overflow,
+                attention=attention,
+                d_model=d_model,
+            )
             seq_len = choice.seq_len
         else:
             seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
-        sampler = PackingBatchSampler(lengths, max_tokens=max_tokens, seq_len=seq_len, overflow=pack_overflow, seed=seed)
-        return Batching(name, sampler, _PackedCollate(PackedCollate(sampler)),
-                        dynamic=False, attention=attention, packing=choice)
+        sampler = PackingBatchSampler(
+            lengths, max_tokens=max_tokens, seq_len=seq_len, overflow=pack_overflow, seed=seed
+        )
+        return Batching(
+            name,
+            sampler,
+            _PackedCollate(PackedCollate(sampler)),
+            dynamic=False,
+            attention=attention,
+            packing=choice,
+        )
     raise ValueError(f"method should be one of {METHODS}, but got {name!r}")
 
 
@@ -132,7 +167,7 @@ class _BucketCollate:
 
     def __init__(self, collate):
         self.collate = collate
-        self._positions: dict = {}           # (B, T) -> its position ids: a plan has a few shapes
+        self._positions: dict = {}  # (B, T) -> its position ids: a plan has a few shapes
 
     def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
         out = self.collate(samples)
@@ -151,4 +186,8 @@ class _PackedCollate:
 
     def __call__(self, samples: list[dict]) -> dict[str, torch.Tensor]:
         out = self.collate(samples)
-        return {"input_ids": out["input_ids"], "position_ids": out["position_ids"], "segment_ids": out["segment_ids"]}
+        return {
+            "input_ids": out["input_ids"],
+            "position_ids": out["position_ids"],
+            "segment_ids": out["segment_ids"],
+        }

@@ -57,6 +57,7 @@ it is one of those repeats; e.g. 130 samples that need ``[1, T2]`` batches on 4 
 give 132 such batches, two of them repeats. No input that :func:`packing_shapes`
 accepts is refused for its number of ranks.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -68,9 +69,16 @@ from dyntile.dtypes import as_int64
 from dyntile.overflow import PACKING_OVERFLOWS, PACKING_RENAMED, check_overflow
 from dyntile.shapes import check_multiple, round_up
 
-__all__ = ["pack_lengths", "pack_rows", "packing_shapes", "pack_checked_rows", "check_packing_shapes",
-           "check_packing_overflow",
-           "check_pool_size", "PackedBatch"]
+__all__ = [
+    "pack_lengths",
+    "pack_rows",
+    "packing_shapes",
+    "pack_checked_rows",
+    "check_packing_shapes",
+    "check_packing_overflow",
+    "check_pool_size",
+    "PackedBatch",
+]
 
 
 # --------------------------------------------------------------------------- result type
@@ -122,15 +130,18 @@ class PackedBatch:
         """int64 ``(B + 1,)``: pieces of row ``r`` are ``[row_splits[r], row_splits[r+1])``."""
         return np.searchsorted(self.rows, np.arange(self.shape[0] + 1), side="left").astype(np.int64)
 
-    def same_as(self, other: "PackedBatch") -> bool:
+    def same_as(self, other: PackedBatch) -> bool:
         """True when both batches have the same shape and the same pieces in the same places."""
         return self.shape == other.shape and all(
             np.array_equal(getattr(self, f), getattr(other, f))
-            for f in ("indices", "rows", "offsets", "sizes", "starts"))
+            for f in ("indices", "rows", "offsets", "sizes", "starts")
+        )
 
     def __repr__(self) -> str:
-        return (f"PackedBatch(shape={self.shape}, samples={int(np.count_nonzero(self.starts == 0))}, "
-                f"padded_fraction={self.padded_fraction:.4f})")
+        return (
+            f"PackedBatch(shape={self.shape}, samples={int(np.count_nonzero(self.starts == 0))}, "
+            f"padded_fraction={self.padded_fraction:.4f})"
+        )
 
 
 # --------------------------------------------------------------------------- validation
@@ -140,7 +151,9 @@ def _as_index(value, name: str) -> int:
     try:
         return operator.index(value)
     except TypeError:
-        raise TypeError(f"{name} should be an integer, but got {value!r} of type {type(value).__name__}") from None
+        raise TypeError(
+            f"{name} should be an integer, but got {value!r} of type {type(value).__name__}"
+        ) from None
 
 
 def _as_lengths(lengths) -> np.ndarray:
@@ -180,7 +193,9 @@ def check_packing_shapes(shapes) -> tuple[tuple[int, int], ...]:
     try:
         out = tuple((_as_index(b, "batch_rows"), _as_index(t, "seq_len")) for b, t in shapes)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"shapes should be one or two pairs (B, T) of positive integers, but got {shapes!r}") from e
+        raise ValueError(
+            f"shapes should be one or two pairs (B, T) of positive integers, but got {shapes!r}"
+        ) from e
     if not 1 <= len(out) <= 2 or any(b < 1 or t < 1 for b, t in out):
         raise ValueError(f"shapes should be one or two pairs (B, T) of positive integers, but got {shapes!r}")
     if len(out) == 2 and out[1][1] <= out[0][1]:
@@ -191,11 +206,21 @@ def check_packing_shapes(shapes) -> tuple[tuple[int, int], ...]:
 # --------------------------------------------------------------------------- shapes
 
 
-def packing_shapes(lengths, seq_len: int | None = None, *, max_tokens: int | None = None,
-                   batch_rows: int | None = None, multiple: int = 8, overflow: str = "extend",
-                   plan=None, attention: str = "varlen", causal: bool = True, d_model: int | None = None,
-                   attention_weight: float | None = None,
-                   step_cost: float | None = None) -> tuple[tuple[int, int], ...]:
+def packing_shapes(
+    lengths,
+    seq_len: int | None = None,
+    *,
+    max_tokens: int | None = None,
+    batch_rows: int | None = None,
+    multiple: int = 8,
+    overflow: str = "extend",
+    plan=None,
+    attention: str = "varlen",
+    causal: bool = True,
+    d_model: int | None = None,
+    attention_weight: float | None = None,
+    step_cost: float | None = None,
+) -> tuple[tuple[int, int], ...]:
     """The batch shapes ``((B, T),)`` or ``((B, T), (B2, T2))`` that packing ``lengths`` uses.
 
     ``T``: ``seq_len`` (must be a multiple of ``multiple``), else the largest
@@ -218,8 +243,13 @@ def packing_shapes(lengths, seq_len: int | None = None, *, max_tokens: int | Non
     m = check_multiple(multiple)
     overflow = check_packing_overflow(overflow)
     budget = _check_budget(max_tokens, batch_rows)
-    cost = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight,
-                step_cost=step_cost)
+    cost = dict(
+        attention=attention,
+        causal=causal,
+        d_model=d_model,
+        attention_weight=attention_weight,
+        step_cost=step_cost,
+    )
     if seq_len is None and plan is None and batch_rows is None:
         return choose_seq_len(L, max_tokens=budget, multiple=m, overflow=overflow, **cost).shapes
     row_cost(**cost, max_tokens=budget)  # unused with these shapes, but refused when malformed
@@ -236,8 +266,9 @@ def _check_budget(max_tokens, batch_rows) -> int | None:
     return budget
 
 
-def _shapes_for(L: np.ndarray, seq_len: int | None, budget: int | None, batch_rows, m: int, overflow: str,
-                plan=None) -> tuple[tuple[int, int], ...]:
+def _shapes_for(
+    L: np.ndarray, seq_len: int | None, budget: int | None, batch_rows, m: int, overflow: str, plan=None
+) -> tuple[tuple[int, int], ...]:
     """:func:`packing_shapes` for validated ``L``, ``m`` and ``overflow`` and a given ``seq_len``
     (``None``: the plan's largest boundary, else the longest sample's rule)."""
     longest = int(L.max()) if L.size else 0
@@ -248,7 +279,9 @@ def _shapes_for(L: np.ndarray, seq_len: int | None, budget: int | None, batch_ro
     else:
         if plan is not None:
             if plan.ndim != 1:
-                raise ValueError(f"packing needs a one-axis plan (token lengths), but got a plan of {plan.ndim} axes")
+                raise ValueError(
+                    f"packing needs a one-axis plan (token lengths), but got a plan of {plan.ndim} axes"
+                )
             T = round_up(plan.max_sizes[0], m)
         else:
             T = _default_seq_len(L, longest, m, budget, batch_rows)
@@ -270,19 +303,25 @@ def _shapes_for(L: np.ndarray, seq_len: int | None, budget: int | None, batch_ro
         return ((B, T),)
     i = int(np.argmax(L))
     if overflow == "error":
-        raise ValueError(f"sample {i} has length {longest}, longer than seq_len={T}; pass a larger seq_len, "
-                         f"or overflow='extend' or 'split'")
+        raise ValueError(
+            f"sample {i} has length {longest}, longer than seq_len={T}; pass a larger seq_len, "
+            f"or overflow='extend' or 'split'"
+        )
     if overflow == "split":
         if -(-longest // T) > B:
-            raise ValueError(f"sample {i} of length {longest} needs {-(-longest // T)} rows of seq_len={T} "
-                             f"after splitting, more than the {B} rows of one batch; raise max_tokens")
+            raise ValueError(
+                f"sample {i} of length {longest} needs {-(-longest // T)} rows of seq_len={T} "
+                f"after splitting, more than the {B} rows of one batch; raise max_tokens"
+            )
         return ((B, T),)
     T2 = round_up(longest, m)
     B2 = (budget if budget is not None else B * T) // T2
     if B2 < 1:
-        raise ValueError(f"sample {i} of length {longest} needs a row of {T2} tokens, more than the token "
-                         f"budget of one batch ({budget if budget is not None else B * T}); raise max_tokens, "
-                         f"or pass overflow='split'")
+        raise ValueError(
+            f"sample {i} of length {longest} needs a row of {T2} tokens, more than the token "
+            f"budget of one batch ({budget if budget is not None else B * T}); raise max_tokens, "
+            f"or pass overflow='split'"
+        )
     return ((B, T), (B2, T2))
 
 
@@ -353,7 +392,7 @@ def _deal_rows(n_rows: int, group_start: np.ndarray, B: int, R: int) -> np.ndarr
         if len(batches[k]) < 2:
             return None
         half = len(batches[k]) // 2
-        batches[k:k + 1] = [batches[k][:half], batches[k][half:]]
+        batches[k : k + 1] = [batches[k][:half], batches[k][half:]]
     group_batch = np.empty(len(g_rows), np.int64)
     for j, gs in enumerate(batches):
         group_batch[gs] = j
@@ -375,14 +414,14 @@ class _Layout:
     """The epoch's pieces (sorted by row, each row's opener first) and rows, while rows
     of each shape are dealt into batches; rows may gain a moved or repeated sample."""
 
-    item: np.ndarray     # (P,) position of the piece's sample in the pool order
-    bin: np.ndarray      # (P,) row of the piece
-    size: np.ndarray     # (P,) tokens of the piece
-    start: np.ndarray    # (P,) first token of the piece within its sample
-    opener: np.ndarray   # (P,) bool: the piece opens its row
+    item: np.ndarray  # (P,) position of the piece's sample in the pool order
+    bin: np.ndarray  # (P,) row of the piece
+    size: np.ndarray  # (P,) tokens of the piece
+    start: np.ndarray  # (P,) first token of the piece within its sample
+    opener: np.ndarray  # (P,) bool: the piece opens its row
     bin_cap: np.ndarray  # (rows,) capacity of each row
-    cont: np.ndarray     # (rows,) bool: the row continues the split sample of the row before
-    n_orig: int          # pieces before any repeat
+    cont: np.ndarray  # (rows,) bool: the row continues the split sample of the row before
+    n_orig: int  # pieces before any repeat
 
     def move(self, piece: int, cap: int) -> np.ndarray:
         """Move ``piece`` (a whole sample, not an opener) to a new row of ``cap`` tokens."""
@@ -393,7 +432,7 @@ class _Layout:
 
     def repeat(self, item: int, cap: int) -> np.ndarray:
         """Copy sample ``item`` (all its pieces, one per row) into new rows of ``cap`` tokens."""
-        src = np.flatnonzero(self.item[:self.n_orig] == item)
+        src = np.flatnonzero(self.item[: self.n_orig] == item)
         new = self.bin_cap.size + np.arange(src.size)
         self.item, self.bin = np.append(self.item, self.item[src]), np.append(self.bin, new)
         self.size, self.start = np.append(self.size, self.size[src]), np.append(self.start, self.start[src])
@@ -433,8 +472,9 @@ def _batch_ends(rows: np.ndarray, dealt: np.ndarray) -> np.ndarray:
     return rows[np.append(np.flatnonzero(np.diff(dealt)), dealt.size - 1)]
 
 
-def _deal_shape(lay: _Layout, shape: tuple, long: bool, T: int, R: int, lengths: np.ndarray,
-                long_ends: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+def _deal_shape(
+    lay: _Layout, shape: tuple, long: bool, T: int, R: int, lengths: np.ndarray, long_ends: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
     """``(rows, batch of each row)`` for the rows of ``shape``, in a multiple of ``R`` batches.
 
     While the rows (groups of rows of a split sample) are too few for that many
@@ -464,12 +504,26 @@ def _deal_shape(lay: _Layout, shape: tuple, long: bool, T: int, R: int, lengths:
     return rows, dealt
 
 
-def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None = None,
-                 batch_rows: int | None = None, multiple: int = 8, overflow: str = "extend",
-                 pool_size: int | None = 65536, shuffle: bool = True, seed: int = 0, epoch: int = 0,
-                 num_replicas: int = 1, plan=None, attention: str = "varlen", causal: bool = True,
-                 d_model: int | None = None, attention_weight: float | None = None,
-                 step_cost: float | None = None) -> list[PackedBatch]:
+def pack_lengths(
+    lengths,
+    seq_len: int | None = None,
+    *,
+    max_tokens: int | None = None,
+    batch_rows: int | None = None,
+    multiple: int = 8,
+    overflow: str = "extend",
+    pool_size: int | None = 65536,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    num_replicas: int = 1,
+    plan=None,
+    attention: str = "varlen",
+    causal: bool = True,
+    d_model: int | None = None,
+    attention_weight: float | None = None,
+    step_cost: float | None = None,
+) -> list[PackedBatch]:
     """Pack every sample of an epoch into ``[B, T]`` batches (``[B2, T2]`` for long ones).
 
     ``lengths`` int ``(n,)``: tokens per sample. Shapes come from
@@ -479,8 +533,8 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
     ``k % R``'s batch at step ``k // R``, and the ``R`` batches of a step share one shape. Every sample
     appears in one batch (in several rows of it when split), apart from at most
     ``num_replicas - 1`` repeats per shape that keep the ranks in step (see the
-    module docstring); deterministic per ``(seed, epoch)``. ``pool_size``: samples sorted together (``None``: the
-    whole epoch; smaller pools mix batches more across epochs).
+    module docstring); deterministic per ``(seed, epoch)``. ``pool_size``: samples sorted
+    together (``None``: the whole epoch; smaller pools mix batches more across epochs).
 
     >>> batches = pack_lengths([5, 3, 6, 2, 7, 1], max_tokens=16, seed=0)
     >>> [b.shape for b in batches], sum(b.num_tokens for b in batches)
@@ -490,17 +544,29 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
 
     L = _as_lengths(lengths)
     overflow = check_packing_overflow(overflow)
-    shapes = packing_shapes(L, seq_len, max_tokens=max_tokens, batch_rows=batch_rows,
-                            multiple=multiple, overflow=overflow, plan=plan, attention=attention,
-                            causal=causal, d_model=d_model, attention_weight=attention_weight,
-                            step_cost=step_cost)
+    shapes = packing_shapes(
+        L,
+        seq_len,
+        max_tokens=max_tokens,
+        batch_rows=batch_rows,
+        multiple=multiple,
+        overflow=overflow,
+        plan=plan,
+        attention=attention,
+        causal=causal,
+        d_model=d_model,
+        attention_weight=attention_weight,
+        step_cost=step_cost,
+    )
     R = _as_index(num_replicas, "num_replicas")
     if R < 1:
         raise ValueError(f"num_replicas should be a positive integer, but got {R}")
     pool_size = check_pool_size(pool_size)
     seed, epoch = _as_index(seed, "seed"), _as_index(epoch, "epoch")
     if seed < 0 or epoch < 0:
-        raise ValueError(f"seed and epoch should be non-negative integers, but got seed={seed}, epoch={epoch}")
+        raise ValueError(
+            f"seed and epoch should be non-negative integers, but got seed={seed}, epoch={epoch}"
+        )
     rng = np.random.default_rng([seed, epoch])
     T = shapes[0][1]
     T_max = shapes[-1][1]
@@ -560,7 +626,9 @@ def pack_lengths(lengths, seq_len: int | None = None, *, max_tokens: int | None 
         steps = rng.permutation(steps)
     batch_order = (steps[:, None] * R + np.arange(R)).reshape(-1)
     p_batch = batch_of_bin[p_bin]
-    p_batch, p_item, p_bin, offs, sizes, starts = _sort_by(p_batch, p_batch, p_item, p_bin, p_off, p_size, p_start)
+    p_batch, p_item, p_bin, offs, sizes, starts = _sort_by(
+        p_batch, p_batch, p_item, p_bin, p_off, p_size, p_start
+    )
     bounds = np.searchsorted(p_batch, np.arange(n_batches + 1))
     idx, rows = order[p_item], local_row[p_bin]
     out = []
@@ -592,7 +660,9 @@ def pack_rows(lengths, shapes, *, overflow: str = "extend") -> PackedBatch:
     >>> b.rows.tolist(), b.offsets.tolist()
     ([0, 0, 1, 1], [0, 6, 0, 5])
     """
-    return pack_checked_rows(_as_lengths(lengths), check_packing_shapes(shapes), check_packing_overflow(overflow))
+    return pack_checked_rows(
+        _as_lengths(lengths), check_packing_shapes(shapes), check_packing_overflow(overflow)
+    )
 
 
 def pack_checked_rows(L: np.ndarray, shapes: tuple, overflow: str) -> PackedBatch:
@@ -606,15 +676,20 @@ def pack_checked_rows(L: np.ndarray, shapes: tuple, overflow: str) -> PackedBatc
             B, T = shapes[1]
         elif overflow != "split":
             i = int(np.argmax(L))
-            raise ValueError(f"sample {i} has length {longest}, longer than the rows of {T} tokens "
-                             f"(shapes={shapes}, overflow={overflow!r})")
-    if longest <= T:                 # no sample to split (the common case): one kernel pass
+            raise ValueError(
+                f"sample {i} has length {longest}, longer than the rows of {T} tokens "
+                f"(shapes={shapes}, overflow={overflow!r})"
+            )
+    if longest <= T:  # no sample to split (the common case): one kernel pass
         L = np.ascontiguousarray(L, dtype=np.int64)
         from dyntile.cpu.packing import next_fit
+
         rows, offs, n_rows = next_fit(L, T)
         if n_rows > B:
             _raise_too_many_rows(L, n_rows - 1, T, B, shapes)
-        return PackedBatch((B, T), np.arange(L.size, dtype=np.int64), rows, offs, L.copy(), np.zeros(L.size, np.int64))
+        return PackedBatch(
+            (B, T), np.arange(L.size, dtype=np.int64), rows, offs, L.copy(), np.zeros(L.size, np.int64)
+        )
     idx, rows, offs, sizes, starts = [], [], [], [], []
     row, used = -1, T + 1  # no row open yet
     for i, n in enumerate(L.tolist()):
@@ -637,6 +712,8 @@ def pack_checked_rows(L: np.ndarray, shapes: tuple, overflow: str) -> PackedBatc
 
 
 def _raise_too_many_rows(L: np.ndarray, row: int, T: int, B: int, shapes) -> None:
-    raise ValueError(f"these {L.size} samples ({int(L.sum())} tokens) need {row + 1} rows of {T} tokens, "
-                     f"more than the {B} rows of a batch; were they yielded by a packing sampler with "
-                     f"the same shapes={shapes}?")
+    raise ValueError(
+        f"these {L.size} samples ({int(L.sum())} tokens) need {row + 1} rows of {T} tokens, "
+        f"more than the {B} rows of a batch; were they yielded by a packing sampler with "
+        f"the same shapes={shapes}?"
+    )

@@ -44,6 +44,7 @@ quantiles of the lengths and scaled, so that a search runs the packer on at most
 16384 lengths per candidate whatever the corpus. The cheapest candidate wins; ties
 go to the shorter ``T``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -52,17 +53,24 @@ import numbers
 
 import numpy as np
 
-from dyntile.planning.packing import _as_index, _as_lengths, check_packing_overflow, _shapes_for
+from dyntile.planning.packing import _as_index, _as_lengths, _shapes_for, check_packing_overflow
 from dyntile.shapes import check_multiple, round_up
 
-__all__ = ["choose_seq_len", "row_cost", "RowCost", "SeqLenChoice", "CandidateCost", "ATTENTIONS",
-           "DEFAULT_D_MODEL"]
+__all__ = [
+    "choose_seq_len",
+    "row_cost",
+    "RowCost",
+    "SeqLenChoice",
+    "CandidateCost",
+    "ATTENTIONS",
+    "DEFAULT_D_MODEL",
+]
 
 ATTENTIONS = ("varlen", "dense")
 DEFAULT_D_MODEL = 768
-STEP_COST_SHARE = 1 / 16   # a step's fixed work, as a share of a full batch's
-GRID_POINTS = 24           # log-spaced candidate row lengths
-SAMPLE = 16384             # lengths simulated at most (evenly spaced quantiles beyond)
+STEP_COST_SHARE = 1 / 16  # a step's fixed work, as a share of a full batch's
+GRID_POINTS = 24  # log-spaced candidate row lengths
+SAMPLE = 16384  # lengths simulated at most (evenly spaced quantiles beyond)
 
 
 # --------------------------------------------------------------------------- the cost model
@@ -83,23 +91,33 @@ class RowCost:
 
     def describe(self) -> str:
         """One line: which attention, the weight of a score and of a step."""
-        kind = f"{self.attention} attention" + (", causal" if self.causal and self.attention == "varlen" else "")
+        kind = f"{self.attention} attention" + (
+            ", causal" if self.causal and self.attention == "varlen" else ""
+        )
         w = f"1/{1 / self.attention_weight:.0f}" if self.attention_weight > 0 else "0"
         return f"{kind}, {w} slot per score, {self.step_cost:g} slots per step"
 
 
 def _as_weight(value, name: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} should be a non-negative number, but got {value!r} of type {type(value).__name__}")
+        raise TypeError(
+            f"{name} should be a non-negative number, but got {value!r} of type {type(value).__name__}"
+        )
     w = float(value)
     if not (math.isfinite(w) and w >= 0):
         raise ValueError(f"{name} should be a non-negative finite number, but got {value!r}")
     return w
 
 
-def row_cost(attention: str = "varlen", *, causal: bool = True, d_model: int | None = None,
-             attention_weight: float | None = None, step_cost: float | None = None,
-             max_tokens: int | None = None) -> RowCost:
+def row_cost(
+    attention: str = "varlen",
+    *,
+    causal: bool = True,
+    d_model: int | None = None,
+    attention_weight: float | None = None,
+    step_cost: float | None = None,
+    max_tokens: int | None = None,
+) -> RowCost:
     """The validated :class:`RowCost` for these options.
 
     ``attention``: ``"varlen"`` or ``"dense"``; ``causal``: a ``bool``; ``d_model``
@@ -113,8 +131,10 @@ def row_cost(attention: str = "varlen", *, causal: bool = True, d_model: int | N
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal should be True or False, but got {causal!r} of type {type(causal).__name__}")
     if d_model is not None and attention_weight is not None:
-        raise ValueError(f"pass d_model or attention_weight, not both (attention_weight = 1 / (6 * d_model)), "
-                         f"but got d_model={d_model!r}, attention_weight={attention_weight!r}")
+        raise ValueError(
+            f"pass d_model or attention_weight, not both (attention_weight = 1 / (6 * d_model)), "
+            f"but got d_model={d_model!r}, attention_weight={attention_weight!r}"
+        )
     if attention_weight is None:
         if isinstance(d_model, (bool, np.bool_)):
             raise TypeError(f"d_model should be a positive integer, but got {d_model!r}")
@@ -161,9 +181,12 @@ class CandidateCost:
 
     def describe(self) -> str:
         """One line: shapes, batches, padding, the cost and its parts."""
-        return (f"{format_shapes(self.shapes)}: {self.batches} batches, {100 * self.padded_fraction:.1f}% padded, "
-                f"cost {_short(self.cost)} = {_short(self.slots)} slots + {_short(self.attention)} attention "
-                f"+ {_short(self.overhead)} steps")
+        return (
+            f"{format_shapes(self.shapes)}: {self.batches} batches, "
+            f"{100 * self.padded_fraction:.1f}% padded, cost {_short(self.cost)} = "
+            f"{_short(self.slots)} slots + {_short(self.attention)} attention "
+            f"+ {_short(self.overhead)} steps"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,8 +221,10 @@ class SeqLenChoice:
 
     def describe(self) -> str:
         """Two lines: the chosen shapes with their cost, the model, and the longest-sample rule's cost."""
-        return (f"{self.chosen.describe()} ({self.model.describe()})\n"
-                f"longest-sample rule {self.longest.describe()}")
+        return (
+            f"{self.chosen.describe()} ({self.model.describe()})\n"
+            f"longest-sample rule {self.longest.describe()}"
+        )
 
 
 def format_shapes(shapes) -> str:
@@ -217,9 +242,18 @@ def _short(x: float) -> str:
 # --------------------------------------------------------------------------- the search
 
 
-def choose_seq_len(lengths, *, max_tokens: int, multiple: int = 8, overflow: str = "extend",
-                   attention: str = "varlen", causal: bool = True, d_model: int | None = None,
-                   attention_weight: float | None = None, step_cost: float | None = None) -> SeqLenChoice:
+def choose_seq_len(
+    lengths,
+    *,
+    max_tokens: int,
+    multiple: int = 8,
+    overflow: str = "extend",
+    attention: str = "varlen",
+    causal: bool = True,
+    d_model: int | None = None,
+    attention_weight: float | None = None,
+    step_cost: float | None = None,
+) -> SeqLenChoice:
     """The packing shapes of least cost for ``lengths`` under a budget of ``max_tokens`` per batch.
 
     ``lengths`` int ``(n,)``: tokens per sample. ``overflow``: what samples longer
@@ -246,18 +280,24 @@ def choose_seq_len(lengths, *, max_tokens: int, multiple: int = 8, overflow: str
     budget = _as_index(max_tokens, "max_tokens")
     if budget < 1:
         raise ValueError(f"max_tokens should be a positive integer, but got {budget}")
-    model = row_cost(attention, causal=causal, d_model=d_model, attention_weight=attention_weight,
-                     step_cost=step_cost, max_tokens=budget)
-    rule = _shapes_for(L, None, budget, None, m, overflow)   # the longest-sample rule; raises its errors
+    model = row_cost(
+        attention,
+        causal=causal,
+        d_model=d_model,
+        attention_weight=attention_weight,
+        step_cost=step_cost,
+        max_tokens=budget,
+    )
+    rule = _shapes_for(L, None, budget, None, m, overflow)  # the longest-sample rule; raises its errors
     epoch = _Epoch(L)
     candidates = []
     for T in _candidate_lengths(epoch, m, budget, rule[0][1], overflow):
         try:
             shapes = rule if T == rule[0][1] else _shapes_for(L, T, budget, None, m, overflow)
-        except ValueError:      # split samples over one batch's rows, or overflow="error"
+        except ValueError:  # split samples over one batch's rows, or overflow="error"
             continue
         candidates.append(_cost_of(epoch, shapes, overflow, model))
-    best = min(candidates, key=lambda c: c.cost)   # the first of equals: the shortest T
+    best = min(candidates, key=lambda c: c.cost)  # the first of equals: the shortest T
     longest = next(c for c in candidates if c.shapes == rule)
     return SeqLenChoice(best.shapes, best.cost, tuple(candidates), longest, model, epoch.sorted_desc.size)
 
@@ -269,7 +309,7 @@ class _Epoch:
 
     L: np.ndarray
     sorted_desc: np.ndarray = dataclasses.field(init=False)
-    scale: float = dataclasses.field(init=False)      # lengths per simulated length
+    scale: float = dataclasses.field(init=False)  # lengths per simulated length
     tokens: int = dataclasses.field(init=False)
     ascending: np.ndarray = dataclasses.field(init=False)
     _whole: dict = dataclasses.field(init=False, default_factory=dict)
@@ -278,7 +318,7 @@ class _Epoch:
         self.ascending = np.sort(self.L)
         n = self.L.size
         pick = self.ascending
-        if n > SAMPLE:   # the midpoints of SAMPLE equal slices (same distribution), and the longest
+        if n > SAMPLE:  # the midpoints of SAMPLE equal slices (same distribution), and the longest
             pick = self.ascending[(2 * np.arange(SAMPLE, dtype=np.int64) + 1) * n // (2 * SAMPLE)]
             pick[-1] = self.ascending[-1]
         self.sorted_desc = np.ascontiguousarray(pick[::-1], dtype=np.int64)
@@ -312,7 +352,7 @@ def _candidate_lengths(epoch: _Epoch, m: int, budget: int, T_rule: int, overflow
         lo = min(max(round_up(q90, m), m), T0)
     grid = np.unique(np.ceil(np.geomspace(lo, T0, GRID_POINTS) / m).astype(np.int64) * m)
     grid = np.clip(grid, lo, T0)
-    filled = (budget // (budget // grid)) // m * m          # the longest row with the same B
+    filled = (budget // (budget // grid)) // m * m  # the longest row with the same B
     top = max(T0, T_rule)
     out = set(grid.tolist()) | set(filled[filled <= top].tolist()) | {T_rule}
     return sorted(out)
@@ -331,8 +371,9 @@ def _cost_of(epoch: _Epoch, shapes: tuple, overflow: str, model: RowCost) -> Can
         batches = [_split_batches(n_full[long] + 1, bin_cap.size, B, epoch.scale)]
         L = epoch.L
         nf = np.where(L > T, (L - 1) // T, 0)
-        scores_varlen = float(nf.sum()) * (T * (T + 1) / 2 if model.causal else T * T) + \
-            epoch.pair_sum(L - nf * T, model.causal)
+        scores_varlen = float(nf.sum()) * (T * (T + 1) / 2 if model.causal else T * T) + epoch.pair_sum(
+            L - nf * T, model.causal
+        )
     else:
         cap = np.where(s > T, T_max, T).astype(np.int64)
         _, bin_cap = best_fit(s, cap, np.zeros(s.size, np.int64), T_max)
@@ -346,14 +387,15 @@ def _cost_of(epoch: _Epoch, shapes: tuple, overflow: str, model: RowCost) -> Can
     n_batches = sum(batches)
     attention, overhead = model.attention_weight * scores, model.step_cost * n_batches
     padded = max(0.0, 1.0 - epoch.tokens / slots) if slots else 0.0
-    return CandidateCost(tuple(shapes), n_batches, slots, scores, attention, overhead,
-                         slots + attention + overhead, padded)
+    return CandidateCost(
+        tuple(shapes), n_batches, slots, scores, attention, overhead, slots + attention + overhead, padded
+    )
 
 
 def _split_batches(group_rows: np.ndarray, n_rows: int, B: int, scale: float) -> int:
     """Batches of a split packing on one rank: next fit of the split samples' groups of rows
     (they come first, the samples being in decreasing order), then the single rows."""
-    batches, used = 0, B           # no batch open yet
+    batches, used = 0, B  # no batch open yet
     for r in group_rows.tolist():
         if used + r > B:
             batches, used = batches + 1, 0

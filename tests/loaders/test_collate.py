@@ -1,4 +1,5 @@
 """DynTileCollate: default_collate equivalence, padding against a NumPy reference, errors, stats."""
+
 from __future__ import annotations
 
 import collections
@@ -17,7 +18,6 @@ import loaders.collate as collate_module
 import loaders.collate_python as collate_python
 from dyntile.planning import BucketPlan, plan_buckets
 from loaders import DynTileCollate
-
 from test_collate_outputs import python_only
 
 Point = collections.namedtuple("Point", "x y")
@@ -48,13 +48,22 @@ def assert_same(a, b, where="batch"):
 
 
 def equal_size_samples(rng, n):
-    return [{"x": torch.from_numpy(rng.standard_normal((3, 5)).astype(np.float32)),
-             "ids": torch.from_numpy(rng.integers(0, 9, 7)),
-             "arr": rng.integers(0, 5, (2, 2)).astype(np.int16),
-             "label": int(rng.integers(0, 3)), "score": float(rng.random()), "flag": bool(rng.random() < .5),
-             "np_scalar": np.float32(rng.random()), "name": f"s{i}",
-             "pair": (torch.tensor([i, i + 1]), f"p{i}"), "point": Point(i, float(i) / 2),
-             "nested": {"a": torch.ones(2, dtype=torch.bool)}} for i in range(n)]
+    return [
+        {
+            "x": torch.from_numpy(rng.standard_normal((3, 5)).astype(np.float32)),
+            "ids": torch.from_numpy(rng.integers(0, 9, 7)),
+            "arr": rng.integers(0, 5, (2, 2)).astype(np.int16),
+            "label": int(rng.integers(0, 3)),
+            "score": float(rng.random()),
+            "flag": bool(rng.random() < 0.5),
+            "np_scalar": np.float32(rng.random()),
+            "name": f"s{i}",
+            "pair": (torch.tensor([i, i + 1]), f"p{i}"),
+            "point": Point(i, float(i) / 2),
+            "nested": {"a": torch.ones(2, dtype=torch.bool)},
+        }
+        for i in range(n)
+    ]
 
 
 @pytest.mark.parametrize("n", [1, 2, 5])
@@ -66,7 +75,11 @@ def test_equals_default_collate_on_equal_sizes(n, multiple, side):
     assert_same(collate(samples), default_collate(samples))
     lists = [{"ids": [1, 2, 3], "w": [0.5, 1.0]} for _ in range(n)]
     out = collate(lists)
-    assert out["ids"].tolist() == [[1, 2, 3]] * n and out["w"].dtype == torch.float64 and set(out) == {"ids", "w"}
+    assert (
+        out["ids"].tolist() == [[1, 2, 3]] * n
+        and out["w"].dtype == torch.float64
+        and set(out) == {"ids", "w"}
+    )
 
 
 def test_equals_default_collate_on_tuples_and_bare_tensors():
@@ -87,9 +100,9 @@ def reference_pad(seqs, target, fill, left, rows=None, dtype=None):
         s = np.asarray(s)
         if len(s):
             if left:
-                out[i, target - len(s):] = s
+                out[i, target - len(s) :] = s
             else:
-                out[i, :len(s)] = s
+                out[i, : len(s)] = s
     return out
 
 
@@ -98,25 +111,36 @@ def make_leaf(values: np.ndarray, kind: str):
         return values.tolist()
     if kind == "numpy":
         return values
-    if kind == "strided":                         # non-contiguous tensor view of the same values
+    if kind == "strided":  # non-contiguous tensor view of the same values
         wide = torch.from_numpy(np.repeat(values, 2))
         return wide[::2]
     return torch.from_numpy(values)
 
 
 @settings(max_examples=40, deadline=None)
-@given(lengths=st.lists(st.integers(0, 40), min_size=1, max_size=9),
-       kind=st.sampled_from(["tensor", "numpy", "list", "strided"]),
-       side=st.sampled_from(["right", "left"]), multiple=st.sampled_from([1, 8]),
-       use_plan=st.booleans(), batch_multiple=st.sampled_from([None, 4]))
+@given(
+    lengths=st.lists(st.integers(0, 40), min_size=1, max_size=9),
+    kind=st.sampled_from(["tensor", "numpy", "list", "strided"]),
+    side=st.sampled_from(["right", "left"]),
+    multiple=st.sampled_from([1, 8]),
+    use_plan=st.booleans(),
+    batch_multiple=st.sampled_from([None, 4]),
+)
 def test_padding_matches_reference(lengths, kind, side, multiple, use_plan, batch_multiple):
     rng = np.random.default_rng(sum(lengths))
     seqs = [rng.integers(1, 1000, n) for n in lengths]
-    samples = [{"input_ids": make_leaf(s, kind), "labels": make_leaf(s + 1, kind), "idx": i}
-               for i, s in enumerate(seqs)]
+    samples = [
+        {"input_ids": make_leaf(s, kind), "labels": make_leaf(s + 1, kind), "idx": i}
+        for i, s in enumerate(seqs)
+    ]
     plan = BucketPlan((8, 24, 48)) if use_plan else None
-    collate = DynTileCollate(plan, multiple=multiple, side=side, batch_multiple=batch_multiple,
-                             pad_values={"input_ids": 0, "labels": -100})
+    collate = DynTileCollate(
+        plan,
+        multiple=multiple,
+        side=side,
+        batch_multiple=batch_multiple,
+        pad_values={"input_ids": 0, "labels": -100},
+    )
     out = collate(samples)
     B, longest = len(seqs), max(lengths)
     T = plan.round_up(longest)[0] if plan else -(-longest // multiple) * multiple
@@ -124,13 +148,15 @@ def test_padding_matches_reference(lengths, kind, side, multiple, use_plan, batc
     left = side == "left"
     assert out["input_ids"].dtype == torch.int64
     np.testing.assert_array_equal(out["input_ids"].numpy(), reference_pad(seqs, T, 0, left, rows))
-    np.testing.assert_array_equal(out["labels"].numpy(), reference_pad([s + 1 for s in seqs], T, -100, left, rows))
+    np.testing.assert_array_equal(
+        out["labels"].numpy(), reference_pad([s + 1 for s in seqs], T, -100, left, rows)
+    )
     lens = np.array(lengths + [0] * (rows - B))
     np.testing.assert_array_equal(out["lengths"].numpy(), lens)
     pos = np.arange(T)
     mask = pos < lens[:, None] if not left else pos >= T - lens[:, None]
     np.testing.assert_array_equal(out["attention_mask"].numpy(), mask)
-    assert out["idx"].tolist() == list(range(B)) + [0] * (rows - B)       # batch padding reaches numbers too
+    assert out["idx"].tolist() == list(range(B)) + [0] * (rows - B)  # batch padding reaches numbers too
     assert collate.stats.real_elements == 2 * sum(lengths)
     assert collate.stats.padded_elements == 2 * rows * T
 
@@ -145,8 +171,12 @@ def reference_pad_nd(arrays, target, fill, left):
 
 
 @settings(max_examples=30, deadline=None)
-@given(data=st.data(), B=st.integers(1, 5), side=st.sampled_from(["right", "left"]),
-       kind=st.sampled_from(["tensor", "numpy"]))
+@given(
+    data=st.data(),
+    B=st.integers(1, 5),
+    side=st.sampled_from(["right", "left"]),
+    kind=st.sampled_from(["tensor", "numpy"]),
+)
 def test_nested_samples_match_reference(data, B, side, kind):
     """Nested dicts and tuples holding 1-D and 2-D ragged leaves (padded along axis 0,
     the other axis fixed: ``axes=(0,)``, so also when every sample has one size),
@@ -157,20 +187,28 @@ def test_nested_samples_match_reference(data, B, side, kind):
     wrap = torch.from_numpy if kind == "tensor" else (lambda a: a)
     toks = [rng.integers(1, 99, n) for n in lengths]
     specs = [rng.standard_normal((f, 3)).astype(np.float32) for f in frames]
-    samples = [{"text": {"ids": wrap(t), "name": f"s{i}"},
-                "audio": (wrap(sp), float(i)),
-                "label": i} for i, (t, sp) in enumerate(zip(toks, specs))]
-    collate = DynTileCollate(multiple=4, side=side, pad_values={"text.ids": -1, "audio.0": 0.5},
-                             pad_keys=("text.ids", "audio.0"), axes=(0,))
+    samples = [
+        {"text": {"ids": wrap(t), "name": f"s{i}"}, "audio": (wrap(sp), float(i)), "label": i}
+        for i, (t, sp) in enumerate(zip(toks, specs))
+    ]
+    collate = DynTileCollate(
+        multiple=4,
+        side=side,
+        pad_values={"text.ids": -1, "audio.0": 0.5},
+        pad_keys=("text.ids", "audio.0"),
+        axes=(0,),
+    )
     out = collate(samples)
     left = side == "left"
     T = -(-max(lengths) // 4) * 4
     F = -(-max(frames) // 4) * 4
     np.testing.assert_array_equal(np.asarray(out["text"]["ids"]), reference_pad(toks, T, -1, left))
     np.testing.assert_array_equal(np.asarray(out["audio"][0]), reference_pad_nd(specs, (F, 3), 0.5, left))
-    assert out["audio"][1].tolist() == [float(i) for i in range(B)] and out["label"].tolist() == list(range(B))
+    assert out["audio"][1].tolist() == [float(i) for i in range(B)] and out["label"].tolist() == list(
+        range(B)
+    )
     assert out["text"]["name"] == [f"s{i}" for i in range(B)]
-    assert out["lengths"].tolist() == lengths                              # from the first padded leaf
+    assert out["lengths"].tolist() == lengths  # from the first padded leaf
     assert collate.stats.real_elements == sum(lengths) + 3 * sum(frames)
 
 
@@ -180,8 +218,8 @@ def test_nd_leaves_padded_on_their_ragged_axis():
     out = DynTileCollate(BucketPlan((8, 16)))([{"spec": s} for s in specs])
     assert out["spec"].shape == (3, 16, 5)
     for i, s in enumerate(specs):
-        np.testing.assert_array_equal(out["spec"][i, :len(s)].numpy(), s)
-        assert not out["spec"][i, len(s):].any()
+        np.testing.assert_array_equal(out["spec"][i, : len(s)].numpy(), s)
+        assert not out["spec"][i, len(s) :].any()
     assert out["lengths"].tolist() == [[3, 5], [9, 5], [6, 5]]
     assert out["attention_mask"].shape == (3, 16)
 
@@ -190,7 +228,7 @@ def test_images_with_a_two_axis_plan_and_channel_first_axes():
     rng = np.random.default_rng(2)
     imgs = [torch.from_numpy(rng.random((3, h, w)).astype(np.float32)) for h, w in ((5, 7), (9, 4))]
     plan = BucketPlan(((8, 16), (8, 16)))
-    out = DynTileCollate(plan, axes=(1, 2), fill=-1.0)(imgs)   # bare tensors: no mask keys
+    out = DynTileCollate(plan, axes=(1, 2), fill=-1.0)(imgs)  # bare tensors: no mask keys
     assert out.shape == (2, 3, 16, 8)
     assert torch.equal(out[0, :, :5, :7], imgs[0]) and (out[0, :, 5:] == -1).all()
     with pytest.raises(ValueError, match=r"key 'img': sample 1 has shape \(4, 9, 4\).*only axes \[1, 2\]"):
@@ -208,6 +246,7 @@ def test_image_mask_covers_both_axes():
 
 def test_tiled_output_equals_dyntile_tile():
     from dyntile import tile
+
     seqs = [torch.arange(n) for n in (5, 20, 11)]
     padded = DynTileCollate(multiple=8)([{"x": s} for s in seqs])["x"]
     tiled = DynTileCollate(multiple=8, tile=(2, 8))([{"x": s} for s in seqs])["x"]
@@ -218,7 +257,7 @@ def test_tiled_output_equals_dyntile_tile():
 def test_mask_options():
     samples = [{"ids": [1, 2, 3], "attention_mask": [1, 1, 1]}, {"ids": [4], "attention_mask": [1]}]
     out = DynTileCollate(multiple=4)(samples)
-    assert out["attention_mask"].tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]    # the samples' own mask kept
+    assert out["attention_mask"].tolist() == [[1, 1, 1, 0], [1, 0, 0, 0]]  # the samples' own mask kept
     out = DynTileCollate(multiple=4, mask_key="m", lengths_key=None, mask_dtype=torch.long)(samples)
     assert out["m"].dtype == torch.long and "lengths" not in out
     out = DynTileCollate(multiple=4, mask_from="attention_mask", mask_key="m2")(samples)
@@ -235,15 +274,18 @@ def test_equal_length_sequences_still_go_to_the_plan(kind):
     make = torch.arange if kind == "tensors" else (lambda n: list(range(n)))
     samples = [{"ids": make(5), "emb": torch.ones(3)}, {"ids": make(5), "emb": torch.ones(3)}]
     plan = BucketPlan((8, 16))
-    for collate in (DynTileCollate(plan), DynTileCollate(plan, pad_values={"ids": 0}),
-                    DynTileCollate(plan, pad_keys=["ids"])):
+    for collate in (
+        DynTileCollate(plan),
+        DynTileCollate(plan, pad_values={"ids": 0}),
+        DynTileCollate(plan, pad_keys=["ids"]),
+    ):
         out = collate(samples)
         assert out["ids"].shape == (2, 8) and out["attention_mask"].shape == (2, 8)
         assert out["lengths"].tolist() == [5, 5] and out["attention_mask"].sum() == 10
-    assert DynTileCollate(plan)(samples)["emb"].shape == (2, 8)             # nothing named: every 1-D leaf
-    assert DynTileCollate(plan, pad_values={"ids": 0})(samples)["emb"].shape == (2, 3)   # named: only those
+    assert DynTileCollate(plan)(samples)["emb"].shape == (2, 8)  # nothing named: every 1-D leaf
+    assert DynTileCollate(plan, pad_values={"ids": 0})(samples)["emb"].shape == (2, 3)  # named: only those
     assert DynTileCollate(plan, mask_from="ids")(samples)["emb"].shape == (2, 3)
-    out = DynTileCollate(plan, pad_keys=())(samples)                          # opt out: stacked as they are
+    out = DynTileCollate(plan, pad_keys=())(samples)  # opt out: stacked as they are
     assert out["ids"].shape == (2, 5) and out["emb"].shape == (2, 3) and "attention_mask" not in out
     assert DynTileCollate(plan, pad_keys=["ids"])(samples)["emb"].shape == (2, 3)
     assert DynTileCollate(pad_values={"ids": 0})(samples)["emb"].shape == (2, 3)  # no plan: stacked
@@ -265,7 +307,9 @@ def test_fixed_size_features_beside_named_sequences_keep_their_shape():
 def test_equal_length_samples_over_the_plan_raise():
     plan = BucketPlan((8, 16))
     samples = [{"ids": torch.arange(20)}, {"ids": torch.arange(20)}]
-    with pytest.raises(ValueError, match=r"key 'ids': sample 0 has shape \(20,\), over the plan's largest boundary"):
+    with pytest.raises(
+        ValueError, match=r"key 'ids': sample 0 has shape \(20,\), over the plan's largest boundary"
+    ):
         DynTileCollate(plan)(samples)
     with pytest.raises(ValueError, match=r"key 'ids': sample 0 has shape \(20,\)"):
         DynTileCollate(plan)([{"ids": list(range(20))}])
@@ -278,7 +322,9 @@ def test_equal_length_samples_over_the_plan_raise():
 def test_overflow_policies():
     plan = BucketPlan((8, 16))
     samples = [{"ids": torch.arange(20)}, {"ids": torch.arange(3)}]
-    with pytest.raises(ValueError, match=r"key 'ids': sample 0 has shape \(20,\), over the plan's largest boundary"):
+    with pytest.raises(
+        ValueError, match=r"key 'ids': sample 0 has shape \(20,\), over the plan's largest boundary"
+    ):
         DynTileCollate(plan, pad_values={"ids": 0})(samples)
     with pytest.raises(ValueError, match=r"key 'ids': sample 0 has shape \(20,\)"):
         DynTileCollate(plan)(samples)
@@ -286,42 +332,85 @@ def test_overflow_policies():
     out = cut(samples)
     assert out["ids"].shape == (2, 16) and out["ids"][0].tolist() == list(range(16))
     assert out["lengths"].tolist() == [16, 3] and cut.stats.truncated_samples == 1
-    two_keys = [{"ids": torch.arange(20), "labels": torch.arange(20)}, {"ids": torch.arange(3), "labels": torch.arange(3)}]
+    two_keys = [
+        {"ids": torch.arange(20), "labels": torch.arange(20)},
+        {"ids": torch.arange(3), "labels": torch.arange(3)},
+    ]
     cut = DynTileCollate(plan, overflow="truncate")
-    assert cut(two_keys)["labels"].shape == (2, 16) and cut.stats.truncated_samples == 1   # a sample, not a key
+    assert (
+        cut(two_keys)["labels"].shape == (2, 16) and cut.stats.truncated_samples == 1
+    )  # a sample, not a key
     grow = DynTileCollate(plan, overflow="extend")
     assert grow(samples)["ids"].shape == (2, 24)
     assert grow.plan.boundaries == (8, 16, 24) and grow.stats.plan_extensions == 1
 
 
-@pytest.mark.parametrize("samples, exc, msg", [
-    ([], ValueError, "empty batch"),
-    ([{"a": [1], "b": [2]}, {"a": [1]}], KeyError, "sample 1 is missing key 'b'"),
-    ([{"a": [1]}, {"a": [1], "c": 3}], KeyError, "sample 1 has extra key 'c'"),
-    ([{"a": [1]}, [1]], TypeError, "sample 1 is a list, but sample 0 is a mapping"),
-    ([{"a": torch.ones(2)}, {"a": torch.ones(3, dtype=torch.float64)}], TypeError,
-     "key 'a': sample 1 has dtype torch.float64, but sample 0 has (dtype )?torch.float32"),
-    ([{"a": torch.ones(2)}, {"a": np.ones(3, np.float32)}], TypeError, "key 'a': sample 1 has type ndarray"),
-    ([{"a": torch.ones(2)}, {"a": torch.ones(2, 2)}], ValueError,
-     r"key 'a': sample 1 has shape \(2, 2\) \(2 dimensions\)"),
-    ([{"a": [1, 2]}, {"a": [1, "x"]}], TypeError, "key 'a': sample 1 should be a list of numbers, but holds a str"),
-    ([{"a": [1, 2]}, {"a": [[1], [2]]}], TypeError, "key 'a': sample 1 should be a list of numbers, but holds a list"),
-    ([{"a": [[1], [2]]}, {"a": [1, 2]}], TypeError, "key 'a.0': sample 1 is a int, but sample 0 is a list of numbers"),
-    ([{"a": 1}, {"a": "x"}], TypeError, r"key 'a': sample 1 is a str, but sample 0 is a number \(int\)"),
-    ([{"a": 1}, {"a": None}], TypeError, r"key 'a': sample 1 is a NoneType, but sample 0 is a number"),
-    ([{"a": 1.0}, {"a": [1]}], TypeError, r"key 'a': sample 1 is a list, but sample 0 is a number \(float\)"),
-    ([{"a": (1, 2)}, {"a": 3}], TypeError, "key 'a': sample 1 is a int, but sample 0 is a tuple"),
-    ([{"a": object()}, {"a": object()}], TypeError, "key 'a': cannot collate values of type object"),
-    ([(1, 2), (1,)], ValueError, "sample 1 has 1 elements, but sample 0 has 2"),
-    ([{"a": ["x"]}, {"a": ["y", "z"]}], ValueError, "a list of str is collated position by position"),
-    ([{"a": [1.5]}, {"a": [2]}], None, None),
-    ([{"a": torch.ones(2, dtype=torch.uint8)}, {"a": [-1]}], TypeError,
-     r"key 'a': sample 1 \(a list\) holds values that uint8 cannot store exactly"),
-    ([{"a": torch.ones(2, dtype=torch.float16)}, {"a": [70000]}], TypeError,
-     r"key 'a': sample 1 \(a list\) holds values that float16 cannot store exactly"),
-    ([{"a": [2 ** 53 + 1, 1]}, {"a": [0.5]}], TypeError,
-     r"key 'a': sample 0 \(a list\) holds values that float64 cannot store exactly"),
-])
+@pytest.mark.parametrize(
+    "samples, exc, msg",
+    [
+        ([], ValueError, "empty batch"),
+        ([{"a": [1], "b": [2]}, {"a": [1]}], KeyError, "sample 1 is missing key 'b'"),
+        ([{"a": [1]}, {"a": [1], "c": 3}], KeyError, "sample 1 has extra key 'c'"),
+        ([{"a": [1]}, [1]], TypeError, "sample 1 is a list, but sample 0 is a mapping"),
+        (
+            [{"a": torch.ones(2)}, {"a": torch.ones(3, dtype=torch.float64)}],
+            TypeError,
+            "key 'a': sample 1 has dtype torch.float64, but sample 0 has (dtype )?torch.float32",
+        ),
+        (
+            [{"a": torch.ones(2)}, {"a": np.ones(3, np.float32)}],
+            TypeError,
+            "key 'a': sample 1 has type ndarray",
+        ),
+        (
+            [{"a": torch.ones(2)}, {"a": torch.ones(2, 2)}],
+            ValueError,
+            r"key 'a': sample 1 has shape \(2, 2\) \(2 dimensions\)",
+        ),
+        (
+            [{"a": [1, 2]}, {"a": [1, "x"]}],
+            TypeError,
+            "key 'a': sample 1 should be a list of numbers, but holds a str",
+        ),
+        (
+            [{"a": [1, 2]}, {"a": [[1], [2]]}],
+            TypeError,
+            "key 'a': sample 1 should be a list of numbers, but holds a list",
+        ),
+        (
+            [{"a": [[1], [2]]}, {"a": [1, 2]}],
+            TypeError,
+            "key 'a.0': sample 1 is a int, but sample 0 is a list of numbers",
+        ),
+        ([{"a": 1}, {"a": "x"}], TypeError, r"key 'a': sample 1 is a str, but sample 0 is a number \(int\)"),
+        ([{"a": 1}, {"a": None}], TypeError, r"key 'a': sample 1 is a NoneType, but sample 0 is a number"),
+        (
+            [{"a": 1.0}, {"a": [1]}],
+            TypeError,
+            r"key 'a': sample 1 is a list, but sample 0 is a number \(float\)",
+        ),
+        ([{"a": (1, 2)}, {"a": 3}], TypeError, "key 'a': sample 1 is a int, but sample 0 is a tuple"),
+        ([{"a": object()}, {"a": object()}], TypeError, "key 'a': cannot collate values of type object"),
+        ([(1, 2), (1,)], ValueError, "sample 1 has 1 elements, but sample 0 has 2"),
+        ([{"a": ["x"]}, {"a": ["y", "z"]}], ValueError, "a list of str is collated position by position"),
+        ([{"a": [1.5]}, {"a": [2]}], None, None),
+        (
+            [{"a": torch.ones(2, dtype=torch.uint8)}, {"a": [-1]}],
+            TypeError,
+            r"key 'a': sample 1 \(a list\) holds values that uint8 cannot store exactly",
+        ),
+        (
+            [{"a": torch.ones(2, dtype=torch.float16)}, {"a": [70000]}],
+            TypeError,
+            r"key 'a': sample 1 \(a list\) holds values that float16 cannot store exactly",
+        ),
+        (
+            [{"a": [2**53 + 1, 1]}, {"a": [0.5]}],
+            TypeError,
+            r"key 'a': sample 0 \(a list\) holds values that float64 cannot store exactly",
+        ),
+    ],
+)
 def test_bad_input_names_sample_and_key(samples, exc, msg):
     collate = DynTileCollate()
     if exc is None:
@@ -345,10 +434,17 @@ def test_bad_fill_names_key():
         DynTileCollate(pad_values={"ids": float("nan")})([{"ids": [1, 2]}, {"ids": [3]}])
 
 
-@pytest.mark.parametrize("kwargs, exc", [
-    ({"side": "up"}, ValueError), ({"overflow": "wrap"}, ValueError), ({"plan": (8, 16)}, TypeError),
-    ({"multiple": 0}, ValueError), ({"batch_multiple": -1}, ValueError), ({"tile": (8,)}, ValueError),
-])
+@pytest.mark.parametrize(
+    "kwargs, exc",
+    [
+        ({"side": "up"}, ValueError),
+        ({"overflow": "wrap"}, ValueError),
+        ({"plan": (8, 16)}, TypeError),
+        ({"multiple": 0}, ValueError),
+        ({"batch_multiple": -1}, ValueError),
+        ({"tile": (8,)}, ValueError),
+    ],
+)
 def test_bad_options(kwargs, exc):
     with pytest.raises(exc):
         DynTileCollate(**kwargs)
@@ -366,6 +462,7 @@ def test_stats_and_reset_and_return_stats():
     assert s.padding_ratio == pytest.approx(1 - 10 / 24) and s.distinct_shapes == 2
     assert b1["collate_stats"]["real_elements"] == 4
     from loaders.collate_stats import CollateStats
+
     merged = CollateStats()
     merged.update(b1["collate_stats"])
     assert merged.real_elements == 4 and merged.distinct_shapes == 1
@@ -382,22 +479,14 @@ def test_pickle_round_trip():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")
 def test_pin_memory_without_cuda_warns_once_and_still_collates(monkeypatch):
-    monkeypatch.setattr(collate_module, "_PIN_WARNED", False)
+    monkeypatch.setattr("loaders.pinning._WARNED", False)
     with pytest.warns(RuntimeWarning, match="pinned memory needs CUDA"):
         c = DynTileCollate(pin_memory=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        DynTileCollate(pin_memory=True)                           # once per process
+        DynTileCollate(pin_memory=True)  # once per process
     out = c([{"ids": [1, 2]}, {"ids": [3]}])
     assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
-
-
-def test_pack_hook_delegates_to_collate_packed():
-    from loaders.packed_collate import collate_packed
-    samples = [{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}]
-    got, expected = DynTileCollate(pack=[(2, 8)])(samples), collate_packed(samples, [(2, 8)])
-    assert got.pop("packing").shape == expected.pop("packing").shape
-    assert_same(got, expected)
 
 
 # ------------------------------------------------------------------ real tokens
@@ -406,7 +495,9 @@ def test_pack_hook_delegates_to_collate_packed():
 def test_real_docstring_tokens_with_plan(docstring_tokens):
     seqs = docstring_tokens[:64]
     plan = plan_buckets(np.array([len(s) for s in docstring_tokens]), max_buckets=8)
-    out = DynTileCollate(plan, pad_values={"input_ids": 0})([{"input_ids": torch.from_numpy(s)} for s in seqs])
+    out = DynTileCollate(plan, pad_values={"input_ids": 0})(
+        [{"input_ids": torch.from_numpy(s)} for s in seqs]
+    )
     T = plan.round_up(max(len(s) for s in seqs))[0]
     np.testing.assert_array_equal(out["input_ids"].numpy(), reference_pad(seqs, T, 0, False))
     assert out["input_ids"].dtype == torch.int32
@@ -443,13 +534,22 @@ def test_bucket_rows_come_from_one_leaf():
     """Leaves in different buckets get one row count: that of the mask_from leaf's
     bucket (else the first padded leaf's), the sampler's batch size for it."""
     plan = BucketPlan((8, 16))
-    samples = [{"x": torch.ones(13), "y": torch.ones(3), "n": 1}, {"x": torch.ones(5), "y": torch.ones(2), "n": 2}]
+    samples = [
+        {"x": torch.ones(13), "y": torch.ones(3), "n": 1},
+        {"x": torch.ones(5), "y": torch.ones(2), "n": 2},
+    ]
     for mask_from, rows, mask_shape in ((None, 2, (2, 16)), ("x", 2, (2, 16)), ("y", 4, (4, 8))):
-        collate = DynTileCollate(plan, bucket_rows=[4, 2], pad_values={"x": 0, "y": -1}, mask_from=mask_from,
-                                 return_stats=True)
+        collate = DynTileCollate(
+            plan, bucket_rows=[4, 2], pad_values={"x": 0, "y": -1}, mask_from=mask_from, return_stats=True
+        )
         out = collate(samples)
-        assert {k: tuple(v.shape)[:1] for k, v in out.items() if isinstance(v, torch.Tensor)} == \
-            {"x": (rows,), "y": (rows,), "n": (rows,), "attention_mask": (rows,), "lengths": (rows,)}
+        assert {k: tuple(v.shape)[:1] for k, v in out.items() if isinstance(v, torch.Tensor)} == {
+            "x": (rows,),
+            "y": (rows,),
+            "n": (rows,),
+            "attention_mask": (rows,),
+            "lengths": (rows,),
+        }
         assert out["attention_mask"].shape == mask_shape
         assert out["x"][2:].eq(0).all() and out["y"][2:].eq(-1).all() and out["lengths"][2:].eq(0).all()
         stats = out["collate_stats"]
@@ -464,37 +564,54 @@ def test_batch_multiple_without_a_ragged_leaf():
 
 def test_declared_nd_sequence_of_one_shape_pads_its_first_axis():
     collate = DynTileCollate(pad_values={"labels": -100})
-    for samples in ([{"labels": torch.zeros(2, 3, dtype=torch.long)}],
-                    [{"labels": torch.zeros(2, 3, dtype=torch.long)}, {"labels": torch.ones(2, 3, dtype=torch.long)}]):
+    for samples in (
+        [{"labels": torch.zeros(2, 3, dtype=torch.long)}],
+        [{"labels": torch.zeros(2, 3, dtype=torch.long)}, {"labels": torch.ones(2, 3, dtype=torch.long)}],
+    ):
         out = collate(samples)
         assert out["labels"].shape == (len(samples), 8, 3) and out["labels"][:, 2:].eq(-100).all()
-        assert out["attention_mask"].shape == (len(samples), 8) and out["attention_mask"].sum() == 2 * len(samples)
+        assert out["attention_mask"].shape == (len(samples), 8) and out["attention_mask"].sum() == 2 * len(
+            samples
+        )
     with pytest.raises(ValueError, match="at least one axis"):
         DynTileCollate(axes=())
 
 
 def test_huge_fill_for_batch_padding_is_named():
     with pytest.raises(ValueError, match="key 's': cannot pad the batch dimension"):
-        DynTileCollate(batch_multiple=4, pad_values={"s": 10 ** 400})([{"x": [1], "s": 1.0}, {"x": [1, 2], "s": 2.0}])
+        DynTileCollate(batch_multiple=4, pad_values={"s": 10**400})(
+            [{"x": [1], "s": 1.0}, {"x": [1, 2], "s": 2.0}]
+        )
 
 
 def test_batch_padding_reaches_every_leaf():
     """batch_multiple / bucket_rows give every tensor leaf the padded rows (numbers and
     stacked leaves included, with their key's fill); lists of strings keep B entries."""
-    samples = [{"input_ids": [1, 2, 3], "label": 4, "emb": torch.ones(2), "text": "a",
-                "pair": (torch.zeros(3), 7.5)},
-               {"input_ids": [5], "label": 6, "emb": torch.ones(2), "text": "b",
-                "pair": (torch.zeros(3), 8.5)}]
-    for collate in (DynTileCollate(batch_multiple=4, pad_values={"label": -100}),
-                    DynTileCollate(BucketPlan((8,)), bucket_rows=[4], pad_values={"label": -100})):
+    samples = [
+        {
+            "input_ids": [1, 2, 3],
+            "label": 4,
+            "emb": torch.ones(2),
+            "text": "a",
+            "pair": (torch.zeros(3), 7.5),
+        },
+        {"input_ids": [5], "label": 6, "emb": torch.ones(2), "text": "b", "pair": (torch.zeros(3), 8.5)},
+    ]
+    for collate in (
+        DynTileCollate(batch_multiple=4, pad_values={"label": -100}),
+        DynTileCollate(BucketPlan((8,)), bucket_rows=[4], pad_values={"label": -100}),
+    ):
         out = collate(samples)
         assert out["input_ids"].shape == (4, 8) and out["attention_mask"].shape == (4, 8)
         assert out["label"].tolist() == [4, 6, -100, -100]
         assert out["emb"].shape[0] == 4 and out["emb"][2:].eq(0).all()
         assert out["pair"][0].shape[0] == 4 and out["pair"][1].tolist() == [7.5, 8.5, 0.0, 0.0]
         assert out["text"] == ["a", "b"] and out["lengths"].tolist() == [3, 1, 0, 0]
-    with pytest.raises(ValueError, match=r"key 'flag': cannot pad the batch dimension of a torch.bool leaf with "
-                                         r"fill=-100 \(it would be stored as True\); give pad_values\['flag'\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"key 'flag': cannot pad the batch dimension of a torch.bool leaf with "
+        r"fill=-100 \(it would be stored as True\); give pad_values\['flag'\]",
+    ):
         DynTileCollate(batch_multiple=4, fill=-100)([{"x": [1], "flag": True}, {"x": [1, 2], "flag": False}])
 
 
@@ -517,13 +634,24 @@ def test_pin_memory_reaches_every_tensor(monkeypatch):
     monkeypatch.setattr(collate_module, "_pinning_available", lambda: True)
     monkeypatch.setattr(torch, "empty", empty)
     monkeypatch.setattr(torch.Tensor, "pin_memory", pin, raising=False)
-    monkeypatch.setattr(torch.Tensor, "is_pinned", lambda self: getattr(self, "_pinned", False), raising=False)
-    samples = [{"ids": [1, 2, 3], "label": 4, "emb": np.ones(2), "text": "a", "pair": (np.ones(3), 7.5)},
-               {"ids": [5], "label": 6, "emb": np.ones(2), "text": "b", "pair": (np.ones(3), 8.5)}]
+    monkeypatch.setattr(
+        torch.Tensor, "is_pinned", lambda self: getattr(self, "_pinned", False), raising=False
+    )
+    samples = [
+        {"ids": [1, 2, 3], "label": 4, "emb": np.ones(2), "text": "a", "pair": (np.ones(3), 7.5)},
+        {"ids": [5], "label": 6, "emb": np.ones(2), "text": "b", "pair": (np.ones(3), 8.5)},
+    ]
     for collate in (DynTileCollate(pin_memory=True), DynTileCollate(pin_memory=True, batch_multiple=4)):
         out = collate(samples)
-        tensors = [out["ids"], out["label"], out["emb"], out["pair"][0], out["pair"][1], out["attention_mask"],
-                   out["lengths"]]
+        tensors = [
+            out["ids"],
+            out["label"],
+            out["emb"],
+            out["pair"][0],
+            out["pair"][1],
+            out["attention_mask"],
+            out["lengths"],
+        ]
         assert all(t.is_pinned() for t in tensors)
         assert out["text"] == ["a", "b"]
 
@@ -532,7 +660,6 @@ def test_pin_memory_skipped_in_a_worker_with_one_warning(monkeypatch):
     """In a DataLoader worker, pin_memory=True would start CUDA there (impossible in a
     forked worker of a process using CUDA; on a CPU build torch.empty(pin_memory=True)
     raises): the worker's copy skips pinning, warns once, and collates as without it."""
-    import loaders.collate_python as collate_python
 
     monkeypatch.setattr(collate_module, "_pinning_available", lambda: True)
     collate = DynTileCollate(pin_memory=True, pad_values={"ids": 0})
@@ -542,27 +669,37 @@ def test_pin_memory_skipped_in_a_worker_with_one_warning(monkeypatch):
         out = collate(samples)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        again = collate(samples)                     # once per worker
+        again = collate(samples)  # once per worker
     expected = DynTileCollate(pad_values={"ids": 0})(samples)
     for got in (out, again):
         assert_same(dict(got), expected)
         assert not any(t.is_pinned() for t in got.values())
 
 
-@pytest.mark.parametrize("test", [test_nd_leaves_padded_on_their_ragged_axis,
-                                  test_images_with_a_two_axis_plan_and_channel_first_axes,
-                                  test_equals_default_collate_on_tuples_and_bare_tensors,
-                                  test_batch_padding_reaches_every_leaf])
+@pytest.mark.parametrize(
+    "test",
+    [
+        test_nd_leaves_padded_on_their_ragged_axis,
+        test_images_with_a_two_axis_plan_and_channel_first_axes,
+        test_equals_default_collate_on_tuples_and_bare_tensors,
+        test_batch_padding_reaches_every_leaf,
+    ],
+)
 def test_tensor_leaves_without_the_native_reader(test, monkeypatch):
     """The same answers when tensors are read through torch's bindings (a build without
     dyntile.cpu.torch_tensors, or another torch version)."""
     from dyntile import tensor_reader
+
     monkeypatch.setattr(tensor_reader, "_native", None)
     test()
     for samples, exc, msg in [
-            ([{"a": torch.ones(2)}, {"a": torch.ones(3, dtype=torch.float64)}], TypeError,
-             "key 'a': sample 1 has dtype torch.float64"),
-            ([{"a": torch.ones(2, 1)}, {"a": torch.ones(2)}], ValueError, r"key 'a': sample 1 has shape \(2,\)")]:
+        (
+            [{"a": torch.ones(2)}, {"a": torch.ones(3, dtype=torch.float64)}],
+            TypeError,
+            "key 'a': sample 1 has dtype torch.float64",
+        ),
+        ([{"a": torch.ones(2, 1)}, {"a": torch.ones(2)}], ValueError, r"key 'a': sample 1 has shape \(2,\)"),
+    ]:
         with pytest.raises(exc, match=msg):
             DynTileCollate()(samples)
 
@@ -571,11 +708,14 @@ def test_tensor_leaves_of_every_kind_match_the_bindings_route(monkeypatch):
     """2-D and 3-D tensor leaves (views, offsets, bf16) collate the same with and
     without the native reader."""
     from dyntile import tensor_reader
+
     rng = np.random.default_rng(5)
     base = torch.from_numpy(rng.standard_normal((6, 11, 7)).astype(np.float32))
-    batches = [[{"x": base[i, : 2 + i]} for i in range(5)],                          # views with offsets
-               [{"x": base[i, ::2, : 1 + i].t()} for i in range(4)],                  # strided, transposed
-               [{"x": base[i, : 3 + i].to(torch.bfloat16)[None]} for i in range(3)]]  # 3-D, bf16
+    batches = [
+        [{"x": base[i, : 2 + i]} for i in range(5)],  # views with offsets
+        [{"x": base[i, ::2, : 1 + i].t()} for i in range(4)],  # strided, transposed
+        [{"x": base[i, : 3 + i].to(torch.bfloat16)[None]} for i in range(3)],
+    ]  # 3-D, bf16
     for samples in batches:
         fast = DynTileCollate(multiple=4, axes=(-2, -1) if samples[0]["x"].dim() > 2 else None)(samples)
         monkeypatch.setattr(tensor_reader, "_native", None)
@@ -602,6 +742,7 @@ def test_equal_rows_that_require_grad_keep_their_grad_fn(route, monkeypatch):
     stacks them: the batch records autograd (0-d tensors already did); gradients reach
     every sample. Rows of other lengths are padded, as pad_batch pads them (detached)."""
     from dyntile import tensor_reader
+
     if route == "bindings":
         monkeypatch.setattr(tensor_reader, "_native", None)
     leaves = [torch.arange(3.0, requires_grad=True), torch.ones(3), torch.full((3,), 2.0, requires_grad=True)]
@@ -609,11 +750,12 @@ def test_equal_rows_that_require_grad_keep_their_grad_fn(route, monkeypatch):
     run = (lambda s: _walk_only(collate, s)) if route == "walk" else collate
     params = [torch.nn.Parameter(t.detach().clone()) for t in leaves]
     for samples, leaf, pick in [
-            ([{"x": t, "ids": [1] * (i + 1)} for i, t in enumerate(leaves)], lambda s: s["x"], lambda o: o["x"]),
-            ([{"x": t} for t in leaves], lambda s: s["x"], lambda o: o["x"]),
-            ([(t,) for t in leaves], lambda s: s[0], lambda o: o[0]),
-            (leaves, lambda s: s, lambda o: o),
-            (params, lambda s: s, lambda o: o)]:
+        ([{"x": t, "ids": [1] * (i + 1)} for i, t in enumerate(leaves)], lambda s: s["x"], lambda o: o["x"]),
+        ([{"x": t} for t in leaves], lambda s: s["x"], lambda o: o["x"]),
+        ([(t,) for t in leaves], lambda s: s[0], lambda o: o[0]),
+        (leaves, lambda s: s, lambda o: o),
+        (params, lambda s: s, lambda o: o),
+    ]:
         out = pick(run(samples))
         assert out.grad_fn is not None
         assert torch.equal(out.detach(), default_collate([leaf(s) for s in samples]).detach())
@@ -627,43 +769,94 @@ def test_equal_rows_that_require_grad_keep_their_grad_fn(route, monkeypatch):
 
 
 # a "label" key of numbers beside the rows: name -> the value of sample i (one kind, or mixed)
-NUMBER_KEYS = {None: None, "int": lambda i: 3 * i - 2, "float": lambda i: i / 4, "bool": lambda i: i % 2 == 0,
-               "int then bool": lambda i: True if i else 5, "float then int": lambda i: i if i else 0.5,
-               "bool then int": lambda i: 7 if i else False, "past int64": lambda i: 2**63 + i,
-               "ints and a list": lambda i: [i] if i == 1 else i,
-               "0-d int64": lambda i: torch.tensor(i - 1), "0-d bool": lambda i: torch.tensor(i % 2 == 0),
-               "0-d float16": lambda i: torch.tensor(i / 2, dtype=torch.float16),
-               "0-d views": lambda i: torch.arange(10.0)[9 - i],
-               "0-d of two dtypes": lambda i: torch.tensor(i, dtype=torch.int32 if i else torch.int64),
-               "0-d needing grad": lambda i: torch.tensor(float(i), requires_grad=True),
-               "0-d and a 1-d": lambda i: torch.tensor([i]) if i == 1 else torch.tensor(i),
-               "0-d and a number": lambda i: 3 if i == 1 else torch.tensor(i)}
+NUMBER_KEYS = {
+    None: None,
+    "int": lambda i: 3 * i - 2,
+    "float": lambda i: i / 4,
+    "bool": lambda i: i % 2 == 0,
+    "int then bool": lambda i: True if i else 5,
+    "float then int": lambda i: i if i else 0.5,
+    "bool then int": lambda i: 7 if i else False,
+    "past int64": lambda i: 2**63 + i,
+    "ints and a list": lambda i: [i] if i == 1 else i,
+    "0-d int64": lambda i: torch.tensor(i - 1),
+    "0-d bool": lambda i: torch.tensor(i % 2 == 0),
+    "0-d float16": lambda i: torch.tensor(i / 2, dtype=torch.float16),
+    "0-d views": lambda i: torch.arange(10.0)[9 - i],
+    "0-d of two dtypes": lambda i: torch.tensor(i, dtype=torch.int32 if i else torch.int64),
+    "0-d needing grad": lambda i: torch.tensor(float(i), requires_grad=True),
+    "0-d and a 1-d": lambda i: torch.tensor([i]) if i == 1 else torch.tensor(i),
+    "0-d and a number": lambda i: 3 if i == 1 else torch.tensor(i),
+}
 
 
 @settings(max_examples=60, deadline=None)
-@given(lengths=st.lists(st.integers(0, 30), min_size=1, max_size=7), equal=st.booleans(),
-       kind=st.sampled_from(["list", "tensor", "mixed", "strided"]), side=st.sampled_from(["right", "left"]),
-       use_plan=st.booleans(), named=st.sampled_from(["default", "none", "labels"]),
-       mask_from=st.sampled_from([None, "labels", "missing", "label"]), return_stats=st.booleans(),
-       outputs=st.sampled_from(["both", "no mask", "no lengths", "float mask", "mask key in data"]),
-       native=st.booleans(), number=st.sampled_from(list(NUMBER_KEYS)), number_first=st.booleans())
-def test_flat_rows_route_equals_the_walk(lengths, equal, kind, side, use_plan, named, mask_from, return_stats,
-                                         outputs, native, number, number_first):
+@given(
+    lengths=st.lists(st.integers(0, 30), min_size=1, max_size=7),
+    equal=st.booleans(),
+    kind=st.sampled_from(["list", "tensor", "mixed", "strided"]),
+    side=st.sampled_from(["right", "left"]),
+    use_plan=st.booleans(),
+    named=st.sampled_from(["default", "none", "labels"]),
+    mask_from=st.sampled_from([None, "labels", "missing", "label"]),
+    return_stats=st.booleans(),
+    outputs=st.sampled_from(["both", "no mask", "no lengths", "float mask", "mask key in data"]),
+    native=st.booleans(),
+    number=st.sampled_from(list(NUMBER_KEYS)),
+    number_first=st.booleans(),
+)
+def test_flat_rows_route_equals_the_walk(
+    lengths,
+    equal,
+    kind,
+    side,
+    use_plan,
+    named,
+    mask_from,
+    return_stats,
+    outputs,
+    native,
+    number,
+    number_first,
+):
     """Flat dicts of 1-D sequences (and maybe a key of Python numbers beside them, e.g.
     a class label) take the one-pass route (with the native module, or through
     pad_rows without it): outputs, dtypes, counters and errors equal the general
     walk's, whatever the options (equal lengths, plans, named keys, mask_from, left
     padding, mask and lengths keys and dtype) and the numbers' kinds."""
     from dyntile import tensor_reader
+
     with pytest.MonkeyPatch.context() as mp:
         if not native:
             mp.setattr(tensor_reader, "_native", None)
-        _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, return_stats, outputs, number,
-                        number_first)
+        _flat_rows_case(
+            lengths,
+            equal,
+            kind,
+            side,
+            use_plan,
+            named,
+            mask_from,
+            return_stats,
+            outputs,
+            number,
+            number_first,
+        )
 
 
-def _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, return_stats, outputs, number=None,
-                    number_first=False):
+def _flat_rows_case(
+    lengths,
+    equal,
+    kind,
+    side,
+    use_plan,
+    named,
+    mask_from,
+    return_stats,
+    outputs,
+    number=None,
+    number_first=False,
+):
     if equal:
         lengths = [lengths[0]] * len(lengths)
     rng = np.random.default_rng(sum(lengths) + len(lengths))
@@ -674,24 +867,32 @@ def _flat_rows_case(lengths, equal, kind, side, use_plan, named, mask_from, retu
             return a.tolist()
         t = torch.from_numpy(np.repeat(a, 2))[::2] if kind == "strided" else torch.from_numpy(a.copy())
         return t
+
     samples = [{"input_ids": leaf(s, 0), "labels": leaf(s * 2, 1)} for s in seqs]
     if number is not None:
         value = NUMBER_KEYS[number]
-        samples = [dict({"label": value(i)}, **x) if number_first else dict(x, label=value(i))
-                   for i, x in enumerate(samples)]
-    if outputs == "mask key in data":                    # a sample's own attention_mask is kept, not replaced
+        samples = [
+            dict({"label": value(i)}, **x) if number_first else dict(x, label=value(i))
+            for i, x in enumerate(samples)
+        ]
+    if outputs == "mask key in data":  # a sample's own attention_mask is kept, not replaced
         samples = [dict(x, attention_mask=leaf(np.ones(len(s), np.int64), 0)) for x, s in zip(samples, seqs)]
     pad_keys = {"default": None, "none": (), "labels": ("labels",)}[named]
-    options = dict(plan=BucketPlan((8, 32)) if use_plan else None, side=side, pad_keys=pad_keys,
-                   pad_values={"input_ids": 0, "labels": -100} if named == "default" else None,
-                   mask_from=mask_from, return_stats=return_stats,
-                   mask_key=None if outputs == "no mask" else "attention_mask",
-                   lengths_key=None if outputs == "no lengths" else "lengths",
-                   mask_dtype=torch.float32 if outputs == "float mask" else torch.bool)
+    options = dict(
+        plan=BucketPlan((8, 32)) if use_plan else None,
+        side=side,
+        pad_keys=pad_keys,
+        pad_values={"input_ids": 0, "labels": -100} if named == "default" else None,
+        mask_from=mask_from,
+        return_stats=return_stats,
+        mask_key=None if outputs == "no mask" else "attention_mask",
+        lengths_key=None if outputs == "no lengths" else "lengths",
+        mask_dtype=torch.float32 if outputs == "float mask" else torch.bool,
+    )
     fast, walk = DynTileCollate(**options), DynTileCollate(**options)
     try:
         want = _walk_only(walk, samples)
-    except Exception as e:                               # the same error, by the same route
+    except Exception as e:  # the same error, by the same route
         with pytest.raises(type(e), match=re.escape(str(e)[:40])):
             fast(samples)
         return
@@ -712,6 +913,7 @@ def assert_same_batch(got: dict, want: dict) -> None:
 def test_flat_rows_route_is_taken(monkeypatch):
     """The common batch does not reach the Python executor (a test that the native one can fail)."""
     from dyntile import tensor_reader
+
     if tensor_reader.native_module() is None:
         pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
     collate = DynTileCollate(pad_values={"input_ids": 0})
@@ -726,28 +928,39 @@ def test_native_flat_rows_route_is_taken(leaf, monkeypatch):
     """With the native module, lists and tensors are padded (and masked) without
     pad_rows or the Python mask (a test that the native route can fail)."""
     from dyntile import tensor_reader
+
     if tensor_reader.native_module() is None:
         pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
     _no_python_executor(monkeypatch)
     collate = DynTileCollate(pad_values={"labels": -100}, side="left")
-    out = collate([{"input_ids": leaf([1, 2, 3]), "labels": leaf([5, 6, 7])},
-                   {"input_ids": leaf([4]), "labels": leaf([8])}])
+    out = collate(
+        [
+            {"input_ids": leaf([1, 2, 3]), "labels": leaf([5, 6, 7])},
+            {"input_ids": leaf([4]), "labels": leaf([8])},
+        ]
+    )
     assert out["input_ids"].tolist() == [[0] * 5 + [1, 2, 3], [0] * 7 + [4]]
     assert out["labels"].tolist() == [[-100] * 5 + [5, 6, 7], [-100] * 7 + [8]]
     assert out["attention_mask"].tolist() == [[False] * 5 + [True] * 3, [False] * 7 + [True]]
     assert out["lengths"].tolist() == [3, 1] and collate.stats.batches == 1
 
 
-@pytest.mark.parametrize("numbers, dtype", [([3, -1], torch.int64), ([0.5, 2.0], torch.float64),
-                                            ([True, False], torch.bool),
-                                            ([torch.tensor(7), torch.tensor(-2)], torch.int64),
-                                            ([torch.tensor(1.5, dtype=torch.bfloat16), torch.tensor(-3.0,
-                                              dtype=torch.bfloat16)], torch.bfloat16)])
+@pytest.mark.parametrize(
+    "numbers, dtype",
+    [
+        ([3, -1], torch.int64),
+        ([0.5, 2.0], torch.float64),
+        ([True, False], torch.bool),
+        ([torch.tensor(7), torch.tensor(-2)], torch.int64),
+        ([torch.tensor(1.5, dtype=torch.bfloat16), torch.tensor(-3.0, dtype=torch.bfloat16)], torch.bfloat16),
+    ],
+)
 def test_native_route_stacks_numbers_beside_the_rows(numbers, dtype, monkeypatch):
     """A key of Python numbers or 0-d tensors beside the rows (a class label, a score)
     is stacked by the one-call route too, as default_collate stacks it, and not
     counted as padding (a test that the route can fail: the walk is switched off)."""
     from dyntile import tensor_reader
+
     if tensor_reader.native_module() is None:
         pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
     _no_python_executor(monkeypatch)
@@ -755,43 +968,68 @@ def test_native_route_stacks_numbers_beside_the_rows(numbers, dtype, monkeypatch
     samples = [{"label": numbers[0], "input_ids": [1, 2, 3]}, {"label": numbers[1], "input_ids": [4]}]
     out = collate(samples)
     assert list(out) == ["label", "input_ids", "attention_mask", "lengths"]
-    assert out["label"].dtype == dtype and torch.equal(out["label"], default_collate([s["label"] for s in samples]))
+    assert out["label"].dtype == dtype and torch.equal(
+        out["label"], default_collate([s["label"] for s in samples])
+    )
     assert out["lengths"].tolist() == [3, 1] and out["input_ids"].shape == (2, 8)
-    assert collate.stats.as_dict()["padded_elements"] == 16 and collate.stats.shapes == {("input_ids", (2, 8)): 1}
+    assert collate.stats.as_dict()["padded_elements"] == 16 and collate.stats.shapes == {
+        ("input_ids", (2, 8)): 1
+    }
 
 
 def test_native_route_reads_keys_in_any_order_and_equal_key_objects(monkeypatch):
     """Samples whose keys come in another order, or are equal strings that are other
     objects, are read by the one-call route as the walk reads them."""
     from dyntile import tensor_reader
+
     if tensor_reader.native_module() is None:
         pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
-    other_ids = "".join(["input", "_ids"])               # equal to "input_ids", not the same object
+    other_ids = "".join(["input", "_ids"])  # equal to "input_ids", not the same object
     literal = "input_ids"
     assert other_ids == literal and other_ids is not literal
-    samples = [{"input_ids": [1, 2, 3], "labels": [4, 5, 6]},
-               {"labels": [7], "input_ids": [8]},
-               {other_ids: [9, 10], "labels": [11, 12]},
-               {"labels": [13, 14, 15, 16], other_ids: [17, 18, 19, 20]}]
+    samples = [
+        {"input_ids": [1, 2, 3], "labels": [4, 5, 6]},
+        {"labels": [7], "input_ids": [8]},
+        {other_ids: [9, 10], "labels": [11, 12]},
+        {"labels": [13, 14, 15, 16], other_ids: [17, 18, 19, 20]},
+    ]
     options = dict(pad_values={"input_ids": 0, "labels": -100})
     want = _walk_only(DynTileCollate(**options), samples)
     fast = DynTileCollate(**options)
     _no_python_executor(monkeypatch)
     got = fast(samples)
     assert_same_batch(got, want)
-    assert got["labels"][1].tolist() == [7] + [-100] * 7 and got["input_ids"][3].tolist()[:4] == [17, 18, 19, 20]
+    assert got["labels"][1].tolist() == [7] + [-100] * 7 and got["input_ids"][3].tolist()[:4] == [
+        17,
+        18,
+        19,
+        20,
+    ]
 
 
-@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.float16,
-                                   torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+    ],
+)
 @pytest.mark.parametrize("side", ["right", "left"])
 def test_native_flat_rows_route_equals_the_walk_for_every_dtype(dtype, side):
     """Tensor rows of every dtype the kernels move (strided views among them), beside a
     key of lists, with a float mask and per-key fills, over two batches (the second
     reuses the per-key fill bits worked out for the first)."""
     rng = np.random.default_rng(7)
-    options = dict(pad_values={"x": 1, "ids": -1}, side=side, mask_from="x", mask_dtype=torch.float32,
-                   return_stats=True)
+    options = dict(
+        pad_values={"x": 1, "ids": -1}, side=side, mask_from="x", mask_dtype=torch.float32, return_stats=True
+    )
     fast, walk = DynTileCollate(**options), DynTileCollate(**options)
     for n in (3, 5):
         lengths = rng.integers(0, 12, n)
@@ -800,8 +1038,9 @@ def test_native_flat_rows_route_equals_the_walk_for_every_dtype(dtype, side):
         assert_same_batch(fast(samples), _walk_only(walk, samples))
     assert fast.stats.as_dict() == walk.stats.as_dict()
     from dyntile import tensor_reader
+
     if tensor_reader.native_module() is not None:
-        assert fast._last.native is not None and len(fast._plans) == 1    # one plan, run natively
+        assert fast._last.native is not None and len(fast._plans) == 1  # one plan, run natively
 
 
 def test_flat_rows_route_with_other_keys_and_samples_equals_the_walk():
@@ -816,8 +1055,8 @@ def test_flat_rows_route_with_other_keys_and_samples_equals_the_walk():
     with pytest.raises(TypeError, match="sample 1 is a ndarray, but sample 0 is a mapping"):
         DynTileCollate()([{"a": [1, 2]}, np.arange(3)])
     with pytest.raises(TypeError, match="sample 1 is a list, but sample 0 is a mapping"):
-        DynTileCollate()([{0: [1, 2]}, [[3, 4]]])                # a list answers the int key 0
-    mixed = DynTileCollate()([{"a": [1, 2]}, collections.OrderedDict(a=[3])])   # mappings of two types
+        DynTileCollate()([{0: [1, 2]}, [[3, 4]]])  # a list answers the int key 0
+    mixed = DynTileCollate()([{"a": [1, 2]}, collections.OrderedDict(a=[3])])  # mappings of two types
     assert mixed["a"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
 
 
@@ -830,29 +1069,43 @@ def test_tile_with_batch_padding_tiles_the_grown_batch():
     """A tiled 1-D leaf of ceil(rows/tm) == B tile rows was grown again: (4, 1, 2, 8),
     or a crash naming no key when the mask was on."""
     samples = [{"x": [1, 2, 3]}, {"x": [4]}]
-    for collate in (DynTileCollate(batch_multiple=4, tile=(2, 8), return_stats=True),
-                    DynTileCollate(BucketPlan((8, 16)), bucket_rows=[4, 4], tile=(2, 8), return_stats=True)):
+    for collate in (
+        DynTileCollate(batch_multiple=4, tile=(2, 8), return_stats=True),
+        DynTileCollate(BucketPlan((8, 16)), bucket_rows=[4, 4], tile=(2, 8), return_stats=True),
+    ):
         out = collate(samples)
         padded = torch.tensor([[1, 2, 3, 0, 0, 0, 0, 0], [4] + [0] * 7, [0] * 8, [0] * 8])
         assert out["x"].shape == (2, 1, 2, 8)
         assert torch.equal(out["x"], padded.reshape(2, 2, 1, 8).permute(0, 2, 1, 3))
         assert out["attention_mask"].shape == (4, 8) and out["lengths"].tolist() == [3, 1, 0, 0]
-        assert out["collate_stats"]["shapes"] == [("x", (4, 8))] and out["collate_stats"]["padded_elements"] == 32
+        assert (
+            out["collate_stats"]["shapes"] == [("x", (4, 8))]
+            and out["collate_stats"]["padded_elements"] == 32
+        )
 
 
 def test_namedtuple_fields_are_named_alike_for_pad_values_and_batch_rows():
     """The walk named fields by position ("0"), batch-row growth by name ("label"):
     one of the two pad_values was silently ignored."""
     nt = collections.namedtuple("NT", ["ids", "label"])
-    out = DynTileCollate(pad_values={"ids": -1, "label": -100}, batch_multiple=4)([nt([1, 2, 3], 0), nt([4], 1)])
+    out = DynTileCollate(pad_values={"ids": -1, "label": -100}, batch_multiple=4)(
+        [nt([1, 2, 3], 0), nt([4], 1)]
+    )
     assert out.ids[1].tolist() == [4] + [-1] * 7 and out.ids[3].tolist() == [-1] * 8
     assert out.label.tolist() == [0, 1, -100, -100]
 
 
-@pytest.mark.parametrize("samples, options, match", [
-    ([{"ids": [2**64]}, {"ids": [1]}], {}, "sample 0 holds 18446744073709551616, which no integer dtype holds"),
-    ([{"ids": [2**64]}, {"ids": [1]}], {"batch_multiple": 2}, "sample 0 holds 18446744073709551616"),
-])
+@pytest.mark.parametrize(
+    "samples, options, match",
+    [
+        (
+            [{"ids": [2**64]}, {"ids": [1]}],
+            {},
+            "sample 0 holds 18446744073709551616, which no integer dtype holds",
+        ),
+        ([{"ids": [2**64]}, {"ids": [1]}], {"batch_multiple": 2}, "sample 0 holds 18446744073709551616"),
+    ],
+)
 def test_numbers_numpy_reads_as_objects_raise_not_stopiteration(samples, options, match):
     """A bare StopIteration escaped the collate: out of a DataLoader it ends the epoch
     without a word."""
@@ -867,62 +1120,49 @@ def test_complex_lists_collate_on_either_route():
         assert torch.equal(DynTileCollate(multiple=4, **options)(samples)["a"], expected)
 
 
-def test_packed_stats_count_elements_of_token_keys_with_extra_axes():
-    c = DynTileCollate(pack=[(1, 8)])
-    c([{"feats": torch.ones(3, 4)}])
-    assert (c.stats.real_elements, c.stats.padded_elements) == (12, 32)
-
-
 def test_options_are_fixed_once_built():
     collate = DynTileCollate(pad_values={"a": 0})
     batch = [{"a": [1, 2, 3]}, {"a": [4]}]
     first = collate(batch)
-    for name, value in (("multiple", 4), ("plan", BucketPlan((8, 16))), ("pad_values", {"a": -1}), ("side", "left")):
+    for name, value in (
+        ("multiple", 4),
+        ("plan", BucketPlan((8, 16))),
+        ("pad_values", {"a": -1}),
+        ("side", "left"),
+    ):
         with pytest.raises(AttributeError, match=f"DynTileCollate's '{name}' is fixed once it is built"):
             setattr(collate, name, value)
     for name in ("plan", "multiple"):
         with pytest.raises(AttributeError, match=f"DynTileCollate's '{name}' is fixed once it is built"):
             delattr(collate, name)
     with pytest.raises(TypeError):
-        collate.pad_values["a"] = -1                     # a read-only mapping
+        collate.pad_values["a"] = -1  # a read-only mapping
     assert collate.pad_values == {"a": 0} and "pad_values={'a': 0}" in repr(collate)
     assert_same_batch(collate(batch), first)
-    collate.reset_stats()                                # not an option
+    collate.reset_stats()  # not an option
     clone = pickle.loads(pickle.dumps(collate))
     assert clone.pad_values == {"a": 0} and type(clone.pad_values) is type(collate.pad_values)
     assert_same_batch(clone(batch), first)
 
 
-def test_bucket_rows_and_pack_are_read_only_and_pickle():
+def test_bucket_rows_are_read_only_and_pickle():
     plan = BucketPlan((8, 16))
     rows = DynTileCollate(plan, pad_values={"a": 0}, bucket_rows=[4, 2])
-    packed = DynTileCollate(pack={"shapes": [(2, 8)], "pad_values": {"labels": -7}})
     with pytest.raises(TypeError):
         rows.bucket_rows[(8,)] = 8
-    with pytest.raises(TypeError):
-        packed.pack["shapes"] = [(4, 8)]
-    with pytest.raises(TypeError):
-        packed.pack["pad_values"]["labels"] = 0          # nested dicts too
-    with pytest.raises(AttributeError):
-        packed.pack["shapes"].append((4, 8))             # the shapes are a tuple
     batch = [{"a": [1, 2, 3]}, {"a": [4]}]
-    packs = [{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}, {"input_ids": [4], "labels": [4]}]
-    for collate, samples in ((rows, batch), (packed, packs)):
-        clone = pickle.loads(pickle.dumps(collate))
-        assert type(clone.pack) is type(collate.pack) and type(clone.bucket_rows) is type(collate.bucket_rows)
-        assert clone.pack == collate.pack and clone.bucket_rows == collate.bucket_rows
-        got, want = clone(samples), collate(samples)
-        got.pop("packing", None), want.pop("packing", None)     # the packing summary: arrays, no ==
-        assert_same_batch(got, want)
-    assert packed(packs)["labels"][0].tolist()[-1] == -7
+    clone = pickle.loads(pickle.dumps(rows))
+    assert type(clone.bucket_rows) is type(rows.bucket_rows) and clone.bucket_rows == rows.bucket_rows
+    assert_same_batch(clone(batch), rows(batch))
 
 
 def test_an_extended_plan_reaches_the_native_route(monkeypatch):
     """overflow='extend' grows the plan; later batches up to the new boundary still
     take the one-call route, padded to it."""
     from dyntile import tensor_reader
+
     collate = DynTileCollate(BucketPlan((8,)), pad_values={"a": 0}, overflow="extend")
-    assert collate([{"a": list(range(20))}, {"a": [1]}])["a"].shape == (2, 24)   # extended: (8,) -> (8, 24)
+    assert collate([{"a": list(range(20))}, {"a": [1]}])["a"].shape == (2, 24)  # extended: (8,) -> (8, 24)
     assert collate.plan.boundaries == (8, 24)
     if tensor_reader.native_module() is not None:
         _no_python_executor(monkeypatch)
@@ -931,14 +1171,17 @@ def test_an_extended_plan_reaches_the_native_route(monkeypatch):
 
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
-@pytest.mark.parametrize("extra", [
-    lambda: torch.quantize_per_tensor(torch.ones(()), 0.1, 0, torch.qint8),         # 0-d, quantized
-    lambda: torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8),          # 1-D, quantized, one length
-    lambda: torch.zeros(2, dtype=torch.uint3),                                       # sub-byte, one length
-    lambda: torch.zeros(2, dtype=torch.bits8),
-    lambda: torch.ones(2, 3),                                                        # 2-D, one shape
-    lambda: torch.tensor(5),                                                         # 0-d
-])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        lambda: torch.quantize_per_tensor(torch.ones(()), 0.1, 0, torch.qint8),  # 0-d, quantized
+        lambda: torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.qint8),  # 1-D, quantized, one length
+        lambda: torch.zeros(2, dtype=torch.uint3),  # sub-byte, one length
+        lambda: torch.zeros(2, dtype=torch.bits8),
+        lambda: torch.ones(2, 3),  # 2-D, one shape
+        lambda: torch.tensor(5),  # 0-d
+    ],
+)
 def test_tensors_the_kernels_do_not_move_beside_rows_are_stacked(extra):
     """A leaf the one-call route does not take (another rank, a dtype NumPy cannot
     carry) sends the batch to the walk, which stacks it as default_collate does."""
@@ -946,8 +1189,13 @@ def test_tensors_the_kernels_do_not_move_beside_rows_are_stacked(extra):
     out = DynTileCollate(pad_values={"ids": 0})(samples)
     want = torch.stack([s["x"] for s in samples])
     assert out["x"].dtype == want.dtype and out["x"].shape == want.shape
-    bits = (lambda t: t.int_repr()) if want.is_quantized else (lambda t: t.view(torch.uint8)) \
-        if want.dtype in (torch.uint3, torch.bits8) else (lambda t: t)
+    bits = (
+        (lambda t: t.int_repr())
+        if want.is_quantized
+        else (lambda t: t.view(torch.uint8))
+        if want.dtype in (torch.uint3, torch.bits8)
+        else (lambda t: t)
+    )
     assert torch.equal(bits(out["x"]), bits(want))
     assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
 
@@ -958,6 +1206,7 @@ def test_a_subclass_overriding_collate_runs_on_every_batch():
             out = super()._collate(samples)
             out["seen"] = True
             return out
+
     collate = Marked(pad_values={"input_ids": 0})
     batch = [{"input_ids": [1, 2, 3]}, {"input_ids": [4]}]
     assert ["seen" in collate(batch) for _ in range(3)] == [True, True, True]
@@ -966,7 +1215,10 @@ def test_a_subclass_overriding_collate_runs_on_every_batch():
 def test_a_collate_pickled_without_the_native_state_still_collates():
     collate = DynTileCollate(pad_values={"a": 0})
     state = collate.__getstate__()
-    state.update(_row_specs={}, _native_args=None, _pin=False)   # as an older dyntile pickled it
+    state.update(_row_specs={}, _native_args=None, _pin=False)  # as an older dyntile pickled it
     old = DynTileCollate.__new__(DynTileCollate)
     old.__setstate__(state)
-    assert old([{"a": [1, 2]}, {"a": [3]}])["a"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
+    assert old([{"a": [1, 2]}, {"a": [3]}])["a"].tolist() == [
+        [1, 2, 0, 0, 0, 0, 0, 0],
+        [3, 0, 0, 0, 0, 0, 0, 0],
+    ]

@@ -16,12 +16,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from test_collate_outputs import python_only
 from torch.utils.data import default_collate
 
 from dyntile import tensor_reader
 from dyntile.planning import BucketPlan
 from loaders import DynTileCollate
+from test_collate_outputs import python_only
 
 Point = collections.namedtuple("Point", "x y")
 LABELS = ("labels", "label", "label_ids")

@@ -1,4 +1,5 @@
 """PackedCollate: dense copies, segment metadata, and packing that leaves attention intact."""
+
 import functools
 
 import numpy as np
@@ -8,7 +9,6 @@ import torch
 from dyntile.planning.packing import pack_rows
 from loaders.packed_collate import PackedCollate, collate_packed
 from loaders.packing_sampler import PackingBatchSampler
-
 
 
 def ragged(lengths, seed=0, vocab=50):
@@ -21,7 +21,7 @@ def reference_dense(seqs, packed, fill):
     B, T = packed.shape
     out = np.full((B, T), fill, dtype=np.result_type(*[s.dtype for s in seqs]))
     for i, r, o, n, st in zip(packed.indices, packed.rows, packed.offsets, packed.sizes, packed.starts):
-        out[r, o:o + n] = seqs[i][st:st + n]
+        out[r, o : o + n] = seqs[i][st : st + n]
     return out
 
 
@@ -37,16 +37,20 @@ def segments_from_ids(seg):
     return bounds
 
 
-@pytest.mark.parametrize("lengths, shapes, overflow", [
-    ([5, 3, 7, 1, 8, 2, 6], [(4, 8)], "extend"),
-    ([13, 3, 1], [(4, 8)], "split"),
-    ([3, 20, 2, 5], [(4, 8), (2, 24)], "extend"),
-    ([1], [(1, 8)], "extend"),
-])
+@pytest.mark.parametrize(
+    "lengths, shapes, overflow",
+    [
+        ([5, 3, 7, 1, 8, 2, 6], [(4, 8)], "extend"),
+        ([13, 3, 1], [(4, 8)], "split"),
+        ([3, 20, 2, 5], [(4, 8), (2, 24)], "extend"),
+        ([1], [(1, 8)], "extend"),
+    ],
+)
 def test_dense_and_metadata_match_reference(lengths, shapes, overflow):
     seqs = ragged(lengths)
-    out = collate_packed([{"input_ids": s, "labels": s.copy()} for s in seqs], shapes, overflow=overflow,
-                         attention_mask=True)
+    out = collate_packed(
+        [{"input_ids": s, "labels": s.copy()} for s in seqs], shapes, overflow=overflow, attention_mask=True
+    )
     packed = out["packing"]
     assert packed.same_as(pack_rows(lengths, shapes, overflow=overflow))
     np.testing.assert_array_equal(out["input_ids"].numpy(), reference_dense(seqs, packed, 0))
@@ -58,8 +62,8 @@ def test_dense_and_metadata_match_reference(lengths, shapes, overflow):
     B, T = packed.shape
     # position ids count within each piece (continuing across chunks of a split sample)
     for r, o, n, st in zip(packed.rows, packed.offsets, packed.sizes, packed.starts):
-        np.testing.assert_array_equal(pos[r, o:o + n], np.arange(st, st + n))
-        assert len(set(seg[r, o:o + n])) <= 1 and (n == 0 or seg[r, o] > 0)
+        np.testing.assert_array_equal(pos[r, o : o + n], np.arange(st, st + n))
+        assert len(set(seg[r, o : o + n])) <= 1 and (n == 0 or seg[r, o] > 0)
     assert np.all(pos[seg == 0] == 0)
     mask = out["attention_mask"].numpy()
     np.testing.assert_array_equal(mask, seg[:, :, None] == seg[:, None, :])
@@ -99,10 +103,12 @@ def test_dicts_of_tensors_arrays_and_lists_give_one_result():
 
 def test_inputs_of_every_kind():
     base = np.arange(40, dtype=np.int32)
-    samples = [base[::3][:5],                      # non-contiguous numpy
-               torch.arange(100, 104, dtype=torch.int32),
-               [7, 8, 9],                           # list
-               np.zeros(0, np.int32)]               # zero-size
+    samples = [
+        base[::3][:5],  # non-contiguous numpy
+        torch.arange(100, 104, dtype=torch.int32),
+        [7, 8, 9],  # list
+        np.zeros(0, np.int32),
+    ]  # zero-size
     out = collate_packed(samples, [(2, 8)])
     # lists are weakly typed, as in pad_batch and DynTileCollate: small ints join int32 arrays
     assert out["input_ids"].dtype == torch.int32
@@ -110,18 +116,20 @@ def test_inputs_of_every_kind():
     np.testing.assert_array_equal(out["input_ids"].numpy(), reference_dense(as_np, out["packing"], 0))
     assert out["lengths"].tolist() == [5, 4, 3, 0]
     with pytest.raises(TypeError, match="key 'input_ids': sample 2 .* int32 cannot store"):
-        collate_packed(samples[:2] + [[2 ** 40]], [(2, 8)])         # nothing is silently cut
+        collate_packed(samples[:2] + [[2**40]], [(2, 8)])  # nothing is silently cut
 
 
 def test_multidim_token_keys_and_other_leaves():
-    feats = [np.random.default_rng(i).standard_normal((n, 3)).astype(np.float32) for i, n in enumerate([4, 6, 2])]
+    feats = [
+        np.random.default_rng(i).standard_normal((n, 3)).astype(np.float32) for i, n in enumerate([4, 6, 2])
+    ]
     samples = [{"x": f, "id": i, "name": f"s{i}"} for i, f in enumerate(feats)]
     out = collate_packed(samples, [(2, 8)], pad_values={"x": np.nan})
     x = out["x"].numpy()
     assert x.shape == (2, 8, 3)
     p = out["packing"]
     for i, r, o, n in zip(p.indices, p.rows, p.offsets, p.sizes):
-        np.testing.assert_array_equal(x[r, o:o + n], feats[i])
+        np.testing.assert_array_equal(x[r, o : o + n], feats[i])
     assert np.isnan(x[out["segment_ids"].numpy() == 0]).all()
     assert out["id"].tolist() == [0, 1, 2] and out["name"] == ["s0", "s1", "s2"]
 
@@ -139,58 +147,71 @@ def test_zero_length_samples_repeat_cu_seqlens():
     assert out["segment_ids"][0].tolist() == [1, 1, 3, 0, 0, 0, 0, 0]
 
 
-@pytest.mark.parametrize("samples, kw, exc, match", [
-    ([], {}, ValueError, "empty batch"),
-    ([{"input_ids": [1, 2], "labels": [1]}], {}, ValueError, "sample 0: token keys should have one length"),
-    ([{"input_ids": [1]}, {"ids": [2]}], {}, KeyError, "sample 1 has token keys"),
-    ([{"labels": np.array([1, 2], np.uint8)}], {}, ValueError, "out of range for uint8"),
-    ([{"input_ids": [1, 2]}], {"pad_values": {"input_ids": 0.5}}, ValueError, "integral fill"),
-    ([[1] * 6, [2] * 6, [3] * 6], {}, ValueError, "need 3 rows"),
-    ([[1] * 9], {}, ValueError, "longer than the rows"),
-    ([3], {}, TypeError, "sample 0 should be a dict"),
-    ([(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))], {}, TypeError, "but got a tuple of sequences"),
-    ([{"input_ids": np.zeros((2, 3)), "x": np.zeros((2, 3))}, {"input_ids": np.zeros((2, 4)), "x": np.zeros((2, 3))}],
-     {}, ValueError, "only the first axis may differ"),
-])
+@pytest.mark.parametrize(
+    "samples, kw, exc, match",
+    [
+        ([], {}, ValueError, "empty batch"),
+        (
+            [{"input_ids": [1, 2], "labels": [1]}],
+            {},
+            ValueError,
+            "sample 0: token keys should have one length",
+        ),
+        ([{"input_ids": [1]}, {"ids": [2]}], {}, KeyError, "sample 1 has token keys"),
+        ([{"labels": np.array([1, 2], np.uint8)}], {}, ValueError, "out of range for uint8"),
+        ([{"input_ids": [1, 2]}], {"pad_values": {"input_ids": 0.5}}, ValueError, "integral fill"),
+        ([[1] * 6, [2] * 6, [3] * 6], {}, ValueError, "need 3 rows"),
+        ([[1] * 9], {}, ValueError, "longer than the rows"),
+        ([3], {}, TypeError, "sample 0 should be a dict"),
+        ([(torch.tensor([1, 2, 3]), torch.tensor([4, 5, 6]))], {}, TypeError, "but got a tuple of sequences"),
+        (
+            [
+                {"input_ids": np.zeros((2, 3)), "x": np.zeros((2, 3))},
+                {"input_ids": np.zeros((2, 4)), "x": np.zeros((2, 3))},
+            ],
+            {},
+            ValueError,
+            "only the first axis may differ",
+        ),
+    ],
+)
 def test_bad_input(samples, kw, exc, match):
     with pytest.raises(exc, match=match):
         collate_packed(samples, [(2, 8)], **kw)
 
 
 def test_samples_own_keys_and_scalar_leaves():
-    out = collate_packed([{"input_ids": [1, 2, 3], "position_ids": [5, 6, 7], "y": torch.tensor(3)},
-                          {"input_ids": [4], "position_ids": [9], "y": torch.tensor(4)}], [(1, 8)])
-    assert out["position_ids"].tolist() == [[5, 6, 7, 9, 0, 0, 0, 0]]     # the samples' own, packed
-    assert torch.equal(out["y"], torch.tensor([3, 4]))                   # 0-d tensors stacked
-    out = collate_packed([{"input_ids": [1], "z": np.array(2.5)}, {"input_ids": [2], "z": np.array(1.5)}], [(1, 8)])
+    out = collate_packed(
+        [
+            {"input_ids": [1, 2, 3], "position_ids": [5, 6, 7], "y": torch.tensor(3)},
+            {"input_ids": [4], "position_ids": [9], "y": torch.tensor(4)},
+        ],
+        [(1, 8)],
+    )
+    assert out["position_ids"].tolist() == [[5, 6, 7, 9, 0, 0, 0, 0]]  # the samples' own, packed
+    assert torch.equal(out["y"], torch.tensor([3, 4]))  # 0-d tensors stacked
+    out = collate_packed(
+        [{"input_ids": [1], "z": np.array(2.5)}, {"input_ids": [2], "z": np.array(1.5)}], [(1, 8)]
+    )
     assert out["z"].tolist() == [2.5, 1.5]
 
 
 def test_asked_block_mask_replaces_a_tokenizers_own_mask():
     hf = [{"input_ids": list(range(1, n + 1)), "attention_mask": [1] * n} for n in (3, 5, 2)]
     assert collate_packed(hf, [(2, 8)], attention_mask=True)["attention_mask"].shape == (2, 8, 8)
-    assert collate_packed(hf, [(2, 8)])["attention_mask"].shape == (2, 8)     # not asked: the samples' own, packed
+    assert collate_packed(hf, [(2, 8)])["attention_mask"].shape == (
+        2,
+        8,
+    )  # not asked: the samples' own, packed
 
 
 def test_boundary_labels_take_the_label_pad_value():
-    out = collate_packed([{"input_ids": [1, 2], "labels": [1, 2]}, {"input_ids": [3], "labels": [3]}],
-                         [(1, 8)], pad_values={"labels": -1})
+    out = collate_packed(
+        [{"input_ids": [1, 2], "labels": [1, 2]}, {"input_ids": [3], "labels": [3]}],
+        [(1, 8)],
+        pad_values={"labels": -1},
+    )
     assert out["labels"].tolist() == [[-1, 2, -1, -1, -1, -1, -1, -1]]
-
-
-def test_collate_pack_option_counts_and_refuses_what_it_ignores():
-    from loaders import DynTileCollate
-
-    c = DynTileCollate(pack={"shapes": [(2, 8)], "pad_values": {"input_ids": 5}}, pad_values={"labels": -7},
-                       return_stats=True)
-    out = c([{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}, {"input_ids": [4, 5], "labels": [4, 5]}])
-    assert out["input_ids"][0].tolist() == [1, 2, 3, 4, 5, 5, 5, 5]
-    assert out["labels"][0].tolist() == [-7, 2, 3, -7, 5, -7, -7, -7]
-    assert out["collate_stats"]["real_elements"] == 10 and out["collate_stats"]["padded_elements"] == 32
-    assert c.stats.batches == 1 and c.stats.shapes == {("input_ids", (2, 8)): 1, ("labels", (2, 8)): 1}
-    for kw in ({"batch_multiple": 4}, {"mask_key": "am"}, {"tile": (2, 2)}, {"fill": 1}):
-        with pytest.raises(ValueError, match=f"with pack=.*{list(kw)[0]}"):
-            DynTileCollate(pack=[(2, 8)], **kw)
 
 
 # --------------------------------------------------------------------------- the real proof
@@ -204,7 +225,7 @@ class TinyAttention(torch.nn.Module):
         g = torch.Generator().manual_seed(0)
         self.tok = torch.nn.Parameter(torch.randn(vocab, d, generator=g, dtype=torch.float64))
         self.pos = torch.nn.Parameter(torch.randn(max_pos, d, generator=g, dtype=torch.float64))
-        self.qkv = torch.nn.Parameter(torch.randn(d, 3 * d, generator=g, dtype=torch.float64) / d ** 0.5)
+        self.qkv = torch.nn.Parameter(torch.randn(d, 3 * d, generator=g, dtype=torch.float64) / d**0.5)
 
     def forward(self, ids, position_ids, allowed):  # ids (B, T), allowed (B, T, T) bool
         x = self.tok[ids] + self.pos[position_ids]
@@ -223,7 +244,7 @@ def test_attention_on_packed_batch_equals_each_sample_alone():
     p = out["packing"]
     for i, r, o, n in zip(p.indices, p.rows, p.offsets, p.sizes):
         alone = model(seqs[i][None], torch.arange(n)[None], torch.ones(1, n, n, dtype=torch.bool))[0]
-        torch.testing.assert_close(packed_y[r, o:o + n], alone, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(packed_y[r, o : o + n], alone, rtol=1e-12, atol=1e-12)
     # without the block mask packing would leak between samples: the test can fail
     leaky = model(out["input_ids"], out["position_ids"], torch.ones_like(out["attention_mask"]))
     assert not torch.allclose(leaky, packed_y)
@@ -261,7 +282,9 @@ def test_collate_takes_shapes_and_overflow_from_a_sampler():
     seqs = ragged(lengths)
     for batch in sampler:
         out = collate([seqs[i] for i in batch])
-        assert out["packing"].same_as(pack_rows([lengths[i] for i in batch], sampler.shapes, overflow="split"))
+        assert out["packing"].same_as(
+            pack_rows([lengths[i] for i in batch], sampler.shapes, overflow="split")
+        )
     assert PackedCollate(sampler, overflow="error").overflow == "error"
 
 
@@ -274,10 +297,27 @@ def test_token_keys_of_every_width(dtype):
     p = out["packing"]
     expect = torch.full((2, 8, 2), fill, dtype=dtype)
     for i, r, o, n in zip(p.indices, p.rows, p.offsets, p.sizes):
-        expect[r, o:o + n] = seqs[i]
+        expect[r, o : o + n] = seqs[i]
         if n:
-            expect[r, o] = fill                    # a label key's first token of every piece
+            expect[r, o] = fill  # a label key's first token of every piece
     assert out["x"].dtype == dtype and torch.equal(out["x"], expect)
+
+
+def test_packed_stats_count_elements_of_token_keys_with_extra_axes():
+    c = PackedCollate([(1, 8)])
+    c([{"feats": torch.ones(3, 4)}])
+    assert (c.stats.real_elements, c.stats.padded_elements) == (12, 32)
+
+
+def test_collate_pickles_and_keeps_collating():
+    import pickle
+
+    collate = PackedCollate([(2, 8)], pad_values={"labels": -7}, attention_mask="block")
+    samples = [{"input_ids": [1, 2, 3], "labels": [1, 2, 3]}, {"input_ids": [4], "labels": [4]}]
+    got, want = pickle.loads(pickle.dumps(collate))(samples), collate(samples)
+    assert got.pop("packing").same_as(want.pop("packing")) and got.keys() == want.keys()
+    assert all(torch.equal(v, got[k]) for k, v in want.items() if isinstance(v, torch.Tensor))
+    assert want["labels"][0].tolist()[-1] == -7
 
 
 def test_counts_stats_and_returns_them_on_request():
@@ -286,15 +326,25 @@ def test_counts_stats_and_returns_them_on_request():
     assert out["input_ids"][0].tolist() == [1, 2, 3, 4, 5, 5, 5, 5]
     assert out["labels"][0].tolist() == [-100, 2, 3, -100, 5, -100, -100, -100]
     assert out["collate_stats"]["real_elements"] == 10 and out["collate_stats"]["padded_elements"] == 32
-    assert collate.stats.batches == 1 and collate.stats.shapes == {("input_ids", (2, 8)): 1, ("labels", (2, 8)): 1}
+    assert collate.stats.batches == 1 and collate.stats.shapes == {
+        ("input_ids", (2, 8)): 1,
+        ("labels", (2, 8)): 1,
+    }
 
 
-@pytest.mark.parametrize("kw, exc, match", [
-    ({"attention_mask": "dense"}, ValueError, r"attention_mask should be one of \(None, 'block', 'additive'\)"),
-    ({"label_keys": "labels"}, TypeError, "label_keys should be a sequence of key names"),
-    ({"worker_transfer": "pipe"}, ValueError, "worker_transfer should be 'one_buffer' or 'torch'"),
-    ({"overflow": "truncate"}, ValueError, "which does not apply here"),
-])
+@pytest.mark.parametrize(
+    "kw, exc, match",
+    [
+        (
+            {"attention_mask": "dense"},
+            ValueError,
+            r"attention_mask should be one of \(None, 'block', 'additive'\)",
+        ),
+        ({"label_keys": "labels"}, TypeError, "label_keys should be a sequence of key names"),
+        ({"worker_transfer": "pipe"}, ValueError, "worker_transfer should be 'one_buffer' or 'torch'"),
+        ({"overflow": "truncate"}, ValueError, "which does not apply here"),
+    ],
+)
 def test_bad_options(kw, exc, match):
     with pytest.raises(exc, match=match):
         PackedCollate([(2, 8)], **kw)
@@ -303,7 +353,8 @@ def test_bad_options(kw, exc, match):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the warning of a machine without CUDA")
-def test_pin_memory_without_cuda_warns_and_allocates_ordinary_memory():
+def test_pin_memory_without_cuda_warns_and_allocates_ordinary_memory(monkeypatch):
+    monkeypatch.setattr("loaders.pinning._WARNED", False)  # once per process
     with pytest.warns(RuntimeWarning, match="pinned memory needs CUDA"):
         collate = PackedCollate([(2, 8)], pin_memory=True)
     assert not collate([[1, 2]])["input_ids"].is_pinned()

@@ -1,5 +1,6 @@
 """PackedCollate's outputs for Hugging Face models: masks and flash-attention keywords
 that keep packed samples apart, checked on tiny models built from configs (no download)."""
+
 import numpy as np
 import pytest
 import torch
@@ -17,16 +18,30 @@ def token_rows(seed=0, vocab=64):
 
 
 def tiny_bert(impl):
-    cfg = transformers.BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64, max_position_embeddings=64, attn_implementation=impl)
+    cfg = transformers.BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        attn_implementation=impl,
+    )
     torch.manual_seed(0)
     return transformers.BertForMaskedLM(cfg).eval()
 
 
 def tiny_llama(impl):
-    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                   num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
-                                   attn_implementation=impl)
+    cfg = transformers.LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        attn_implementation=impl,
+    )
     torch.manual_seed(0)
     return transformers.LlamaForCausalLM(cfg).eval()
 
@@ -36,8 +51,10 @@ def worst_gap(model, seqs, out, **inputs):
     with torch.no_grad():
         packed = model(input_ids=out["input_ids"], **inputs).logits
         p = out["packing"]
-        return max(float((packed[r, o:o + n] - model(input_ids=seqs[i][None]).logits[0]).abs().max())
-                   for i, r, o, n in zip(p.indices, p.rows, p.offsets, p.sizes))
+        return max(
+            float((packed[r, o : o + n] - model(input_ids=seqs[i][None]).logits[0]).abs().max())
+            for i, r, o, n in zip(p.indices, p.rows, p.offsets, p.sizes)
+        )
 
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
@@ -56,21 +73,39 @@ def test_a_decoder_isolates_packed_samples_by_mask_or_by_restarting_positions(im
     model, seqs = tiny_llama(impl), token_rows(1)
     samples = [{"input_ids": s} for s in seqs]
     out = PackedCollate([(4, 16)], attention_mask="additive", causal=True)(samples)
-    assert worst_gap(model, seqs, out, attention_mask=out["attention_mask"], position_ids=out["position_ids"],
-                     use_cache=False) < 1e-5
+    assert (
+        worst_gap(
+            model,
+            seqs,
+            out,
+            attention_mask=out["attention_mask"],
+            position_ids=out["position_ids"],
+            use_cache=False,
+        )
+        < 1e-5
+    )
     out = PackedCollate([(4, 16)])(samples)
     assert worst_gap(model, seqs, out, position_ids=out["position_ids"], use_cache=False) < 1e-5
     # the causal flag matters: a bidirectional block mask lets a decoder see later tokens
     out = PackedCollate([(4, 16)], attention_mask="additive")(samples)
-    assert worst_gap(model, seqs, out, attention_mask=out["attention_mask"], position_ids=out["position_ids"],
-                     use_cache=False) > 1e-3
+    assert (
+        worst_gap(
+            model,
+            seqs,
+            out,
+            attention_mask=out["attention_mask"],
+            position_ids=out["position_ids"],
+            use_cache=False,
+        )
+        > 1e-3
+    )
 
 
 def test_flash_attention_keywords_follow_hugging_face_names():
     seqs = token_rows()
     hf_like = [{"input_ids": s, "attention_mask": torch.ones_like(s)} for s in seqs]
     out = PackedCollate([(4, 16)], flash_attention_kwargs=True)(hf_like)
-    assert "attention_mask" not in out          # Hugging Face would unpad by it instead of the segments
+    assert "attention_mask" not in out  # Hugging Face would unpad by it instead of the segments
     for q in ("cu_seq_lens_q", "cu_seq_lens_k"):
         assert out[q].dtype == torch.int32 and torch.equal(out[q], out["cu_seqlens"])
     assert out["max_length_q"] == out["max_length_k"] == out["max_seqlen"]

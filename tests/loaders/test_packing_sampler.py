@@ -1,4 +1,5 @@
 """PackingBatchSampler: every sample once, deterministic, resumable, ranks in step."""
+
 import numpy as np
 import pytest
 import torch
@@ -65,7 +66,9 @@ def test_state_dict_batches_done_and_checks():
     with pytest.raises(ValueError, match="another batch layout"):
         PackingBatchSampler(LENGTHS, max_tokens=512).load_state_dict(state)
     # the same layout given as NumPy scalars or another integer dtype is the same layout
-    same = PackingBatchSampler(np.asarray(LENGTHS, np.int32), max_tokens=np.int64(256), pool_size=np.int64(65536))
+    same = PackingBatchSampler(
+        np.asarray(LENGTHS, np.int32), max_tokens=np.int64(256), pool_size=np.int64(65536)
+    )
     same.load_state_dict(state)
 
 
@@ -76,7 +79,9 @@ def check_ranks(L, samplers, overflow="extend"):
     per_rank = [list(s) for s in samplers]
     assert len({len(b) for b in per_rank}) == 1 and all(len(b) == len(s) for b, s in zip(per_rank, samplers))
     for step in zip(*per_rank):
-        decoded = [pack_rows(L[b], samplers[0].shapes, overflow=overflow) for b in step]  # rows <= B, or raises
+        decoded = [
+            pack_rows(L[b], samplers[0].shapes, overflow=overflow) for b in step
+        ]  # rows <= B, or raises
         assert len({d.shape for d in decoded}) == 1, "same shape on every rank at every step"
         assert all(0 < len(b) and sum(L[b]) <= d.shape[0] * d.shape[1] for b, d in zip(step, decoded))
     flat = np.concatenate([np.concatenate(b) for b in per_rank if b])
@@ -87,12 +92,20 @@ def check_ranks(L, samplers, overflow="extend"):
 
 
 @settings(max_examples=15, deadline=None)
-@given(n=st.integers(1, 150), R=st.integers(1, 4), seed=st.integers(0, 5),
-       overflow=st.sampled_from(["extend", "split"]))
+@given(
+    n=st.integers(1, 150),
+    R=st.integers(1, 4),
+    seed=st.integers(0, 5),
+    overflow=st.sampled_from(["extend", "split"]),
+)
 def test_ranks_in_step(n, R, seed, overflow):
     L = np.random.default_rng(seed).integers(0, 100, n)
-    samplers = [PackingBatchSampler(L, max_tokens=256, seq_len=64, overflow=overflow, seed=seed,
-                                    num_replicas=R, rank=r) for r in range(R)]
+    samplers = [
+        PackingBatchSampler(
+            L, max_tokens=256, seq_len=64, overflow=overflow, seed=seed, num_replicas=R, rank=r
+        )
+        for r in range(R)
+    ]
     counts = check_ranks(L, samplers, overflow)
     if R == 1:
         assert np.all(counts == 1)
@@ -141,10 +154,17 @@ def test_random_small_configs_every_epoch():
         R, pool = int(rng.integers(1, 5)), int(rng.integers(2, 9))
         overflow = str(rng.choice(["extend", "split"]))
         try:
-            samplers = replicas(L, R, seq_len=64, max_tokens=int(rng.integers(128, 600)), pool_size=pool,
-                                overflow=overflow, seed=trial)
+            samplers = replicas(
+                L,
+                R,
+                seq_len=64,
+                max_tokens=int(rng.integers(128, 600)),
+                pool_size=pool,
+                overflow=overflow,
+                seed=trial,
+            )
         except ValueError as e:
-            assert "needs" in str(e), e          # a sample over the budget, refused at construction
+            assert "needs" in str(e), e  # a sample over the budget, refused at construction
             continue
         for epoch in range(4):
             for s in samplers:
@@ -152,14 +172,17 @@ def test_random_small_configs_every_epoch():
             check_ranks(L, samplers, overflow)
 
 
-@pytest.mark.parametrize("kw, err, match", [
-    (dict(lengths=[]), ValueError, "lengths should be non-empty"),
-    (dict(pool_size=0), ValueError, "pool_size should be a positive integer or None, but got 0"),
-    (dict(pool_size=-3), ValueError, "pool_size should be a positive integer or None, but got -3"),
-    (dict(pool_size=2.5), TypeError, "pool_size should be an integer"),
-    (dict(pool_size="8"), TypeError, "pool_size should be an integer"),
-    (dict(pool_size=True), TypeError, "pool_size should be a positive integer or None"),
-])
+@pytest.mark.parametrize(
+    "kw, err, match",
+    [
+        (dict(lengths=[]), ValueError, "lengths should be non-empty"),
+        (dict(pool_size=0), ValueError, "pool_size should be a positive integer or None, but got 0"),
+        (dict(pool_size=-3), ValueError, "pool_size should be a positive integer or None, but got -3"),
+        (dict(pool_size=2.5), TypeError, "pool_size should be an integer"),
+        (dict(pool_size="8"), TypeError, "pool_size should be an integer"),
+        (dict(pool_size=True), TypeError, "pool_size should be a positive integer or None"),
+    ],
+)
 def test_bad_arguments_refused_at_construction(kw, err, match):
     kw = {"lengths": LENGTHS, **kw}
     with pytest.raises(err, match=match):
@@ -193,13 +216,20 @@ def test_loading_another_seed_rebuilds_the_epoch():
     lengths = np.random.default_rng(7).integers(1, 60, 200)
     a = PackingBatchSampler(lengths, max_tokens=256, seed=0)
     b = PackingBatchSampler(lengths, max_tokens=256, seed=5)
-    assert list(a) != list(b)          # a's epoch 0 is now built (and cached) for seed 0
+    assert list(a) != list(b)  # a's epoch 0 is now built (and cached) for seed 0
     a.load_state_dict(b.state_dict(batches_done=0))
     assert list(a) == list(b)
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(attention="dense"), dict(attention="dense", d_model=64, step_cost=0),
-                                dict(overflow="split", attention="varlen", causal=False)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(),
+        dict(attention="dense"),
+        dict(attention="dense", d_model=64, step_cost=0),
+        dict(overflow="split", attention="varlen", causal=False),
+    ],
+)
 def test_default_row_length_is_the_cost_choice(kw):
     from dyntile.planning import choose_seq_len, pack_lengths
 

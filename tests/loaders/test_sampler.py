@@ -1,4 +1,5 @@
 """BucketBatchSampler: coverage, budgets, determinism, resume, ranks in step."""
+
 from __future__ import annotations
 
 import collections
@@ -32,8 +33,8 @@ def test_every_index_once_and_within_budget(n, max_tokens):
     bounds = np.asarray(s.plan.boundaries)
     for b in batches:
         buckets = set(s.bucket_ids[b].tolist())
-        assert len(buckets) == 1                                   # one bucket per batch
-        assert len(b) * bounds[buckets.pop()] <= max_tokens        # under the budget
+        assert len(buckets) == 1  # one bucket per batch
+        assert len(b) * bounds[buckets.pop()] <= max_tokens  # under the budget
 
 
 def test_fixed_batch_size_and_no_shuffle_is_sorted_by_bucket():
@@ -44,10 +45,10 @@ def test_fixed_batch_size_and_no_shuffle_is_sorted_by_bucket():
 
 def test_quadratic_budget():
     L = random_lengths(300, seed=2)
-    s = BucketBatchSampler(L, max_tokens=2 ** 20, cost="quadratic", max_buckets=4)
+    s = BucketBatchSampler(L, max_tokens=2**20, cost="quadratic", max_buckets=4)
     bounds = np.asarray(s.plan.boundaries)
     for b in s:
-        assert len(b) * bounds[s.bucket_ids[b[0]]] ** 2 <= 2 ** 20
+        assert len(b) * bounds[s.bucket_ids[b[0]]] ** 2 <= 2**20
 
 
 def test_deterministic_per_seed_and_epoch():
@@ -91,11 +92,11 @@ def test_resume_equals_uninterrupted_run(stop, epoch, replicas):
     it = iter(first)
     head = [next(it) for _ in range(stop)]
     state = first.state_dict()
-    resumed = BucketBatchSampler(L, **{**kwargs, "seed": 0})          # seed comes from the state
+    resumed = BucketBatchSampler(L, **{**kwargs, "seed": 0})  # seed comes from the state
     resumed.load_state_dict(state)
-    resumed.set_epoch(epoch)                                          # same epoch: keeps the position
+    resumed.set_epoch(epoch)  # same epoch: keeps the position
     assert head + list(resumed) == expected
-    resumed.set_epoch(epoch + 1)                                      # next epoch starts afresh
+    resumed.set_epoch(epoch + 1)  # next epoch starts afresh
     assert len(list(resumed)) == len(expected)
 
 
@@ -117,21 +118,24 @@ def test_state_dict_batches_done_and_checks():
     s = BucketBatchSampler(L, max_tokens=1024)
     assert s.state_dict(batches_done=2)["batches_yielded"] == 2
     with pytest.raises(ValueError, match="batches_done should be in"):
-        s.state_dict(batches_done=10 ** 6)
+        s.state_dict(batches_done=10**6)
     other = BucketBatchSampler(L, max_tokens=1024, num_replicas=2, rank=0)
     with pytest.raises(ValueError, match="num_replicas=1.*num_replicas=2"):
         other.load_state_dict(s.state_dict())
     with pytest.raises(KeyError, match="missing keys"):
         s.load_state_dict({"epoch": 0})
     # another budget, order, shuffle or drop_last: the position would mean other batches
-    for changed in (BucketBatchSampler(L, max_tokens=4096), BucketBatchSampler(L[::-1], max_tokens=1024),
-                    BucketBatchSampler(L, max_tokens=1024, shuffle=False),
-                    BucketBatchSampler(L, max_tokens=1024, drop_last=True)):
+    for changed in (
+        BucketBatchSampler(L, max_tokens=4096),
+        BucketBatchSampler(L[::-1], max_tokens=1024),
+        BucketBatchSampler(L, max_tokens=1024, shuffle=False),
+        BucketBatchSampler(L, max_tokens=1024, drop_last=True),
+    ):
         with pytest.raises(ValueError, match="another batch layout"):
             changed.load_state_dict(s.state_dict())
-    same = BucketBatchSampler(L, max_tokens=1024, seed=9)       # the seed travels in the state
+    same = BucketBatchSampler(L, max_tokens=1024, seed=9)  # the seed travels in the state
     same.load_state_dict(s.state_dict(batches_done=2))
-    old = {k: v for k, v in s.state_dict().items() if k != "layout"}   # a state from before layouts
+    old = {k: v for k, v in s.state_dict().items() if k != "layout"}  # a state from before layouts
     BucketBatchSampler(L, max_tokens=4096).load_state_dict(old)
 
 
@@ -139,8 +143,12 @@ def test_state_dict_batches_done_and_checks():
 def test_ranks_in_step(replicas, drop_last):
     L = random_lengths(613, seed=5)
     plan = plan_buckets(L, max_buckets=6)
-    samplers = [BucketBatchSampler(L, plan, max_tokens=1536, seed=2, drop_last=drop_last,
-                                   num_replicas=replicas, rank=r) for r in range(replicas)]
+    samplers = [
+        BucketBatchSampler(
+            L, plan, max_tokens=1536, seed=2, drop_last=drop_last, num_replicas=replicas, rank=r
+        )
+        for r in range(replicas)
+    ]
     for s in samplers:
         s.set_epoch(3)
     per_rank = [list(s) for s in samplers]
@@ -148,17 +156,19 @@ def test_ranks_in_step(replicas, drop_last):
     assert all(len(b) == len(samplers[0]) for b in per_rank)
     bounds = np.asarray(plan.boundaries)
     for step in zip(*per_rank):
-        assert len({len(b) for b in step}) == 1                                 # same batch size
-        assert len({int(bounds[samplers[0].bucket_ids[b].max()]) for b in step}) == 1   # same padded length
+        assert len({len(b) for b in step}) == 1  # same batch size
+        assert len({int(bounds[samplers[0].bucket_ids[b].max()]) for b in step}) == 1  # same padded length
         assert len({int(samplers[0].bucket_ids[i]) for b in step for i in b}) == 1
     flat = [i for batches in per_rank for b in batches for i in b]
     seen = collections.Counter(flat)
     if drop_last:
         assert max(seen.values()) == 1
     else:
-        assert set(seen) == set(range(len(L)))                                  # everyone once ...
-        repeats = collections.Counter(int(samplers[0].bucket_ids[i]) for i, c in seen.items() for _ in range(c - 1))
-        assert all(r < replicas for r in repeats.values())                      # ... plus < R repeats per bucket
+        assert set(seen) == set(range(len(L)))  # everyone once ...
+        repeats = collections.Counter(
+            int(samplers[0].bucket_ids[i]) for i, c in seen.items() for _ in range(c - 1)
+        )
+        assert all(r < replicas for r in repeats.values())  # ... plus < R repeats per bucket
 
 
 def test_bad_input():
@@ -226,8 +236,10 @@ def test_ranks_get_one_collated_shape_per_step(replicas):
     L = np.array([3, 5, 3, 3, 6, 6, 12, 12, 12, 9, 16, 2, 2, 2, 2, 7])
     plan = BucketPlan((8, 16))
     data = [{"input_ids": list(range(1, n + 1))} for n in L]
-    samplers = [BucketBatchSampler(L, plan, batch_size=2, shuffle=False, num_replicas=replicas, rank=r)
-                for r in range(replicas)]
+    samplers = [
+        BucketBatchSampler(L, plan, batch_size=2, shuffle=False, num_replicas=replicas, rank=r)
+        for r in range(replicas)
+    ]
     collate = DynTileCollate(plan, bucket_rows=samplers[0].batch_sizes)
     for step in zip(*[list(s) for s in samplers]):
         batches = [collate([data[i] for i in b]) for b in step]
@@ -258,15 +270,22 @@ def test_overflow_options_pair_with_the_collate():
             out = collate([{"x": torch.arange(int(L[i]))} for i in b])
             assert out["x"].shape[1] in boundaries
             assert len({int(s.bucket_ids[i]) for i in b}) == 1
-    multi = BucketBatchSampler([[3, 40], [9, 5]], BucketPlan(((8, 16), (8, 16))), batch_size=1, overflow="extend")
+    multi = BucketBatchSampler(
+        [[3, 40], [9, 5]], BucketPlan(((8, 16), (8, 16))), batch_size=1, overflow="extend"
+    )
     assert multi.plan.axis_boundaries == ((8, 16), (8, 16, 40))
 
 
 def test_truncate_takes_uint64_lengths_and_budget_errors_name_the_right_thing():
     """uint64 lengths cut with int64 boundaries promoted to float64, and were refused as
     floats; a bad max_tokens was blamed on a sample."""
-    s = BucketBatchSampler(np.array([5, 40], np.uint64), plan=BucketPlan((8, 32)), max_tokens=64,
-                           overflow="truncate", shuffle=False)
+    s = BucketBatchSampler(
+        np.array([5, 40], np.uint64),
+        plan=BucketPlan((8, 32)),
+        max_tokens=64,
+        overflow="truncate",
+        shuffle=False,
+    )
     assert sorted(map(sorted, s)) == [[0], [1]] and s.bucket_ids.tolist() == [0, 1]
     with pytest.raises(ValueError, match=r"max_tokens should be a positive integer, but got 0$"):
         BucketBatchSampler([5], max_tokens=0)

@@ -1,4 +1,5 @@
 """BucketBatchSampler under a real 2-process torch.distributed (gloo, localhost) group."""
+
 from __future__ import annotations
 
 import json
@@ -26,15 +27,23 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
     try:
         lengths = np.random.default_rng(0).integers(1, 400, size=301)
-        sampler = BucketBatchSampler(lengths, max_tokens=2048, max_buckets=4, seed=5)   # ranks from dist
+        sampler = BucketBatchSampler(lengths, max_tokens=2048, max_buckets=4, seed=5)  # ranks from dist
         sampler.set_epoch(2)
         batches = list(sampler)
         shapes = [(len(b), sampler.plan.round_up(int(lengths[b].max()))[0]) for b in batches]
         gathered = [None] * WORLD
-        dist.all_gather_object(gathered, shapes)                 # the collective itself must not hang
+        dist.all_gather_object(gathered, shapes)  # the collective itself must not hang
         with open(f"{out_dir}/rank{rank}.json", "w") as f:
-            json.dump({"rank": sampler.rank, "replicas": sampler.num_replicas, "batches": batches,
-                       "shapes": shapes, "gathered_equal": gathered[0] == gathered[1]}, f)
+            json.dump(
+                {
+                    "rank": sampler.rank,
+                    "replicas": sampler.num_replicas,
+                    "batches": batches,
+                    "shapes": shapes,
+                    "gathered_equal": gathered[0] == gathered[1],
+                },
+                f,
+            )
     finally:
         dist.destroy_process_group()
 
@@ -49,4 +58,4 @@ def test_two_ranks_over_gloo(tmp_path):
     assert res[0]["shapes"] == res[1]["shapes"] and res[0]["gathered_equal"]
     flat = [i for r in res for b in r["batches"] for i in b]
     assert set(flat) == set(range(301))
-    assert len(flat) - 301 < WORLD * 4                           # < R repeats per bucket
+    assert len(flat) - 301 < WORLD * 4  # < R repeats per bucket

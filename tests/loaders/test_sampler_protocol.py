@@ -1,12 +1,13 @@
 """The samplers as frameworks see them: torch's BatchSampler contract, ``.sampler`` and
 ``set_epoch``, and the wrappers that would regroup or re-shard their batches refused."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
-from torch.utils.data import BatchSampler, DataLoader, DistributedSampler, RandomSampler  # noqa: E402
+from torch.utils.data import BatchSampler, DataLoader, DistributedSampler  # noqa: E402
 
 from loaders import BucketBatchSampler, PackingBatchSampler  # noqa: E402
 
@@ -28,14 +29,14 @@ BOTH = [bucket, packing]
 def test_a_torch_batch_sampler_with_its_epoch_behind_sampler(make):
     s = make()
     assert isinstance(s, BatchSampler)
-    assert s.batch_size is None and s.drop_last is False       # batches vary: the sampler decides
+    assert s.batch_size is None and s.drop_last is False  # batches vary: the sampler decides
     epoch0 = list(s)
     assert list(s.sampler) == [i for b in epoch0 for i in b] and len(s.sampler) == sum(map(len, epoch0))
-    s.sampler.set_epoch(1)                                    # what Lightning and accelerate call
+    s.sampler.set_epoch(1)  # what Lightning and accelerate call
     assert s.epoch == 1 and list(s) != epoch0
     it = iter(s)
     head = [next(it), next(it)]
-    list(s.sampler)                                           # reading the view moves nothing
+    list(s.sampler)  # reading the view moves nothing
     assert head + list(it) == list(s)
 
 
@@ -52,7 +53,11 @@ class Shard(BatchSampler):
     """A wrapper that deals batches out to processes, as accelerate's BatchSamplerShard does."""
 
     def __init__(self, batch_sampler, num_processes, process_index):
-        self.batch_sampler, self.num_processes, self.process_index = batch_sampler, num_processes, process_index
+        self.batch_sampler, self.num_processes, self.process_index = (
+            batch_sampler,
+            num_processes,
+            process_index,
+        )
 
     def __iter__(self):
         for i, batch in enumerate(self.batch_sampler):
@@ -68,8 +73,8 @@ def test_sharded_again_is_refused(make):
     with pytest.raises(RuntimeError, match="prepare_data_loader"):
         list(Shard(make(num_replicas=2, rank=1), 2, 1))
     whole = make(num_replicas=2, rank=1)
-    assert list(Shard(whole, 1, 0)) == list(whole)             # a neutralised shard passes batches through
-    single = make(num_replicas=1, rank=0)                      # one rank's list, dealt out by the wrapper
+    assert list(Shard(whole, 1, 0)) == list(whole)  # a neutralised shard passes batches through
+    single = make(num_replicas=1, rank=0)  # one rank's list, dealt out by the wrapper
     assert list(Shard(single, 2, 1)) == list(single)[1::2]
 
 

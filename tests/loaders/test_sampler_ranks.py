@@ -1,5 +1,6 @@
 """Ranks of the samplers: read when they are needed (a sampler built before the process
 group splits over it), explicit ones fixed, a framework's distributed ``sampler=``."""
+
 from __future__ import annotations
 
 import pickle
@@ -32,7 +33,7 @@ def test_sampler_argument_gives_the_ranks(make):
     ds = DistributedSampler(range(len(LENGTHS)), num_replicas=3, rank=2, shuffle=True, seed=9)
     s = make(sampler=ds)
     assert s.replicas() == (3, 2)
-    assert list(s) == list(make(num_replicas=3, rank=2))        # its order is the sampler's own, not ds's
+    assert list(s) == list(make(num_replicas=3, rank=2))  # its order is the sampler's own, not ds's
     assert make(sampler=ds, num_replicas=3).replicas() == (3, 2)
     with pytest.raises(ValueError, match="given rank=1, but its sampler="):
         make(sampler=ds, rank=1)
@@ -54,11 +55,11 @@ def launched(monkeypatch):
 
 @pytest.mark.parametrize("make", BOTH)
 def test_ranks_are_read_when_needed(make, launched):
-    s = make()                                                  # built before the process group
+    s = make()  # built before the process group
     for use in (len, lambda s: next(iter(s)), lambda s: s.state_dict()):
         with pytest.raises(RuntimeError, match="WORLD_SIZE=2.*init_process_group.*num_replicas= and rank="):
             use(s)
-    assert len(make(num_replicas=2, rank=1)) == len(make(num_replicas=2, rank=1))   # explicit: unaffected
+    assert len(make(num_replicas=2, rank=1)) == len(make(num_replicas=2, rank=1))  # explicit: unaffected
     launched(2, 1)
     expected = make(num_replicas=2, rank=1)
     assert (s.num_replicas, s.rank, len(s)) == (2, 1, len(expected)) and list(s) == list(expected)
@@ -74,7 +75,7 @@ def test_a_single_process_answer_is_not_kept(monkeypatch):
     single = len(s)
     group["ranks"] = (2, 0)
     assert len(s) == len(bucket(num_replicas=2, rank=0)) < single
-    group.clear()                                               # a group's answer, once seen, holds
+    group.clear()  # a group's answer, once seen, holds
     assert s.replicas() == (2, 0)
 
 

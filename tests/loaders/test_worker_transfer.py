@@ -1,5 +1,6 @@
 """WorkerBatch: a batch dict crosses the DataLoader worker pipe as one buffer and comes
 back as the plain dict it was (keys in order, dtypes, shapes, values)."""
+
 from __future__ import annotations
 
 import pickle
@@ -17,8 +18,19 @@ import loaders.collate as collate_module
 from loaders import DynTileCollate
 from loaders.worker_transfer import PIPE_LIMIT, TENSOR_LIMIT, WorkerBatch, unpack_batch
 
-DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
-          torch.bfloat16, torch.float32, torch.float64, torch.complex64]
+DTYPES = [
+    torch.bool,
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.float16,
+    torch.bfloat16,
+    torch.float32,
+    torch.float64,
+    torch.complex64,
+]
 
 
 def roundtrip(batch):
@@ -45,9 +57,13 @@ def random_tensor(rng, dtype, shape):
 
 def test_small_batch_travels_in_the_pickle():
     rng = np.random.default_rng(0)
-    want = {"input_ids": random_tensor(rng, torch.int64, (5, 7)), "names": ["a", "b"],
-            "attention_mask": random_tensor(rng, torch.bool, (5, 7)), "lengths": torch.arange(5),
-            "collate_stats": {"real": 12}}
+    want = {
+        "input_ids": random_tensor(rng, torch.int64, (5, 7)),
+        "names": ["a", "b"],
+        "attention_mask": random_tensor(rng, torch.bool, (5, 7)),
+        "lengths": torch.arange(5),
+        "collate_stats": {"real": 12},
+    }
     reduced = WorkerBatch(want).__reduce__()
     assert reduced[0] is unpack_batch and type(reduced[1][0]) is bytearray
     assert_same_batch(roundtrip(WorkerBatch(want)), want)
@@ -64,12 +80,12 @@ def test_large_batch_takes_one_shared_segment():
 
 def test_received_tensors_own_their_memory():
     """As after torch's transfer: no tensor shares, or keeps alive, another's storage."""
-    for n in (3, PIPE_LIMIT // 8 + 1):                     # both routes
+    for n in (3, PIPE_LIMIT // 8 + 1):  # both routes
         want = {"lengths": torch.arange(4), "input_ids": torch.ones(n, dtype=torch.int64)}
         got = roundtrip(WorkerBatch(want))
         for v in got.values():
             assert v.untyped_storage().nbytes() == v.numel() * v.element_size()
-        got["lengths"].resize_(40).fill_(0)                # grows its own storage, not into a neighbour's
+        got["lengths"].resize_(40).fill_(0)  # grows its own storage, not into a neighbour's
         assert got["input_ids"].eq(1).all()
 
 
@@ -92,7 +108,9 @@ def test_conjugate_and_negative_views_arrive_resolved_on_every_route():
 
 def test_copies_and_pytree_see_a_dict():
     import copy
+
     from torch.utils import _pytree
+
     batch = WorkerBatch({"a": torch.arange(3), "b": torch.ones(2)})
     shallow = copy.copy(batch)
     assert type(shallow) is WorkerBatch and shallow["a"] is batch["a"]
@@ -113,8 +131,14 @@ def test_what_is_not_a_plain_cpu_tensor_is_pickled_as_it_is():
     grad = torch.ones(3, requires_grad=True)
     param = torch.nn.Parameter(torch.zeros(2))
     nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)])
-    want = {"a": torch.arange(4), "grad": grad, "param": param, "nested": nested,
-            "sparse": torch.eye(3).to_sparse(), "b": torch.ones(2, 2)}
+    want = {
+        "a": torch.arange(4),
+        "grad": grad,
+        "param": param,
+        "nested": nested,
+        "sparse": torch.eye(3).to_sparse(),
+        "b": torch.ones(2, 2),
+    }
     specs = WorkerBatch(want).__reduce__()[1][1]
     assert [len(s) for s in specs] == [5, 2, 2, 2, 2, 5]
     got = roundtrip(WorkerBatch(want))
@@ -126,8 +150,10 @@ def test_what_is_not_a_plain_cpu_tensor_is_pickled_as_it_is():
 def test_a_failure_while_packing_falls_back_to_torchs_transfer(monkeypatch):
     """In a worker, an exception from __reduce__ would drop the batch (the DataLoader
     then waits for it forever): packing falls back to a plain dict instead."""
+
     def broken(self):
         raise RuntimeError("boom")
+
     monkeypatch.setattr(WorkerBatch, "_packed", broken)
     want = {"a": torch.arange(3), "b": torch.ones(2)}
     assert WorkerBatch(want).__reduce__()[0] is dict
@@ -136,8 +162,13 @@ def test_a_failure_while_packing_falls_back_to_torchs_transfer(monkeypatch):
 
 def test_views_zero_size_and_scalars():
     base = torch.arange(24, dtype=torch.float32).view(4, 6)
-    want = {"t": base.t(), "step": base[:, ::2], "empty": torch.empty(3, 0, dtype=torch.int64),
-            "none": torch.empty(0, dtype=torch.bool), "scalar": torch.tensor(2.5)}
+    want = {
+        "t": base.t(),
+        "step": base[:, ::2],
+        "empty": torch.empty(3, 0, dtype=torch.int64),
+        "none": torch.empty(0, dtype=torch.bool),
+        "scalar": torch.tensor(2.5),
+    }
     got = roundtrip(WorkerBatch(want))
     assert_same_batch(got, want)
     assert got["t"].is_contiguous()
@@ -151,8 +182,12 @@ def test_received_tensors_are_writable_and_independent():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(DTYPES), st.lists(st.integers(0, 6), max_size=3)), min_size=0, max_size=6),
-       st.integers(0, 2 ** 32 - 1))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(DTYPES), st.lists(st.integers(0, 6), max_size=3)), min_size=0, max_size=6
+    ),
+    st.integers(0, 2**32 - 1),
+)
 def test_roundtrip_property(leaves, seed):
     rng = np.random.default_rng(seed)
     want = {f"k{i}": random_tensor(rng, dtype, tuple(shape)) for i, (dtype, shape) in enumerate(leaves)}
@@ -171,7 +206,7 @@ def test_collate_in_a_worker_returns_a_worker_batch(monkeypatch):
     assert type(batch) is WorkerBatch
     assert_same_batch(roundtrip(batch), plain)
     assert type(DynTileCollate(worker_transfer="torch")(samples)) is dict
-    assert type(DynTileCollate()([(torch.ones(2), 1)])) is list          # not a dict batch: as it is
+    assert type(DynTileCollate()([(torch.ones(2), 1)])) is list  # not a dict batch: as it is
 
 
 def test_collate_outside_a_worker_returns_a_dict():
@@ -197,12 +232,13 @@ class Rows(Dataset):
 
 @pytest.mark.parametrize("transfer", ["one_buffer", "torch"])
 def test_dataloader_workers_deliver_what_the_main_process_collates(transfer):
-    lengths = [3, 9, 1, 40, 2, 7] + [PIPE_LIMIT // 8 // 3] * 3   # the last batch takes the shared segment
+    lengths = [3, 9, 1, 40, 2, 7] + [PIPE_LIMIT // 8 // 3] * 3  # the last batch takes the shared segment
     collate = DynTileCollate(pad_values={"input_ids": 0, "labels": -100}, worker_transfer=transfer)
     data = Rows(lengths)
     want = list(DataLoader(data, batch_size=3, collate_fn=collate, num_workers=0))
-    got = list(DataLoader(data, batch_size=3, collate_fn=collate, num_workers=2, timeout=120))  # a lost batch: an error
+    got = list(
+        DataLoader(data, batch_size=3, collate_fn=collate, num_workers=2, timeout=120)
+    )  # a lost batch: an error
     assert len(got) == len(want) == 3
     for g, w in zip(got, want):
         assert_same_batch(g, w)
-

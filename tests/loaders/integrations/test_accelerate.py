@@ -1,5 +1,6 @@
 """loaders.integrations.accelerate: a prepared loader draws exactly its sampler's batches;
 options that cut batches across processes, and ranks that disagree, are refused."""
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -30,14 +31,20 @@ class TwoProcesses:
         return DataLoader(loader.dataset, batch_sampler=shard, collate_fn=loader.collate_fn)
 
 
-@pytest.mark.parametrize("make", [lambda **k: BucketBatchSampler(LENGTHS, max_tokens=600, seed=4, **k),
-                                  lambda **k: PackingBatchSampler(LENGTHS, max_tokens=600, seed=4, **k)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda **k: BucketBatchSampler(LENGTHS, max_tokens=600, seed=4, **k),
+        lambda **k: PackingBatchSampler(LENGTHS, max_tokens=600, seed=4, **k),
+    ],
+)
 def test_each_process_draws_its_sampler_batches_whole(make):
     drawn = []
     for rank in (0, 1):
         sampler = make(num_replicas=2, rank=rank)
-        prepared = prepare_data_loader(TwoProcesses(rank), DataLoader(range(len(LENGTHS)), batch_sampler=sampler,
-                                                                      collate_fn=list))
+        prepared = prepare_data_loader(
+            TwoProcesses(rank), DataLoader(range(len(LENGTHS)), batch_sampler=sampler, collate_fn=list)
+        )
         assert dyntile_sampler(prepared) is sampler and len(prepared) == len(sampler)
         drawn.append(list(prepared))
         assert drawn[-1] == list(sampler)

@@ -2,6 +2,7 @@
 process and over 2 ``torchrun`` processes (gloo), against the refusals of the routes
 that would lose samples (scenarios: scripts/hf_runs.py; the README's recipe:
 tests/docs/test_readme.py)."""
+
 from pathlib import Path
 
 import numpy as np
@@ -17,11 +18,15 @@ WORKS = None
 
 
 def expected(world: int) -> dict:
-    return {"packing_from_get_train_sampler": WORKS,
-            "plain_loader_and_callback": WORKS,
-            # accelerate shards only over several processes
-            "accelerator_prepare": WORKS if world == 1 else r"RuntimeError: BatchSamplerShard .*prepare_data_loader",
-            "sampler_from_plain_trainer": r"Error: .*DynTileTrainer"}
+    return {
+        "packing_from_get_train_sampler": WORKS,
+        "plain_loader_and_callback": WORKS,
+        # accelerate shards only over several processes
+        "accelerator_prepare": WORKS
+        if world == 1
+        else r"RuntimeError: BatchSamplerShard .*prepare_data_loader",
+        "sampler_from_plain_trainer": r"Error: .*DynTileTrainer",
+    }
 
 
 def test_scenarios_in_one_process(tmp_path, monkeypatch):
@@ -54,9 +59,11 @@ def test_callback_counts_epochs_from_the_trainer_state():
     sampler = BucketBatchSampler(np.arange(1, 30), batch_size=4)
     loader = DataLoader(range(29), batch_sampler=sampler)
     callback = SamplerEpochCallback()
-    callback.on_train_begin(None, SimpleNamespace(epoch=2.4), None)       # resumed in epoch 2
+    callback.on_train_begin(None, SimpleNamespace(epoch=2.4), None)  # resumed in epoch 2
     for expected_epoch in (2, 3):
         callback.on_epoch_begin(None, None, None, train_dataloader=loader)
         assert sampler.epoch == expected_epoch
         callback.on_epoch_end(None, None, None)
-    callback.on_epoch_begin(None, None, None, train_dataloader=DataLoader(range(3)))   # no dyntile sampler: no-op
+    callback.on_epoch_begin(
+        None, None, None, train_dataloader=DataLoader(range(3))
+    )  # no dyntile sampler: no-op

@@ -2,6 +2,7 @@
 processes (gloo), with the sampler built in train_dataloader (Lightning rebuilds it with
 its DistributedSampler) or at import before the process group (scenarios:
 scripts/lightning_runs.py; the README's recipe: tests/docs/test_readme.py)."""
+
 from pathlib import Path
 
 import pytest
@@ -15,11 +16,14 @@ WORKS = None
 
 
 def expected(world: int) -> dict:
-    return {"packing_in_train_dataloader": WORKS,
-            "module_level_without_injection": WORKS,
-            # Lightning injects a distributed sampler only under ddp
-            "module_level_with_injection": WORKS if world == 1 else
-            r"TypeError: BucketBatchSampler got a DistributedSampler .*use_distributed_sampler=False"}
+    return {
+        "packing_in_train_dataloader": WORKS,
+        "module_level_without_injection": WORKS,
+        # Lightning injects a distributed sampler only under ddp
+        "module_level_with_injection": WORKS
+        if world == 1
+        else r"TypeError: BucketBatchSampler got a DistributedSampler .*use_distributed_sampler=False",
+    }
 
 
 def test_scenarios_on_one_device(tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ GPT-2 built from a config for two epochs on an in-memory dataset, between
 ``framework_runs.mark`` calls; one that is refused records its error with
 ``framework_runs.note`` and the next one runs.
 """
+
 import sys
 
 import numpy as np
@@ -13,10 +14,10 @@ from torch.utils.data import DataLoader
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
 import framework_runs
-from loaders import BucketBatchSampler, DynTileCollate, PackingBatchSampler
+from loaders import BucketBatchSampler, DynTileCollate, PackedCollate, PackingBatchSampler
 from loaders.integrations.huggingface import DynTileTrainer, SamplerEpochCallback
 
-LENGTHS = np.random.default_rng(0).integers(3, 61, 157)         # odd sizes: remainders on 2 ranks
+LENGTHS = np.random.default_rng(0).integers(3, 61, 157)  # odd sizes: remainders on 2 ranks
 DATASET = [{"input_ids": torch.randint(3, 100, (int(n),))} for n in LENGTHS]
 for item in DATASET:
     item["labels"] = item["input_ids"]
@@ -24,26 +25,41 @@ for item in DATASET:
 
 def model():
     torch.manual_seed(0)
-    return GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=32, vocab_size=100, n_positions=64,
-                                      bos_token_id=1, eos_token_id=2))
+    return GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=1, n_head=2, n_embd=32, vocab_size=100, n_positions=64, bos_token_id=1, eos_token_id=2
+        )
+    )
 
 
 def args(out):
-    return TrainingArguments(out, num_train_epochs=2, report_to="none", save_strategy="no", use_cpu=True,
-                             disable_tqdm=True, logging_strategy="no", learning_rate=1e-3)
+    return TrainingArguments(
+        out,
+        num_train_epochs=2,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        logging_strategy="no",
+        learning_rate=1e-3,
+    )
 
 
 def bucketing():
     sampler = BucketBatchSampler(LENGTHS, max_tokens=512, max_buckets=4, seed=1)
-    collate = DynTileCollate(plan=sampler.plan, pad_values={"input_ids": 0, "labels": -100},
-                             bucket_rows=sampler.batch_sizes, lengths_key=None)
+    collate = DynTileCollate(
+        plan=sampler.plan,
+        pad_values={"input_ids": 0, "labels": -100},
+        bucket_rows=sampler.batch_sizes,
+        lengths_key=None,
+    )
     return sampler, collate
 
 
 def packing():
     sampler = PackingBatchSampler(LENGTHS, max_tokens=512, seed=1)
-    packed = DynTileCollate(pack=sampler)
-    keep = ("input_ids", "labels", "position_ids")             # the rest is for varlen attention kernels
+    packed = PackedCollate(sampler)
+    keep = ("input_ids", "labels", "position_ids")  # the rest is for varlen attention kernels
     return sampler, lambda samples: {k: v for k, v in packed(samples).items() if k in keep}
 
 
@@ -66,8 +82,9 @@ def plain_loader_and_callback():
         def get_train_dataloader(self):
             return DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=collate)
 
-    PlainLoaderTrainer(model=model(), args=args("plain"), train_dataset=DATASET,
-                       callbacks=[SamplerEpochCallback()]).train()
+    PlainLoaderTrainer(
+        model=model(), args=args("plain"), train_dataset=DATASET, callbacks=[SamplerEpochCallback()]
+    ).train()
 
 
 def accelerator_prepare():
@@ -76,10 +93,13 @@ def accelerator_prepare():
 
     class PreparedTrainer(Trainer):
         def get_train_dataloader(self):
-            return self.accelerator.prepare(DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=collate))
+            return self.accelerator.prepare(
+                DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=collate)
+            )
 
-    PreparedTrainer(model=model(), args=args("prepared"), train_dataset=DATASET,
-                    callbacks=[SamplerEpochCallback()]).train()
+    PreparedTrainer(
+        model=model(), args=args("prepared"), train_dataset=DATASET, callbacks=[SamplerEpochCallback()]
+    ).train()
 
 
 def sampler_from_plain_trainer():
@@ -93,13 +113,20 @@ def sampler_from_plain_trainer():
     SamplerTrainer(model=model(), args=args("sampler"), train_dataset=DATASET, data_collator=collate).train()
 
 
-SCENARIOS = {f.__name__: f for f in (packing_from_get_train_sampler, plain_loader_and_callback,
-                                     accelerator_prepare, sampler_from_plain_trainer)}
+SCENARIOS = {
+    f.__name__: f
+    for f in (
+        packing_from_get_train_sampler,
+        plain_loader_and_callback,
+        accelerator_prepare,
+        sampler_from_plain_trainer,
+    )
+}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or SCENARIOS:
         framework_runs.mark(name)
         try:
             SCENARIOS[name]()
-        except (TypeError, RuntimeError) as e:       # the refusals; anything else fails the run
+        except (TypeError, RuntimeError) as e:  # the refusals; anything else fails the run
             framework_runs.note(error=f"{type(e).__name__}: {e}")

@@ -5,6 +5,7 @@ language model for two epochs on an in-memory dataset, on CPU, one device per
 process, between ``framework_runs.mark`` calls; one that is refused records its error
 with ``framework_runs.note`` and the next one runs.
 """
+
 import os
 import sys
 
@@ -14,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import framework_runs
-from loaders import BucketBatchSampler, DynTileCollate, PackingBatchSampler
+from loaders import BucketBatchSampler, DynTileCollate, PackedCollate, PackingBatchSampler
 
 LENGTHS = np.random.default_rng(0).integers(3, 61, 157)
 DATASET = [{"input_ids": torch.randint(3, 100, (int(n),))} for n in LENGTHS]
@@ -43,9 +44,17 @@ class TinyLM(L.LightningModule):
 
 def fit(loader, **trainer_args):
     devices = int(os.environ.get("WORLD_SIZE", 1))
-    trainer = L.Trainer(max_epochs=2, accelerator="cpu", devices=devices, strategy="ddp" if devices > 1 else "auto",
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, **trainer_args)
+    trainer = L.Trainer(
+        max_epochs=2,
+        accelerator="cpu",
+        devices=devices,
+        strategy="ddp" if devices > 1 else "auto",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **trainer_args,
+    )
     trainer.fit(TinyLM(loader))
 
 
@@ -56,12 +65,17 @@ def bucket_loader(sampler):
 
 def packing_in_train_dataloader():
     """Built in the hook; under ddp Lightning rebuilds it with sampler=DistributedSampler (the default)."""
+
     def loader():
         sampler = PackingBatchSampler(LENGTHS, max_tokens=512, seed=1)
-        packed = DynTileCollate(pack=sampler)
+        packed = PackedCollate(sampler)
         # the batch's "packing" record is a frozen dataclass, which Lightning's device transfer refuses
-        return DataLoader(DATASET, batch_sampler=sampler,
-                          collate_fn=lambda samples: {k: v for k, v in packed(samples).items() if k != "packing"})
+        return DataLoader(
+            DATASET,
+            batch_sampler=sampler,
+            collate_fn=lambda samples: {k: v for k, v in packed(samples).items() if k != "packing"},
+        )
+
     fit(loader)
 
 
@@ -75,13 +89,15 @@ def module_level_with_injection():
     fit(lambda: bucket_loader(MODULE_SAMPLER))
 
 
-SCENARIOS = {f.__name__: f for f in (packing_in_train_dataloader, module_level_without_injection,
-                                     module_level_with_injection)}
+SCENARIOS = {
+    f.__name__: f
+    for f in (packing_in_train_dataloader, module_level_without_injection, module_level_with_injection)
+}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or SCENARIOS:
         framework_runs.mark(name)
         try:
             SCENARIOS[name]()
-        except (TypeError, RuntimeError) as e:       # the refusals; anything else fails the run
+        except (TypeError, RuntimeError) as e:  # the refusals; anything else fails the run
             framework_runs.note(error=f"{type(e).__name__}: {e}")
