@@ -631,7 +631,7 @@ def test_pin_memory_reaches_every_tensor(monkeypatch):
         t._pinned = True
         return t
 
-    monkeypatch.setattr(collate_module, "_pinning_available", lambda: True)
+    monkeypatch.setattr(collate_module, "pinning_available", lambda who: True)
     monkeypatch.setattr(torch, "empty", empty)
     monkeypatch.setattr(torch.Tensor, "pin_memory", pin, raising=False)
     monkeypatch.setattr(
@@ -661,7 +661,7 @@ def test_pin_memory_skipped_in_a_worker_with_one_warning(monkeypatch):
     forked worker of a process using CUDA; on a CPU build torch.empty(pin_memory=True)
     raises): the worker's copy skips pinning, warns once, and collates as without it."""
 
-    monkeypatch.setattr(collate_module, "_pinning_available", lambda: True)
+    monkeypatch.setattr(collate_module, "pinning_available", lambda who: True)
     collate = DynTileCollate(pin_memory=True, pad_values={"ids": 0})
     monkeypatch.setattr(collate_module, "get_worker_info", lambda: object())
     samples = [{"ids": [1, 2, 3]}, {"ids": [5]}]
