@@ -17,8 +17,9 @@ def token_rows(seed=0, vocab=64):
     return [torch.as_tensor(rng.integers(5, vocab, n)) for n in LENGTHS]
 
 
-def tiny_bert(impl):
-    cfg = transformers.BertConfig(
+def tiny_model(kind, impl):
+    """A 2-layer model of ``kind`` ("Bert" or "Llama") with random weights, from a config."""
+    shape = dict(
         vocab_size=64,
         hidden_size=32,
         num_hidden_layers=2,
@@ -27,23 +28,12 @@ def tiny_bert(impl):
         max_position_embeddings=64,
         attn_implementation=impl,
     )
+    if kind == "Llama":
+        shape["num_key_value_heads"] = 2
+    cfg = getattr(transformers, f"{kind}Config")(**shape)
     torch.manual_seed(0)
-    return transformers.BertForMaskedLM(cfg).eval()
-
-
-def tiny_llama(impl):
-    cfg = transformers.LlamaConfig(
-        vocab_size=64,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        attn_implementation=impl,
-    )
-    torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(cfg).eval()
+    model = transformers.BertForMaskedLM if kind == "Bert" else transformers.LlamaForCausalLM
+    return model(cfg).eval()
 
 
 def worst_gap(model, seqs, out, **inputs):
@@ -59,7 +49,7 @@ def worst_gap(model, seqs, out, **inputs):
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
 def test_bert_gives_each_packed_sample_its_logits_alone(impl):
-    model, seqs = tiny_bert(impl), token_rows()
+    model, seqs = tiny_model("Bert", impl), token_rows()
     out = PackedCollate([(4, 16)], attention_mask="additive")([{"input_ids": s} for s in seqs])
     assert out["attention_mask"].shape == (4, 1, 16, 16) and out["attention_mask"].dtype == torch.float32
     inputs = dict(position_ids=out["position_ids"], token_type_ids=torch.zeros_like(out["input_ids"]))
@@ -70,7 +60,7 @@ def test_bert_gives_each_packed_sample_its_logits_alone(impl):
 
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
 def test_a_decoder_isolates_packed_samples_by_mask_or_by_restarting_positions(impl):
-    model, seqs = tiny_llama(impl), token_rows(1)
+    model, seqs = tiny_model("Llama", impl), token_rows(1)
     samples = [{"input_ids": s} for s in seqs]
     out = PackedCollate([(4, 16)], attention_mask="additive", causal=True)(samples)
     assert (
