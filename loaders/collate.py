@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-import warnings
 from collections.abc import Collection, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -28,7 +27,7 @@ from . import collate_python
 from .collate_python import map_tensors
 from .collate_spec import LABEL_KEYS, CollateRules, Mismatch, plan_batch, signature
 from .collate_stats import STATS_KEY, CollateStats, batch_counts
-from .pinning import pinning_available
+from .pinning import pinning_available, warn_no_pinning_in_worker
 from .worker_transfer import WorkerBatch
 
 __all__ = ["DynTileCollate"]
@@ -245,18 +244,9 @@ class DynTileCollate:
         self._reset_rules(self._rules.pin)
 
     def _no_pinning_in_worker(self) -> None:
-        """In a ``DataLoader`` worker, pinning would start CUDA in the worker (which a
-        forked worker of a process that already uses CUDA cannot do), and the batch's
-        pages would not survive the transfer to the main process anyway: this worker's
-        copy of the collate stops pinning, with one warning per worker."""
+        """This worker's copy of the collate stops pinning, with one warning per worker."""
         self._reset_rules(False)
-        warnings.warn(
-            "DynTileCollate(pin_memory=True) does not pin in DataLoader workers (pinning there would "
-            "initialise CUDA in the worker, and the transfer to the main process drops it); pass "
-            "pin_memory=True to the DataLoader, which pins in the main process",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+        warn_no_pinning_in_worker("DynTileCollate")
 
     def reset_stats(self) -> None:
         """Zero the counters of this process."""

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -54,10 +53,10 @@ from dyntile.planning.packing import (
 )
 from dyntile.tensor_reader import describe_rows
 
-from .collate_spec import IGNORE_INDEX, LABEL_KEYS
+from .collate_spec import LABEL_KEYS, CollateRules
 from .collate_stats import STATS_KEY, CollateStats, batch_counts
 from .leaf_handlers import mapping_columns
-from .pinning import pinning_available
+from .pinning import pinning_available, warn_no_pinning_in_worker
 from .worker_transfer import WorkerBatch
 
 __all__ = ["PackedCollate", "collate_packed", "ATTENTION_MASKS"]
@@ -113,6 +112,7 @@ class PackedCollate:
                 f"label_keys should be a sequence of key names, but got the string {label_keys!r}"
             )
         self.label_keys = tuple(label_keys)
+        self._fills = CollateRules(pad_values=dict(self.pad_values), label_keys=frozenset(label_keys))
         self.mask_boundary_labels = bool(mask_boundary_labels)
         self.attention_mask = _check_mask(attention_mask, mask_dtype)
         self.causal = bool(causal)
@@ -132,13 +132,8 @@ class PackedCollate:
     def __call__(self, samples: Sequence) -> dict:
         in_worker = get_worker_info() is not None
         if in_worker and self._pin:
-            self._pin = False  # pinned pages do not survive the pipe to the main process
-            warnings.warn(
-                "PackedCollate(pin_memory=True) in a DataLoader worker: pass pin_memory=True to the "
-                "DataLoader instead; this worker's copy does not pin",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+            self._pin = False
+            warn_no_pinning_in_worker("PackedCollate")
         out = self._collate(samples)
         return WorkerBatch(out) if in_worker and self.worker_transfer == "one_buffer" else out
 
@@ -185,10 +180,11 @@ class PackedCollate:
         B, T = packed.shape
         out = torch.empty((B, T, *src.rest), dtype=src.dtype, pin_memory=self._pin)
         bits, width = self._fill_of(key, src.dtype, out.element_size())
-        row = math.prod(src.rest)
+        kernel_fills = width == out.element_size()  # else (complex128) torch fills, the kernel moves bytes
         first = self.mask_boundary_labels and key in self.label_keys
-        if width != out.element_size():  # complex128: torch fills, the kernel moves whole rows as bytes
+        if not kernel_fills:
             out.fill_(self._fill_value(key))
+        row = math.prod(src.rest) * out.element_size() // width
         place_pieces(
             src.ptrs,
             src.strides,
@@ -199,18 +195,18 @@ class PackedCollate:
             dst,
             out.data_ptr(),
             B * T,
-            row * out.element_size() // width,
+            row,
             width,
             bits,
-            first and width == out.element_size(),
-            width == out.element_size(),
+            first and kernel_fills,
+            kernel_fills,
         )
-        if first and width != out.element_size():
+        if first and not kernel_fills:
             out.view(B * T, -1).index_fill_(0, torch.from_numpy(dst[packed.sizes > 0]), self._fill_value(key))
         return out
 
     def _fill_value(self, key: str):
-        return self.pad_values.get(key, IGNORE_INDEX if key in self.label_keys else 0)
+        return self._fills.fill_for(key)
 
     def _fill_of(self, key: str, dtype: torch.dtype, itemsize: int) -> tuple[int, int]:
         """``(bits, width)`` of ``key``'s pad value in ``dtype`` for the copy kernel

@@ -1,4 +1,4 @@
-"""Whether a collate's ``pin_memory=True`` can pin: the one rule both collates follow."""
+"""Where a collate's ``pin_memory=True`` pins: the rules both collates follow."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import warnings
 
 import torch
 
-__all__ = ["pinning_available"]
+__all__ = ["pinning_available", "warn_no_pinning_in_worker"]
 
 _WARNED = False
 
@@ -30,3 +30,16 @@ def pinning_available(who: str) -> bool:
         )
         _WARNED = True
     return False
+
+
+def warn_no_pinning_in_worker(who: str) -> None:
+    """The warning of a collate that stops pinning in a ``DataLoader`` worker: pinning
+    there would start CUDA in the worker (which a forked worker of a process that uses
+    CUDA cannot do), and the pages would not survive the transfer to the main process."""
+    warnings.warn(
+        f"{who}(pin_memory=True) does not pin in DataLoader workers (pinning there would "
+        "initialise CUDA in the worker, and the transfer to the main process drops it); pass "
+        "pin_memory=True to the DataLoader, which pins in the main process",
+        RuntimeWarning,
+        stacklevel=4,
+    )
