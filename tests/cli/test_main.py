@@ -177,6 +177,24 @@ BAD_INPUTS = {
         ["plan"],
         "the largest is 100000003 (sequence 0); renumber",
     ),
+    "a deeply nested .jsonl line": (
+        "n.jsonl",
+        lambda t: b'{"ids": [1]}\n{"ids": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+        ["plan", "--field", "ids"],
+        "line 2 is nested too deeply to read; token ids should be a flat list",
+    ),
+    "a 5,000-digit id": (
+        "d.jsonl",
+        lambda t: b'{"ids": [1]}\n{"ids": [' + b"7" * 5000 + b"]}\n",
+        ["demo", "--no-compile", "--field", "ids", "--data"],
+        "line 2 holds a number of more than 4300 digits",
+    ),
+    "an empty id list": (
+        "e.jsonl",
+        lambda t: b'{"ids": [1]}\n\n{"ids": []}\n',
+        ["plan", "--field", "ids"],
+        "line 3 holds no token ids",
+    ),
     "float offsets": (
         "f.npz",
         lambda t: _npz_bytes(t, ids=np.arange(10), offsets=np.array([0, 5.5, 10])),
