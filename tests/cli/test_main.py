@@ -225,6 +225,24 @@ def test_batch_tokens_out_of_range_are_named(command, capsys):
         ), err
 
 
+@pytest.mark.parametrize("command", ["plan", "demo", "bench"])
+def test_seed_out_of_range_is_named_with_the_range(command, capsys):
+    for seed in ("99999999999999999999", str(2**64), "-1"):
+        rc = main([command, "--seed", seed, "--limit", "20"][: 3 if command == "bench" else 5])
+        err = capsys.readouterr().err
+        assert rc == 2 and err == (
+            "dyntile: error: --seed should be a non-negative integer up to 18446744073709551615 "
+            f"(2**64 - 1, the seeds torch takes), but got {seed}\n"
+        ), err
+
+
+def test_the_largest_seed_runs(capsys, table):
+    rows = table(
+        _demo(capsys, "--no-compile", "--seed", str(2**64 - 1), "--limit", "40", "--methods", "packing")
+    )
+    assert int(rows["dyntile packing"]["steps"]) >= 1
+
+
 def test_plan_prints_and_saves_a_loadable_plan(capsys, tmp_path):
     lengths = np.random.default_rng(0).integers(1, 300, 500)
     src = tmp_path / "l.npy"
