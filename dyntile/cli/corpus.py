@@ -103,12 +103,12 @@ def _number(n: int) -> str:
 
 
 def _check_lengths(lengths, name: str, lines: Sequence[int] | None = None) -> np.ndarray:
-    if isinstance(lengths, list):  # Python ints: NumPy would hold 2**63 as a float and 2**70 as an object
+    arr = np.asarray(lengths)
+    if arr.dtype.kind in "fO" and isinstance(lengths, list):  # 2**63 becomes a float, 2**70 an object
         for i, n in enumerate(lengths):
             if isinstance(n, int) and n.bit_length() > 63:
                 where = f"lengths[{i}]" if lines is None else f"line {lines[i]}"
                 raise CLIError(f"{name}: lengths should be below 2**63, but {where} is {_number(n)}")
-    arr = np.asarray(lengths)
     if arr.ndim != 1 or arr.size == 0:
         raise CLIError(f"{name}: expected a non-empty 1-D list of lengths, but got shape {arr.shape}")
     if arr.dtype.kind not in "iu":
@@ -127,17 +127,17 @@ def _check_lengths(lengths, name: str, lines: Sequence[int] | None = None) -> np
 
 def _check_ids(seq, where: str, name: str) -> np.ndarray:
     """``seq`` as a 1-D integer array, or a ``CLIError`` naming ``where`` (``line 3``, ``sequence 2``)."""
-    if isinstance(seq, list):  # Python ints: NumPy would hold 2**63 as a float and 2**70 as an object
+    try:
+        arr = np.asarray(seq)
+    except ValueError as exc:
+        raise CLIError(f"{name}: {where} is not a flat list of token ids ({exc})") from None
+    if arr.dtype.kind in "fO" and isinstance(seq, list):  # NumPy holds 2**63 as a float, 2**70 as an object
         big = [n for n in seq if isinstance(n, int) and n.bit_length() > 63]
         if big:
             raise CLIError(
                 f"{name}: token ids should be from 0 to below {MAX_VOCAB} (2**20), but {where} holds "
                 f"{_number(big[0])}"
             )
-    try:
-        arr = np.asarray(seq)
-    except ValueError as exc:
-        raise CLIError(f"{name}: {where} is not a flat list of token ids ({exc})") from None
     if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise CLIError(
             f"{name}: {where} should be a 1-D list of integer token ids, but got shape {arr.shape} "
