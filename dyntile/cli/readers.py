@@ -21,12 +21,14 @@ import pickle
 import sys
 import zipfile
 import zlib
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 
 from dyntile.cli.corpus import Corpus
 from dyntile.cli.errors import CLIError
+from dyntile.cli.progress import progress
 from dyntile.dtypes import as_int64
 
 __all__ = ["read_corpus", "SUFFIXES"]
@@ -35,9 +37,16 @@ SUFFIXES = (".txt", ".npy", ".npz", ".jsonl")
 
 
 def read_corpus(
-    path, *, field: str | None = None, pad_id: int | None = None, allow_pickle: bool = False, seed: int = 0
+    path,
+    *,
+    field: str | None = None,
+    pad_id: int | None = None,
+    allow_pickle: bool = False,
+    seed: int = 0,
+    show_progress: bool = False,
 ) -> Corpus:
-    """Read ``path`` (see the module doc for formats) into a :class:`Corpus`.
+    """Read ``path`` (see the module doc for formats) into a :class:`Corpus`; ``show_progress``:
+    count the lines of a text file read on stderr (:func:`~dyntile.cli.progress.progress`).
 
     >>> import tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "lengths.txt")
@@ -58,9 +67,9 @@ def read_corpus(
         raise CLIError(f"{name}: a .jsonl file needs --field NAME (the key that holds token ids or text)")
     try:
         if path.suffix == ".txt":
-            return _txt(path, seed)
+            return _txt(path, seed, show_progress)
         if path.suffix == ".jsonl":
-            return _jsonl(path, field)
+            return _jsonl(path, field, show_progress)
         if path.suffix == ".npz":
             return _npz(path, seed)
         return _npy(path, pad_id, allow_pickle, seed)
@@ -72,10 +81,14 @@ def read_corpus(
 _ENCODING = "utf-8-sig"
 
 
-def _txt(path: Path, seed: int) -> Corpus:
+def _txt(path: Path, seed: int, show: bool) -> Corpus:
     lengths, lines = [], []
-    with path.open(encoding=_ENCODING) as fh:
-        for lineno, line in enumerate(fh, 1):
+    # closed on an error too, so that the count line comes before the error
+    with (
+        path.open(encoding=_ENCODING) as fh,
+        closing(progress(fh, None, f"reading {path.name}", show)) as read,
+    ):
+        for lineno, line in enumerate(read, 1):
             text = line.strip()
             if not text:
                 continue
@@ -95,10 +108,14 @@ def _txt(path: Path, seed: int) -> Corpus:
     return Corpus.from_lengths(lengths, path.name, seed, lines=lines)
 
 
-def _jsonl(path: Path, field: str) -> Corpus:
+def _jsonl(path: Path, field: str, show: bool) -> Corpus:
     values, lines = [], []
-    with path.open(encoding=_ENCODING) as fh:
-        for lineno, line in enumerate(fh, 1):
+    # closed on an error too, so that the count line comes before the error
+    with (
+        path.open(encoding=_ENCODING) as fh,
+        closing(progress(fh, None, f"reading {path.name}", show)) as read,
+    ):
+        for lineno, line in enumerate(read, 1):
             if not line.strip():
                 continue
             record = _json_line(line, lineno, path)

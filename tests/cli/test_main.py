@@ -208,7 +208,7 @@ BAD_INPUTS = {
 def test_bad_files_exit_2_with_one_line_naming_the_file(case, capsys, tmp_path):
     name, make, command, message = BAD_INPUTS[case]
     (tmp_path / name).write_bytes(make(tmp_path))
-    rc = main([*command, str(tmp_path / name)])
+    rc = main([command[0], "--no-progress", *command[1:], str(tmp_path / name)])  # stderr: the error alone
     err = capsys.readouterr().err
     assert rc == 2, err
     assert err.count("\n") == 1 and err.startswith(f"dyntile: error: {name}: ") and message in err, err
