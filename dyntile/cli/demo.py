@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dyntile.cli.errors import CLIError
-from dyntile.cli.progress import progress
+from dyntile.cli.progress import add_progress_argument, progress
 from dyntile.cli.sources import describe_lengths, load_corpus
 from dyntile.cli.table import count, format_table
 
@@ -139,7 +139,7 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--max-batches", type=int, default=None, help="cap on batches in the loader pass")
     g.add_argument("--plot", metavar="FILE.png", help="write a figure (needs matplotlib)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_progress_argument(g)
 
 
 def _parse_methods(text: str) -> list[str]:
@@ -226,6 +226,7 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
         vocab_size=args.vocab_size,
         seed=args.seed,
         max_length=args.max_length,
+        show_progress=not args.no_progress,
     )
     lengths = corpus.lengths
     if lengths.max() > args.batch_tokens:

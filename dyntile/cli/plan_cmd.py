@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from dyntile.cli.errors import CLIError
+from dyntile.cli.progress import add_progress_argument
 from dyntile.cli.sources import describe_lengths, load_corpus
 from dyntile.cli.table import count, format_table
 
@@ -29,6 +30,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         help="model width that weighs attention against the linear layers when packing "
         "(a score costs 1/(6 d_model) of a token's work; default 768)",
     )
+    add_progress_argument(p)
 
 
 def plan_rows(plan, lengths: np.ndarray, batch_tokens: int) -> list[list]:
@@ -108,6 +110,7 @@ def run_plan(args: argparse.Namespace, out=None) -> int:
         vocab_size=args.vocab_size,
         seed=args.seed,
         max_length=args.max_length,
+        show_progress=not args.no_progress,
     )
     lengths = corpus.lengths
     plan = dyntile.plan_buckets(lengths, max_buckets=args.buckets, multiple=args.multiple, cost=args.cost)
