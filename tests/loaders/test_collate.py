@@ -477,18 +477,6 @@ def test_pickle_round_trip():
     assert_same(c(samples), c2(samples))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")
-def test_pin_memory_without_cuda_warns_once_and_still_collates(monkeypatch):
-    monkeypatch.setattr("loaders.pinning._WARNED", False)
-    with pytest.warns(RuntimeWarning, match="pinned memory needs CUDA"):
-        c = DynTileCollate(pin_memory=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        DynTileCollate(pin_memory=True)  # once per process
-    out = c([{"ids": [1, 2]}, {"ids": [3]}])
-    assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
-
-
 # ------------------------------------------------------------------ real tokens
 
 
