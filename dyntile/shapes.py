@@ -18,6 +18,8 @@ __all__ = [
     "tiled_shape",
     "check_multiple",
     "check_shape",
+    "check_tile",
+    "normalize_axis",
     "MatmulShapes",
     "matmul_shapes",
     "broadcast_batch",
