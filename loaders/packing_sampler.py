@@ -30,7 +30,7 @@ import operator
 
 import numpy as np
 
-from dyntile.planning.packing import PackedBatch, pack_lengths, packing_shapes
+from dyntile.planning.packing import PackedBatch, pack_into_shapes, packing_shapes
 from dyntile.planning.packing_checks import check_budget, check_packing_overflow, check_pool_size
 from dyntile.planning.packing_cost import RowCost, cost_model
 
@@ -136,9 +136,9 @@ class PackingBatchSampler(EpochBatchSampler):
         epoch = self.epoch if epoch is None else operator.index(epoch)
         key = (self.seed, epoch, self.num_replicas)
         if self._cache is None or self._cache[0] != key:
-            packed = pack_lengths(
+            packed = pack_into_shapes(
                 self.lengths,
-                shapes=self.shapes,
+                self.shapes,
                 overflow=self.overflow,
                 pool_size=self.pool_size,
                 shuffle=self.shuffle,

@@ -71,13 +71,13 @@ from dyntile.planning.packing_checks import (
     check_packing_overflow,
     check_packing_shapes,
     check_pool_size,
-    check_shapes_hold,
 )
-from dyntile.planning.packing_cost import RowCost, choose_seq_len, cost_model, cost_options_given
+from dyntile.planning.packing_cost import RowCost, choose_seq_len, cost_model
 from dyntile.shapes import as_index, check_multiple
 
 __all__ = [
     "pack_lengths",
+    "pack_into_shapes",
     "pack_rows",
     "packing_shapes",
     "pack_checked_rows",
@@ -379,16 +379,13 @@ def pack_lengths(
     attention_weight: float | None = None,
     step_cost: float | None = None,
     cost: RowCost | None = None,
-    shapes=None,
 ) -> list[PackedBatch]:
     """Pack every sample of an epoch into ``[B, T]`` batches (``[B2, T2]`` for long ones).
 
     ``lengths`` int ``(n,)``: tokens per sample. Shapes come from
     :func:`packing_shapes` (same arguments: without ``seq_len``, ``plan`` or
-    ``batch_rows``, the row length of least cost for ``attention``, or for ``cost``),
-    or are ``shapes`` as :func:`packing_shapes` returned them (then pass none of the
-    arguments that choose them: a sampler chooses once and packs every epoch with
-    them). Returns the
+    ``batch_rows``, the row length of least cost for ``attention``, or for ``cost``;
+    :func:`pack_into_shapes` packs into shapes chosen beforehand). Returns the
     epoch's batches in step order: with ``num_replicas=R``, batch ``k`` is rank
     ``k % R``'s batch at step ``k // R``, and the ``R`` batches of a step share one shape. Every sample
     appears in one batch (in several rows of it when split), apart from at most
@@ -399,39 +396,69 @@ def pack_lengths(
     >>> batches = pack_lengths([5, 3, 6, 2, 7, 1], max_tokens=16, seed=0)
     >>> [b.shape for b in batches], sum(b.num_tokens for b in batches)
     ([(2, 8), (2, 8)], 24)
-    >>> [b.shape for b in pack_lengths([5, 3, 6, 2, 7, 1], shapes=[(2, 8)], seed=0)]
-    [(2, 8), (2, 8)]
     """
-    from dyntile.cpu.packing import best_fit
-
     L = as_lengths(lengths)
     overflow = check_packing_overflow(overflow)
+    budget = check_budget(max_tokens, batch_rows)
     options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
-    if shapes is None:
-        budget = check_budget(max_tokens, batch_rows)
-        model = cost_model(cost, max_tokens=budget, step_cost=step_cost, **options)
-        shapes = packing_shapes(
-            L,
-            seq_len,
-            max_tokens=budget,
-            batch_rows=batch_rows,
-            multiple=multiple,
-            overflow=overflow,
-            plan=plan,
-            cost=model,
+    model = cost_model(cost, max_tokens=budget, step_cost=step_cost, **options)
+    shapes = packing_shapes(
+        L,
+        seq_len,
+        max_tokens=budget,
+        batch_rows=batch_rows,
+        multiple=multiple,
+        overflow=overflow,
+        plan=plan,
+        cost=model,
+    )
+    return _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas)
+
+
+def pack_into_shapes(
+    lengths,
+    shapes,
+    *,
+    overflow: str = "extend",
+    pool_size: int | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    num_replicas: int = 1,
+) -> list[PackedBatch]:
+    """:func:`pack_lengths` into shapes fixed beforehand, such as a stream's.
+
+    ``shapes``: one or two ``(B, T)`` (:func:`check_packing_shapes`); the second,
+    longer row is for samples longer than ``T`` (``overflow="extend"``) and may be
+    longer than any of these ``lengths`` need, so that every window of a stream
+    packs into the same two shapes. ``ValueError`` naming a sample that fits no shape.
+
+    >>> [b.shape for b in pack_into_shapes([7, 6, 30, 5], [(2, 8), (1, 32)], shuffle=False)]
+    [(2, 8), (2, 8), (1, 32)]
+    """
+    L = as_lengths(lengths)
+    shapes = check_packing_shapes(shapes)
+    overflow = check_packing_overflow(overflow)
+    (B, T), T_max = shapes[0], shapes[-1][1]
+    longest = int(L.max(initial=0))
+    if (
+        longest > T
+        and not (overflow == "split" and -(-longest // T) <= B)
+        and not (overflow == "extend" and longest <= T_max)
+    ):
+        i = int(np.argmax(L))
+        raise ValueError(
+            f"sample {i} of length {longest} fits none of shapes={shapes} (overflow={overflow!r})"
         )
-    else:
-        chosen = dict(seq_len=seq_len, max_tokens=max_tokens, batch_rows=batch_rows, plan=plan, cost=cost)
-        given = [k for k, v in chosen.items() if v is not None] + cost_options_given(
-            step_cost=step_cost, **options
-        )
-        if given:
-            raise ValueError(
-                f"pass shapes or the arguments that choose them, not both, "
-                f"but got shapes and {', '.join(given)}"
-            )
-        shapes = check_packing_shapes(shapes)
-        check_shapes_hold(L, shapes, overflow)
+    if overflow != "extend":
+        shapes = shapes[:1]
+    return _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas)
+
+
+def _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas) -> list[PackedBatch]:
+    """The packer proper: validated ``L``, ``shapes`` and ``overflow``, checked here: the rest."""
+    from dyntile.cpu.packing import best_fit
+
     R = as_index(num_replicas, "num_replicas")
     if R < 1:
         raise ValueError(f"num_replicas should be a positive integer, but got {R}")

@@ -20,7 +20,6 @@ __all__ = [
     "check_packing_overflow",
     "check_packing_shapes",
     "check_pool_size",
-    "check_shapes_hold",
 ]
 
 
@@ -87,21 +86,3 @@ def check_packing_shapes(shapes) -> tuple[tuple[int, int], ...]:
     if len(out) == 2 and out[1][1] <= out[0][1]:
         raise ValueError(f"the second shape should have longer rows than the first, but got shapes={out}")
     return out
-
-
-def check_shapes_hold(L: np.ndarray, shapes: tuple, overflow: str) -> None:
-    """``ValueError`` naming the longest sample when ``shapes`` (checked) cannot hold it under
-    ``overflow``: longer than ``T`` needs ``"extend"`` and a second shape that holds it, or
-    ``"split"`` into at most ``B`` rows."""
-    (B, T), T_max = shapes[0], shapes[-1][1]
-    longest = int(L.max()) if L.size else 0
-    if longest <= T:
-        return
-    if overflow == "extend" and len(shapes) == 2 and longest <= T_max:
-        return
-    if overflow == "split" and -(-longest // T) <= B:
-        return
-    raise ValueError(
-        f"sample {int(np.argmax(L))} has length {longest}, which shapes={shapes} do not hold "
-        f"with overflow={overflow!r}"
-    )

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dyntile.planning.packing import pack_lengths, packing_shapes
+from dyntile.planning.packing import pack_into_shapes, pack_lengths, packing_shapes
 from dyntile.planning.packing_cost import RowCost, choose_seq_len, cost_model, row_cost
 
 OPTIONS = [
@@ -43,13 +43,13 @@ def test_cost_value_chooses_what_the_options_choose(options):
     overflow=st.sampled_from(["extend", "split"]),
     replicas=st.integers(1, 3),
 )
-def test_packing_into_given_shapes_equals_choosing_them(seed, n, overflow, replicas):
-    """pack_lengths(shapes=packing_shapes(...)) is the epoch that choosing the shapes again gives."""
+def test_packing_into_chosen_shapes_equals_choosing_them(seed, n, overflow, replicas):
+    """pack_into_shapes(packing_shapes(...)) is the epoch of pack_lengths, which chooses them."""
     L = lengths(seed, n)
     kw = dict(max_tokens=4096, overflow=overflow)
     shapes = packing_shapes(L, **kw)
     chosen = pack_lengths(L, **kw, seed=seed, num_replicas=replicas)
-    given_ = pack_lengths(L, shapes=shapes, overflow=overflow, seed=seed, num_replicas=replicas)
+    given_ = pack_into_shapes(L, shapes, overflow=overflow, seed=seed, num_replicas=replicas, pool_size=65536)
     assert len(chosen) == len(given_) and all(p.same_as(q) for p, q in zip(chosen, given_))
 
 
@@ -67,17 +67,13 @@ def test_cost_and_its_options_are_not_both_taken():
 
 
 def test_given_shapes_are_checked():
-    with pytest.raises(ValueError, match="pass shapes or the arguments that choose them, not both.*seq_len"):
-        pack_lengths([3, 9], 16, shapes=[(2, 16)])
-    with pytest.raises(ValueError, match="but got shapes and attention"):
-        pack_lengths([3, 9], shapes=[(2, 16)], attention="dense")
-    with pytest.raises(ValueError, match="sample 1 has length 40, which shapes=.* do not hold"):
-        pack_lengths([3, 40, 5], shapes=[(2, 16)])
-    with pytest.raises(ValueError, match="do not hold with overflow='split'"):
-        pack_lengths([3, 40, 5], shapes=[(2, 16)], overflow="split")  # 3 rows of 16, 2 in a batch
+    with pytest.raises(ValueError, match="sample 1 of length 40 fits none of shapes="):
+        pack_into_shapes([3, 40, 5], [(2, 16)])
+    with pytest.raises(ValueError, match="fits none of shapes=.*overflow='split'"):
+        pack_into_shapes([3, 40, 5], [(2, 16)], overflow="split")  # 3 rows of 16, 2 in a batch
     with pytest.raises(ValueError, match="shapes should be one or two pairs"):
-        pack_lengths([3, 9], shapes=[(0, 16)])
-    assert [b.shape for b in pack_lengths([3, 40, 5], shapes=[(4, 16)], overflow="split")] == [(4, 16)]
+        pack_into_shapes([3, 9], [(0, 16)])
+    assert [b.shape for b in pack_into_shapes([3, 40, 5], [(4, 16)], overflow="split")] == [(4, 16)]
 
 
 def test_a_row_cost_built_directly_is_validated():
