@@ -62,7 +62,6 @@ __all__ = [
     "row_cost",
     "RowCost",
     "cost_model",
-    "cost_options_given",
     "format_shapes",
     "SeqLenChoice",
     "CandidateCost",
@@ -169,11 +168,6 @@ def row_cost(
 COST_OPTIONS = dict(attention="varlen", causal=True, d_model=None, attention_weight=None, step_cost=None)
 
 
-def cost_options_given(**options) -> list[str]:
-    """The names of :data:`COST_OPTIONS` in ``options`` that differ from their defaults."""
-    return [k for k, v in options.items() if not (v is COST_OPTIONS[k] or v == COST_OPTIONS[k])]
-
-
 def cost_model(cost: RowCost | None = None, *, max_tokens: int | None = None, **options) -> RowCost:
     """The :class:`RowCost` a packing function uses: ``cost`` when given (then the
     ``options`` of :func:`row_cost` stay at their defaults), else ``row_cost(**options,
@@ -191,7 +185,7 @@ def cost_model(cost: RowCost | None = None, *, max_tokens: int | None = None, **
         raise TypeError(
             f"cost should be a RowCost (see row_cost), but got {cost!r} of type {type(cost).__name__}"
         )
-    given = cost_options_given(**options)
+    given = [k for k, v in options.items() if not (v is COST_OPTIONS[k] or v == COST_OPTIONS[k])]
     if given:
         raise ValueError(f"pass cost or its options, not both, but got cost and {', '.join(given)}")
     return cost
