@@ -37,7 +37,8 @@ from dyntile.planning.buckets import BucketPlan
 from dyntile.threads import PARALLEL_COPY_BYTES as _PARALLEL_COPY_BYTES
 from dyntile.threads import copy_threads
 
-__all__ = ["pad_batch", "pad_to", "pad_rows", "pad_rows_torch"]
+# the native row helpers are shared with loaders' collates, not part of the top-level API
+__all__ = ["pad_batch", "pad_to", "pad_rows", "pad_rows_torch", "native_row_dtype", "native_row_layout"]
 
 
 _SIDES = {"right": False, "left": True}

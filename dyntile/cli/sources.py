@@ -58,6 +58,23 @@ def load_corpus(
     return corpus if max_length is None else corpus.truncated(max_length)
 
 
+def corpus_from_args(args) -> Corpus:
+    """:func:`load_corpus` with the data options ``dyntile demo`` and ``dyntile plan`` share
+    (``--data``, ``--field``, ``--pad-id``, ``--allow-pickle``, ``--limit``,
+    ``--vocab-size``, ``--seed``, ``--max-length``, ``--no-progress``)."""
+    return load_corpus(
+        args.data,
+        field=args.field,
+        pad_id=args.pad_id,
+        allow_pickle=args.allow_pickle,
+        limit=args.limit,
+        vocab_size=args.vocab_size,
+        seed=args.seed,
+        max_length=args.max_length,
+        show_progress=not args.no_progress,
+    )
+
+
 def describe_lengths(lengths: np.ndarray) -> str:
     """One line of length statistics.
 

@@ -3,7 +3,6 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +10,8 @@ import pytest
 import dyntile
 from dyntile.cli.errors import CLIError
 from dyntile.cli.main import main
+from shared_data import shared_data_path
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 SMALL = [
     "--limit",
     "300",
@@ -71,9 +70,7 @@ def test_demo_figures_follow_the_data(capsys, table, tmp_path):
 
 
 def test_demo_reads_the_shared_real_lengths(capsys, table):
-    path = SHARED / "lengths_cpython_docstrings.npy"
-    if not path.exists():
-        pytest.skip(f"shared data not found at {path}")
+    path = shared_data_path("lengths_cpython_docstrings.npy")
     out = _demo(capsys, "--no-compile", "--data", str(path), "--methods", "packing", "--limit", "8604")
     assert "lengths_cpython_docstrings.npy (lengths only" in out
     packing = table(out)["dyntile packing"]

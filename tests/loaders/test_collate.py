@@ -477,18 +477,6 @@ def test_pickle_round_trip():
     assert_same(c(samples), c2(samples))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")
-def test_pin_memory_without_cuda_warns_once_and_still_collates(monkeypatch):
-    monkeypatch.setattr("loaders.pinning._WARNED", False)
-    with pytest.warns(RuntimeWarning, match="pinned memory needs CUDA"):
-        c = DynTileCollate(pin_memory=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        DynTileCollate(pin_memory=True)  # once per process
-    out = c([{"ids": [1, 2]}, {"ids": [3]}])
-    assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
-
-
 # ------------------------------------------------------------------ real tokens
 
 
@@ -685,26 +673,30 @@ def test_pin_memory_skipped_in_a_worker_with_one_warning(monkeypatch):
         test_batch_padding_reaches_every_leaf,
     ],
 )
-def test_tensor_leaves_without_the_native_reader(test, monkeypatch):
+def test_tensor_leaves_without_the_native_reader(test):
     """The same answers when tensors are read through torch's bindings (a build without
     dyntile.cpu.torch_tensors, or another torch version)."""
     from dyntile import tensor_reader
 
-    monkeypatch.setattr(tensor_reader, "_native", None)
-    test()
-    for samples, exc, msg in [
-        (
-            [{"a": torch.ones(2)}, {"a": torch.ones(3, dtype=torch.float64)}],
-            TypeError,
-            "key 'a': sample 1 has dtype torch.float64",
-        ),
-        ([{"a": torch.ones(2, 1)}, {"a": torch.ones(2)}], ValueError, r"key 'a': sample 1 has shape \(2,\)"),
-    ]:
-        with pytest.raises(exc, match=msg):
-            DynTileCollate()(samples)
+    with tensor_reader.use_native(False):
+        test()
+        for samples, exc, msg in [
+            (
+                [{"a": torch.ones(2)}, {"a": torch.ones(3, dtype=torch.float64)}],
+                TypeError,
+                "key 'a': sample 1 has dtype torch.float64",
+            ),
+            (
+                [{"a": torch.ones(2, 1)}, {"a": torch.ones(2)}],
+                ValueError,
+                r"key 'a': sample 1 has shape \(2,\)",
+            ),
+        ]:
+            with pytest.raises(exc, match=msg):
+                DynTileCollate()(samples)
 
 
-def test_tensor_leaves_of_every_kind_match_the_bindings_route(monkeypatch):
+def test_tensor_leaves_of_every_kind_match_the_bindings_route():
     """2-D and 3-D tensor leaves (views, offsets, bf16) collate the same with and
     without the native reader."""
     from dyntile import tensor_reader
@@ -718,9 +710,8 @@ def test_tensor_leaves_of_every_kind_match_the_bindings_route(monkeypatch):
     ]  # 3-D, bf16
     for samples in batches:
         fast = DynTileCollate(multiple=4, axes=(-2, -1) if samples[0]["x"].dim() > 2 else None)(samples)
-        monkeypatch.setattr(tensor_reader, "_native", None)
-        slow = DynTileCollate(multiple=4, axes=(-2, -1) if samples[0]["x"].dim() > 2 else None)(samples)
-        monkeypatch.undo()
+        with tensor_reader.use_native(False):
+            slow = DynTileCollate(multiple=4, axes=(-2, -1) if samples[0]["x"].dim() > 2 else None)(samples)
         assert fast.keys() == slow.keys()
         for k in fast:
             assert torch.equal(fast[k], slow[k]), k
@@ -737,14 +728,16 @@ def _no_python_executor(monkeypatch):
 
 
 @pytest.mark.parametrize("route", ["native", "bindings", "walk"])
-def test_equal_rows_that_require_grad_keep_their_grad_fn(route, monkeypatch):
+def test_equal_rows_that_require_grad_keep_their_grad_fn(route, request):
     """1-D tensors of one length that require grad are stacked as default_collate
     stacks them: the batch records autograd (0-d tensors already did); gradients reach
     every sample. Rows of other lengths are padded, as pad_batch pads them (detached)."""
     from dyntile import tensor_reader
 
     if route == "bindings":
-        monkeypatch.setattr(tensor_reader, "_native", None)
+        switch = tensor_reader.use_native(False)
+        switch.__enter__()
+        request.addfinalizer(lambda: switch.__exit__(None, None, None))
     leaves = [torch.arange(3.0, requires_grad=True), torch.ones(3), torch.full((3,), 2.0, requires_grad=True)]
     collate = DynTileCollate()
     run = (lambda s: _walk_only(collate, s)) if route == "walk" else collate
@@ -826,9 +819,7 @@ def test_flat_rows_route_equals_the_walk(
     padding, mask and lengths keys and dtype) and the numbers' kinds."""
     from dyntile import tensor_reader
 
-    with pytest.MonkeyPatch.context() as mp:
-        if not native:
-            mp.setattr(tensor_reader, "_native", None)
+    with tensor_reader.use_native(native):
         _flat_rows_case(
             lengths,
             equal,

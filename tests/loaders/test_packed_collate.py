@@ -352,14 +352,6 @@ def test_bad_options(kw, exc, match):
         PackedCollate([(2, 0)])
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the warning of a machine without CUDA")
-def test_pin_memory_without_cuda_warns_and_allocates_ordinary_memory(monkeypatch):
-    monkeypatch.setattr("loaders.pinning._WARNED", False)  # once per process
-    with pytest.warns(RuntimeWarning, match="pinned memory needs CUDA"):
-        collate = PackedCollate([(2, 8)], pin_memory=True)
-    assert not collate([[1, 2]])["input_ids"].is_pinned()
-
-
 def test_batches_cross_from_workers_whole():
     seqs = ragged([5, 3, 7, 1, 8, 2, 6, 4], seed=2)
     sampler = PackingBatchSampler([len(s) for s in seqs], max_tokens=16, seq_len=8, seed=0)
