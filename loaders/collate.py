@@ -27,6 +27,7 @@ from . import collate_python
 from .collate_python import map_tensors
 from .collate_spec import LABEL_KEYS, CollateRules, Mismatch, plan_batch, signature
 from .collate_stats import STATS_KEY, CollateStats, batch_counts
+from .key_names import key_mapping, key_names
 from .pinning import pinning_available, warn_no_pinning_in_worker
 from .worker_transfer import WorkerBatch
 
@@ -82,6 +83,10 @@ class DynTileCollate:
         rename: Mapping[str, str] | None = None,
     ):
         _check_choices(plan, side, overflow, worker_transfer, axes)
+        pad_values = key_mapping(pad_values, "pad_values", "DynTileCollate")
+        rename = key_mapping(rename, "rename", "DynTileCollate")
+        pad_keys = None if pad_keys is None else key_names(pad_keys, "pad_keys", "DynTileCollate")
+        label_keys = key_names(label_keys, "label_keys", "DynTileCollate")
         self.plan, self.fill, self.side, self.overflow = plan, fill, side, overflow
         self.multiple = check_multiple(multiple)
         self.pad_values = _read_only(pad_values or {})
@@ -280,6 +285,8 @@ def _check_choices(plan, side: str, overflow: str, worker_transfer: str, axes) -
     check_overflow(overflow, BUCKET_OVERFLOWS)
     if worker_transfer not in WORKER_TRANSFERS:
         raise ValueError(f"worker_transfer should be one of {WORKER_TRANSFERS}, but got {worker_transfer!r}")
+    if isinstance(axes, (str, bytes)):
+        raise TypeError(f"axes should be a sequence of ints (axes to pad), but got the string {axes!r}")
     if axes is not None and not tuple(axes):
         raise ValueError("axes should name at least one axis to pad (or be None: pad the axes that differ)")
 

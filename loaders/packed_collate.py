@@ -55,6 +55,7 @@ from dyntile.tensor_reader import describe_rows
 
 from .collate_spec import LABEL_KEYS, CollateRules
 from .collate_stats import STATS_KEY, CollateStats, batch_counts
+from .key_names import key_mapping, key_names
 from .leaf_handlers import mapping_columns
 from .pinning import pinning_available, warn_no_pinning_in_worker
 from .worker_transfer import WorkerBatch
@@ -106,12 +107,8 @@ class PackedCollate:
             shapes = shapes.shapes
         self.shapes = check_packing_shapes(shapes)
         self.overflow = check_packing_overflow("extend" if overflow is None else overflow)
-        self.pad_values = dict(pad_values or {})
-        if isinstance(label_keys, str):
-            raise TypeError(
-                f"label_keys should be a sequence of key names, but got the string {label_keys!r}"
-            )
-        self.label_keys = tuple(label_keys)
+        self.pad_values = dict(key_mapping(pad_values, "pad_values", "PackedCollate") or {})
+        self.label_keys = label_keys = key_names(label_keys, "label_keys", "PackedCollate")
         self._fills = CollateRules(pad_values=dict(self.pad_values), label_keys=frozenset(label_keys))
         self.mask_boundary_labels = bool(mask_boundary_labels)
         self.attention_mask = _check_mask(attention_mask, mask_dtype)

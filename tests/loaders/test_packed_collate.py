@@ -340,7 +340,7 @@ def test_counts_stats_and_returns_them_on_request():
             ValueError,
             r"attention_mask should be one of \(None, 'block', 'additive'\)",
         ),
-        ({"label_keys": "labels"}, TypeError, "label_keys should be a sequence of key names"),
+        ({"label_keys": "labels"}, TypeError, "label_keys should be a collection of key names"),
         ({"worker_transfer": "pipe"}, ValueError, "worker_transfer should be 'one_buffer' or 'torch'"),
         ({"overflow": "truncate"}, ValueError, "which does not apply here"),
     ],
