@@ -167,6 +167,11 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
     def __len__(self) -> int:
         """Batches of the current epoch on this rank."""
 
+    def batches_in_epoch(self, epoch: int) -> int:
+        """Batches of ``epoch`` on this rank (``len()`` is the current epoch's); the
+        sampler's epoch and position do not change."""
+        return len(self.batches(check_non_negative(epoch, "epoch")))
+
     # ---- Sampler protocol
 
     def __iter__(self) -> Iterator[list[int]]:
