@@ -60,24 +60,29 @@ def collate_mapping(ctx, items: list, spec) -> dict:
     the same key set; the checks are C-level loops (``map(type)``, ``map(itemgetter)``
     and ``map(len)``). Mappings of mixed types are collated when each is a mapping."""
     key = spec.key
+    keys, columns = mapping_columns(items, key)
+    if tuple(keys) != spec.fields:
+        raise Mismatch(key)
+    return {k: ctx.walk(child, column) for k, child, column in zip(keys, spec.children, columns)}
+
+
+def mapping_columns(items: list, key: str = "") -> tuple[list, list]:
+    """``(keys, columns)`` of mapping samples (at the place ``key``): sample 0's keys
+    and, per key, the B values. Raises ``KeyError`` naming the first sample that
+    lacks a key of sample 0 or adds one, ``TypeError`` naming one that is not a
+    mapping (see :func:`collate_mapping`). Exact dicts are read in one native call
+    when the native module is in use."""
     try:
-        keys, columns = mapping_columns(items)
+        return _mapping_columns(items)
     except (KeyError, TypeError, IndexError):
         keys = list(items[0].keys())
         _raise_key_mismatch(items, keys, key)
         raise TypeError(
             f"{_where(key)}: the samples could not be read as mappings with keys {keys}"
         ) from None
-    if tuple(keys) != spec.fields:
-        raise Mismatch(key)
-    return {k: ctx.walk(child, column) for k, child, column in zip(keys, spec.children, columns)}
 
 
-def mapping_columns(items: list) -> tuple[list, list]:
-    """``(keys, columns)`` of mapping samples: sample 0's keys and, per key, the B
-    values. Raises ``KeyError``, ``TypeError`` or ``IndexError`` unless every sample
-    is a mapping with sample 0's key set (see :func:`collate_mapping`). Exact dicts are
-    read in one native call when the native module is in use."""
+def _mapping_columns(items: list) -> tuple[list, list]:
     native = tensor_reader.native_module()
     if native is not None and type(items) is list:
         got = native.dict_columns(items)
@@ -251,6 +256,11 @@ def _number_arrays(items: list, key: str) -> list:
     return [flat[e - n : e] for e, n in zip(ends, lengths)]
 
 
+def _shown(value: int) -> str:
+    """An int for a message: huge ones by their size."""
+    return f"an int of {value.bit_length()} bits" if value.bit_length() > 200 else str(value)
+
+
 def _raise_not_numbers(items: list, key: str):
     """The error for lists NumPy cannot read as one numeric array: the first sample
     holding a non-number, else (numbers all, read as Python objects) the first int
@@ -285,6 +295,15 @@ def _check_float_lists(items: list, key: str) -> None:
             f"{_where(key)}: sample {i} holds ints outside int64, which float64 (the "
             f"batch's dtype) would round; pass them as floats or as one dtype"
         )
+    if all(a.dtype.kind in "biu" for _, a in arrays):  # ints only: uint64 with int64 reads as float64
+        big = next(i for i, a in arrays if a.dtype.kind == "u")
+        small = next(i for i, a in arrays if a.dtype.kind != "u" and a.size)
+        raise TypeError(
+            f"{_where(key)}: sample {big} holds ints that do not fit int64 (e.g. "
+            f"{max(items[big])}) and sample {small} holds ints read as int64: no integer dtype "
+            f"holds both, and float64 would round them; pass every sample as one dtype "
+            f"(e.g. a uint64 array)"
+        )
     try:
         promote_samples([], arrays)
     except TypeError as e:
@@ -303,9 +322,15 @@ def collate_numbers(ctx, items: list, spec) -> torch.Tensor:
         if isinstance(items[0], float):
             return torch.tensor(items, dtype=torch.float64)
         return torch.tensor(items)
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError, OverflowError):
         i = next((i for i, x in enumerate(items) if not _is_number(x)), None)
         if i is None:
+            big = next((i for i, x in enumerate(items) if type(x) is int and not -(2**63) <= x < 2**63), None)
+            if big is not None:
+                raise ValueError(
+                    f"{_where(key)}: sample {big} holds {_shown(items[big])}, which int64 (the dtype of a "
+                    f"key of ints) cannot hold; pass it as a float"
+                ) from None
             raise
         raise TypeError(
             f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a number "

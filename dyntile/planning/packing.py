@@ -156,6 +156,26 @@ def _as_index(value, name: str) -> int:
         ) from None
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def _as_size(value, name: str) -> int:
+    """A size (``max_tokens``, ``seq_len``, ``batch_rows``) as an ``int`` that int64
+    holds: the batch's token counts and offsets are int64."""
+    v = _as_index(value, name)
+    if v > _INT64_MAX:
+        raise ValueError(f"{name}={v} is past int64's range: it should be at most 2**63 - 1")
+    return v
+
+
+def _check_batch_tokens(B: int, T: int) -> None:
+    if B * T > _INT64_MAX:
+        raise ValueError(
+            f"batch_rows={B} rows of seq_len={T} tokens make {B * T} tokens a batch, past int64's "
+            f"range (2**63 - 1): give fewer rows or shorter ones"
+        )
+
+
 def _as_lengths(lengths) -> np.ndarray:
     arr = np.asarray(lengths)
     if arr.size == 0 and arr.dtype == np.float64:
@@ -191,13 +211,15 @@ def check_pool_size(pool_size) -> int | None:
 def check_packing_shapes(shapes) -> tuple[tuple[int, int], ...]:
     """``shapes`` as one or two ``(B, T)`` pairs of ints, the second with longer rows."""
     try:
-        out = tuple((_as_index(b, "batch_rows"), _as_index(t, "seq_len")) for b, t in shapes)
+        out = tuple((_as_size(b, "batch_rows"), _as_size(t, "seq_len")) for b, t in shapes)
     except (TypeError, ValueError) as e:
         raise ValueError(
             f"shapes should be one or two pairs (B, T) of positive integers, but got {shapes!r}"
         ) from e
     if not 1 <= len(out) <= 2 or any(b < 1 or t < 1 for b, t in out):
         raise ValueError(f"shapes should be one or two pairs (B, T) of positive integers, but got {shapes!r}")
+    for b, t in out:
+        _check_batch_tokens(b, t)
     if len(out) == 2 and out[1][1] <= out[0][1]:
         raise ValueError(f"the second shape should have longer rows than the first, but got shapes={out}")
     return out
@@ -260,7 +282,7 @@ def _check_budget(max_tokens, batch_rows) -> int | None:
     """``max_tokens`` as a positive ``int`` (``None`` when only ``batch_rows`` is given)."""
     if max_tokens is None and batch_rows is None:
         raise ValueError("packing needs a token budget: pass max_tokens (tokens per batch) or batch_rows")
-    budget = None if max_tokens is None else _as_index(max_tokens, "max_tokens")
+    budget = None if max_tokens is None else _as_size(max_tokens, "max_tokens")
     if budget is not None and budget < 1:
         raise ValueError(f"max_tokens should be a positive integer, but got {budget}")
     return budget
@@ -273,7 +295,7 @@ def _shapes_for(
     (``None``: the plan's largest boundary, else the longest sample's rule)."""
     longest = int(L.max()) if L.size else 0
     if seq_len is not None:
-        T = _as_index(seq_len, "seq_len")
+        T = _as_size(seq_len, "seq_len")
         if T < 1 or T % m:
             raise ValueError(f"seq_len should be a positive multiple of multiple={m}, but got seq_len={T}")
     else:
@@ -290,11 +312,12 @@ def _shapes_for(
             if T == 0:
                 raise ValueError(f"max_tokens={budget} is smaller than one row of multiple={m} tokens")
     if batch_rows is not None:
-        B = _as_index(batch_rows, "batch_rows")
+        B = _as_size(batch_rows, "batch_rows")
         if B < 1:
             raise ValueError(f"batch_rows should be a positive integer, but got {B}")
         if budget is not None and B * T > budget:
             raise ValueError(f"batch_rows={B} rows of seq_len={T} tokens exceed max_tokens={budget}")
+        _check_batch_tokens(B, T)
     else:
         B = budget // T
         if B < 1:
