@@ -64,3 +64,15 @@ def test_lengths_that_disagree_with_the_sampler_are_named_under_bucket_rows():
     wrong = [{"input_ids": list(range(31))} for _ in small_bucket]  # the dataset's lengths differ
     with pytest.raises(ValueError, match="the samples' lengths disagree with the lengths the sampler"):
         collate(wrong)
+
+
+@pytest.mark.parametrize("make", [DynTileCollate, lambda: PackedCollate([(1, 8)])])
+def test_a_label_fill_that_float8_would_round_is_refused(make):
+    import torch
+
+    def labels(n):
+        return torch.ones(n, dtype=torch.float8_e4m3fn)
+
+    batch = [{"input_ids": [1, 2, 3], "labels": labels(3)}, {"input_ids": [1], "labels": labels(1)}]
+    with pytest.raises(ValueError, match=r"'labels'.*fill=-100 cannot be stored exactly .* would be -96"):
+        make()(batch)
