@@ -218,8 +218,8 @@ class DynTileCollate:
             spec = self._plan(samples[0])
             object.__setattr__(self, "_last", spec)
             got = collate_python.run(self._rules, spec, samples)
-        if got.rules is not self._rules:  # overflow="extend" grew the plan
-            self._extend_plan(got.rules.plan)
+        # overflow="extend" pads this batch to the plan grown by its own sizes; the plan
+        # stays as built, so a batch's width never depends on the batches before it
         return self._finish(
             got.out, got.mask, got.lengths, got.real, got.total, got.shapes, got.truncated, got.extended
         )
@@ -242,11 +242,6 @@ class DynTileCollate:
             out[STATS_KEY] = batch_counts(real, total, shapes, truncated, extended)
         self.stats.add(real, total, shapes, truncated, extended)
         return out
-
-    def _extend_plan(self, plan: BucketPlan) -> None:
-        """``overflow="extend"``: this collate's plan grows (per process), and its plans follow."""
-        object.__setattr__(self, "plan", plan)
-        self._reset_rules(self._rules.pin)
 
     def _no_pinning_in_worker(self) -> None:
         """This worker's copy of the collate stops pinning, with one warning per worker."""
