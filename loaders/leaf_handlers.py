@@ -183,7 +183,8 @@ def _shapes(items: list, key: str, refused: str | None) -> np.ndarray:
         if described is not None:
             return described[0]
     if len({(type(x), getattr(x, "dtype", None)) for x in items}) > 1:
-        _raise_mixed(items, type(items[0]), items[0].dtype, key, refused)
+        check_one_dtype(items, key)  # the tensors or arrays (PackedCollate's rule too)
+        _raise_mixed(items, type(items[0]), items[0].dtype, key, refused)  # a list among them
     shape_list = [x.shape for x in items]
     ndim = len(shape_list[0])
     if len({len(s) for s in shape_list}) > 1:
@@ -194,6 +195,31 @@ def _shapes(items: list, key: str, refused: str | None) -> np.ndarray:
         )
     flat = itertools.chain.from_iterable(shape_list)
     return np.fromiter(flat, np.int64, count=len(items) * ndim).reshape(len(items), ndim)
+
+
+def check_one_dtype(items: list, key: str) -> None:
+    """``TypeError`` naming the first tensor or array among ``items`` (one key's values)
+    of another type or dtype than the first one: both collates take one type and dtype
+    per key and promote none (int64 with int32, float32 with float64); lists of numbers
+    are weakly typed and join them when the dtype holds their values.
+
+    >>> check_one_dtype([np.zeros(2, np.int64), [3], np.zeros(1, np.int32)], "input_ids")
+    Traceback (most recent call last):
+    TypeError: key 'input_ids': sample 2 has dtype int32, but sample 0 has dtype int64; ...
+    """
+    typed = [(i, x) for i, x in enumerate(items) if isinstance(x, (torch.Tensor, np.ndarray))]
+    if not typed:
+        return
+    i0, x0 = typed[0]
+    for i, x in typed:
+        if type(x) is not type(x0) or x.dtype != x0.dtype:
+            same = type(x) is type(x0)
+            what = f"dtype {x.dtype}" if same else f"type {type(x).__name__}"
+            want = f"dtype {x0.dtype}" if same else f"type {type(x0).__name__}"
+            raise TypeError(
+                f"{_where(key)}: sample {i} has {what}, but sample {i0} has {want}; "
+                f"every sample's value of one key needs one type and dtype"
+            )
 
 
 def _raise_mixed(items: list, kind: type, dtype, key: str, reason: str | None = None):

@@ -56,7 +56,7 @@ from dyntile.tensor_reader import describe_rows
 from .collate_spec import LABEL_KEYS, CollateRules
 from .collate_stats import STATS_KEY, CollateStats, batch_counts
 from .key_names import key_mapping, key_names
-from .leaf_handlers import mapping_columns
+from .leaf_handlers import check_one_dtype, mapping_columns
 from .pinning import pinning_available, warn_no_pinning_in_worker
 from .worker_transfer import WorkerBatch
 
@@ -138,6 +138,7 @@ class PackedCollate:
         if len(samples) == 0:
             raise ValueError("PackedCollate needs at least one sample, but got an empty batch")
         tokens, others = _columns(samples)
+        self._check_own_keys(tokens, others)
         if self.flash_attention_kwargs and "attention_mask" in tokens and self.attention_mask is None:
             del tokens["attention_mask"]  # a 2-D mask would send Hugging Face past cu_seq_lens
         sources = {key: _token_source(column, key) for key, column in tokens.items()}
@@ -171,6 +172,22 @@ class PackedCollate:
                 for k, v in out.items()
             }
         return out
+
+    def _check_own_keys(self, tokens: dict, others: dict) -> None:
+        """``ValueError`` for a sample key that an output this collate always writes would
+        replace (``packing``; the flash-attention keys and the stats when asked for); the
+        outputs it computes otherwise (``position_ids``...) yield to a sample's own."""
+        written = {"packing"}
+        if self.flash_attention_kwargs:
+            written.update(_FLASH_KEYS)
+        if self.return_stats:
+            written.add(STATS_KEY)
+        clash = sorted(k for k in written if k in tokens or k in others)
+        if clash:
+            raise ValueError(
+                f"the samples have the key {clash[0]!r}, which PackedCollate's output holds "
+                f"(its own, replacing the samples'); rename that key of the samples"
+            )
 
     def _place(self, key: str, src: _Source, packed: PackedBatch, dst: np.ndarray) -> torch.Tensor:
         """One token key's ``[B, T, *rest]`` output: its pad value, then every piece."""
@@ -336,6 +353,7 @@ def _token_source(column: list, key: str) -> _Source:
         if rows is not None:
             shapes, strides, ptrs, _, _ = rows
             return _Source(ptrs, strides.reshape(-1), shapes.reshape(-1), x0.dtype, (), column)
+    check_one_dtype(column, key)  # DynTileCollate's rule: no promotion across samples
     try:
         values, lens = concat_rows(column)
     except (TypeError, ValueError) as e:

@@ -76,3 +76,31 @@ def test_a_label_fill_that_float8_would_round_is_refused(make):
     batch = [{"input_ids": [1, 2, 3], "labels": labels(3)}, {"input_ids": [1], "labels": labels(1)}]
     with pytest.raises(ValueError, match=r"'labels'.*fill=-100 cannot be stored exactly .* would be -96"):
         make()(batch)
+
+
+@pytest.mark.parametrize(
+    "options, key",
+    [({}, "packing"), ({"flash_attention_kwargs": True}, "cu_seq_lens_q"), ({"return_stats": True}, None)],
+)
+def test_packed_collate_refuses_a_sample_key_its_output_would_replace(options, key):
+    from loaders.collate_stats import STATS_KEY
+
+    key = key or STATS_KEY
+    batch = [{"input_ids": [1, 2], key: 0}, {"input_ids": [3], key: 1}]
+    with pytest.raises(ValueError, match=rf"the samples have the key '{key}', which PackedCollate's output"):
+        PackedCollate([(2, 8)], **options)(batch)
+    PackedCollate([(2, 8)])([{"input_ids": [1, 2], "mine": 0}, {"input_ids": [3], "mine": 1}])  # others kept
+
+
+@pytest.mark.parametrize("make", [DynTileCollate, lambda: PackedCollate([(2, 8)])])
+@pytest.mark.parametrize("second", ["int32", "float64"])
+def test_both_collates_refuse_to_promote_one_key_across_samples(make, second):
+    import torch
+
+    first = torch.float32 if second == "float64" else torch.int64
+    batch = [
+        {"input_ids": torch.ones(2, dtype=first)},
+        {"input_ids": torch.ones(1, dtype=getattr(torch, second))},
+    ]
+    with pytest.raises(TypeError, match=rf"sample 1 has dtype torch.{second}, but sample 0 has dtype"):
+        make()(batch)
