@@ -336,6 +336,17 @@ def _check_float_lists(items: list, key: str) -> None:
         raise TypeError(f"{_where(key)}: {e} (the batch is float64: another sample holds floats)") from None
 
 
+def check_ints_fit(items: list, key: str) -> None:
+    """``ValueError`` naming the first of one key's Python ints that int64 (the dtype of
+    a key of ints, in both collates) cannot hold."""
+    big = next((i for i, x in enumerate(items) if type(x) is int and not -(2**63) <= x < 2**63), None)
+    if big is not None:
+        raise ValueError(
+            f"{_where(key)}: sample {big} holds {_shown(items[big])}, which int64 (the dtype of a "
+            f"key of ints) cannot hold; pass it as a float"
+        ) from None
+
+
 def collate_numbers(ctx, items: list, spec) -> torch.Tensor:
     """Python numbers -> a ``(B,)`` tensor: float64 for floats, int64 for ints (as ``default_collate``)."""
     key = spec.key
@@ -351,12 +362,7 @@ def collate_numbers(ctx, items: list, spec) -> torch.Tensor:
     except (TypeError, ValueError, RuntimeError, OverflowError):
         i = next((i for i, x in enumerate(items) if not _is_number(x)), None)
         if i is None:
-            big = next((i for i, x in enumerate(items) if type(x) is int and not -(2**63) <= x < 2**63), None)
-            if big is not None:
-                raise ValueError(
-                    f"{_where(key)}: sample {big} holds {_shown(items[big])}, which int64 (the dtype of a "
-                    f"key of ints) cannot hold; pass it as a float"
-                ) from None
+            check_ints_fit(items, key)
             raise
         raise TypeError(
             f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a number "

@@ -56,7 +56,7 @@ from dyntile.tensor_reader import describe_rows
 from .collate_spec import LABEL_KEYS, CollateRules
 from .collate_stats import STATS_KEY, CollateStats, batch_counts
 from .key_names import key_mapping, key_names
-from .leaf_handlers import check_one_dtype, mapping_columns
+from .leaf_handlers import check_ints_fit, check_one_dtype, mapping_columns
 from .pinning import pinning_available, warn_no_pinning_in_worker
 from .worker_transfer import WorkerBatch
 
@@ -160,7 +160,7 @@ class PackedCollate:
             "lengths": torch.from_numpy(lengths),
         }
         out.update((k, v) for k, v in computed.items() if k not in out and k not in others)
-        out.update((k, _stack_leaf(column)) for k, column in others.items())
+        out.update((k, _stack_leaf(column, k)) for k, column in others.items())
         if self.attention_mask is not None:  # asked for: it replaces a tokenizer's own mask of ones
             out["attention_mask"] = self._mask(segment_ids)
         if self.flash_attention_kwargs:
@@ -381,9 +381,11 @@ def _common_lengths(sources: dict) -> np.ndarray:
     return np.ascontiguousarray(lengths, dtype=np.int64)
 
 
-def _stack_leaf(values: list):
+def _stack_leaf(values: list, key: str):
     """Per-sample values of a non-token key: a tensor for numbers and 0-d arrays or
-    tensors, else the list as it is (strings, None, mixed)."""
+    tensors, else the list as it is (strings, None, mixed); ints past int64 are refused,
+    as :class:`~loaders.collate.DynTileCollate` refuses them."""
+    check_ints_fit(values, key)
     if all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in values):
         return torch.stack(values)
     if all(

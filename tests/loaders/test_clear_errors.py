@@ -31,11 +31,12 @@ def test_ints_past_int64_with_int64_ones_are_named_not_blamed_on_floats(big_firs
     assert "floats" not in str(e.value)
 
 
+@pytest.mark.parametrize("make", [DynTileCollate, lambda: PackedCollate([(2, 8)])])
 @pytest.mark.parametrize("value", [2**70, -(2**63) - 1, 2**700])
-def test_a_number_key_past_int64_names_key_and_sample(value):
+def test_a_number_key_past_int64_names_key_and_sample(make, value):
     batch = [{"input_ids": [1], "n": 3}, {"input_ids": [5], "n": value}]
     with pytest.raises(ValueError, match=r"key 'n': sample 1 holds .* which int64 .* cannot hold"):
-        DynTileCollate()(batch)
+        make()(batch)
 
 
 @pytest.mark.parametrize(
