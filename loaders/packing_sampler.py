@@ -155,6 +155,10 @@ class PackingBatchSampler(EpochBatchSampler):
         R, rank = self.replicas()
         return [b.sample_order.tolist() for b in packed[rank::R]]
 
+    def batches_in_epoch(self, epoch: int) -> int:
+        """Batches of ``epoch`` on this rank (the count varies by epoch with the shuffle)."""
+        return len(self.packed_batches(epoch)) // self.num_replicas
+
     def __len__(self) -> int:
         """Batches of the current epoch on this rank (the same on every rank; may vary by epoch)."""
         return len(self.packed_batches()) // self.num_replicas

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from dyntile.shapes import as_index, round_up
+from dyntile.planning.packing_checks import as_size, check_batch_tokens
+from dyntile.shapes import round_up
 
 __all__ = ["shapes_for", "default_seq_len"]
 
@@ -26,7 +27,7 @@ def shapes_for(
     """
     longest = int(L.max()) if L.size else 0
     if seq_len is not None:
-        T = as_index(seq_len, "seq_len")
+        T = as_size(seq_len, "seq_len")
         if T < 1 or T % m:
             raise ValueError(f"seq_len should be a positive multiple of multiple={m}, but got seq_len={T}")
     else:
@@ -43,11 +44,12 @@ def shapes_for(
             if T == 0:
                 raise ValueError(f"max_tokens={budget} is smaller than one row of multiple={m} tokens")
     if batch_rows is not None:
-        B = as_index(batch_rows, "batch_rows")
+        B = as_size(batch_rows, "batch_rows")
         if B < 1:
             raise ValueError(f"batch_rows should be a positive integer, but got {B}")
         if budget is not None and B * T > budget:
             raise ValueError(f"batch_rows={B} rows of seq_len={T} tokens exceed max_tokens={budget}")
+        check_batch_tokens(B, T)
     else:
         B = budget // T
         if B < 1:

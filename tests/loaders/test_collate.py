@@ -342,7 +342,7 @@ def test_overflow_policies():
     )  # a sample, not a key
     grow = DynTileCollate(plan, overflow="extend")
     assert grow(samples)["ids"].shape == (2, 24)
-    assert grow.plan.boundaries == (8, 16, 24) and grow.stats.plan_extensions == 1
+    assert grow.plan.boundaries == (8, 16) and grow.stats.plan_extensions == 1  # the plan stays
 
 
 @pytest.mark.parametrize(
@@ -1147,18 +1147,23 @@ def test_bucket_rows_are_read_only_and_pickle():
     assert_same_batch(clone(batch), rows(batch))
 
 
-def test_an_extended_plan_reaches_the_native_route(monkeypatch):
-    """overflow='extend' grows the plan; later batches up to the new boundary still
-    take the one-call route, padded to it."""
+def test_an_extended_batch_is_padded_by_the_plan_and_its_own_sizes(monkeypatch):
+    """overflow='extend' pads a batch over the plan to its longest sample rounded up to
+    ``multiple``, whatever came before (36 tokens: 40, after a batch of 50 too); the plan
+    stays, and batches within it still take the one-call route."""
     from dyntile import tensor_reader
 
-    collate = DynTileCollate(BucketPlan((8,)), pad_values={"a": 0}, overflow="extend")
-    assert collate([{"a": list(range(20))}, {"a": [1]}])["a"].shape == (2, 24)  # extended: (8,) -> (8, 24)
-    assert collate.plan.boundaries == (8, 24)
+    collate = DynTileCollate(BucketPlan((8, 32)), pad_values={"a": 0}, overflow="extend")
+
+    def width(n):
+        return collate([{"a": list(range(n))}, {"a": [1]}])["a"].shape[1]
+
+    assert [width(n) for n in (36, 50, 36, 20)] == [40, 56, 40, 32]
+    assert collate.plan.boundaries == (8, 32) and collate.stats.plan_extensions == 3
     if tensor_reader.native_module() is not None:
         _no_python_executor(monkeypatch)
     out = collate([{"a": list(range(12))}, {"a": [1]}])
-    assert out["a"].shape == (2, 24) and out["lengths"].tolist() == [12, 1]
+    assert out["a"].shape == (2, 32) and out["lengths"].tolist() == [12, 1]
 
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")
