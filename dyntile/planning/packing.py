@@ -71,6 +71,7 @@ from dyntile.shapes import check_multiple, round_up
 
 __all__ = [
     "pack_lengths",
+    "pack_into_shapes",
     "pack_rows",
     "packing_shapes",
     "pack_checked_rows",
@@ -540,8 +541,6 @@ def pack_lengths(
     >>> [b.shape for b in batches], sum(b.num_tokens for b in batches)
     ([(2, 8), (2, 8)], 24)
     """
-    from dyntile.cpu.packing import best_fit
-
     L = _as_lengths(lengths)
     overflow = check_packing_overflow(overflow)
     shapes = packing_shapes(
@@ -558,6 +557,53 @@ def pack_lengths(
         attention_weight=attention_weight,
         step_cost=step_cost,
     )
+    return _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas)
+
+
+def pack_into_shapes(
+    lengths,
+    shapes,
+    *,
+    overflow: str = "extend",
+    pool_size: int | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    num_replicas: int = 1,
+) -> list[PackedBatch]:
+    """:func:`pack_lengths` into shapes fixed beforehand, such as a stream's.
+
+    ``shapes``: one or two ``(B, T)`` (:func:`check_packing_shapes`); the second,
+    longer row is for samples longer than ``T`` (``overflow="extend"``) and may be
+    longer than any of these ``lengths`` need, so that every window of a stream
+    packs into the same two shapes. ``ValueError`` naming a sample that fits no shape.
+
+    >>> [b.shape for b in pack_into_shapes([7, 6, 30, 5], [(2, 8), (1, 32)], shuffle=False)]
+    [(2, 8), (2, 8), (1, 32)]
+    """
+    L = _as_lengths(lengths)
+    shapes = check_packing_shapes(shapes)
+    overflow = check_packing_overflow(overflow)
+    (B, T), T_max = shapes[0], shapes[-1][1]
+    longest = int(L.max(initial=0))
+    if (
+        longest > T
+        and not (overflow == "split" and -(-longest // T) <= B)
+        and not (overflow == "extend" and longest <= T_max)
+    ):
+        i = int(np.argmax(L))
+        raise ValueError(
+            f"sample {i} of length {longest} fits none of shapes={shapes} (overflow={overflow!r})"
+        )
+    if overflow != "extend":
+        shapes = shapes[:1]
+    return _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas)
+
+
+def _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas) -> list[PackedBatch]:
+    """The packer proper: validated ``L``, ``shapes`` and ``overflow``, checked here: the rest."""
+    from dyntile.cpu.packing import best_fit
+
     R = _as_index(num_replicas, "num_replicas")
     if R < 1:
         raise ValueError(f"num_replicas should be a positive integer, but got {R}")

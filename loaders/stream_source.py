@@ -1,0 +1,194 @@
+"""Reading a stream's source: which part this process reads, and each sample's length.
+
+A streaming loader (:mod:`loaders.stream_window`) reads its source through
+:class:`StreamSource`:
+
+* the source is *re-iterable*: an iterable whose ``iter()`` starts over (a list, a
+  torch ``IterableDataset``, a ``datasets.IterableDataset``) or a function that
+  returns a fresh iterator (a generator function). A one-shot iterator (a generator
+  object) is refused: a second epoch and an exact resume both read the source again;
+* each *reader* (one ``DataLoader`` worker of one rank) reads its own part:
+  sample ``g`` of the source goes to reader ``g % readers``, with
+  ``readers = ranks * workers``, unless the source already splits itself
+  (``source_shards``): ``"workers"`` for a source that splits among ``DataLoader``
+  workers (a ``datasets.IterableDataset`` does, by its shards), ``"ranks"`` for one
+  split among ranks (after ``datasets.distributed.split_dataset_by_node``), both
+  for one that does both; ``None`` (default) detects a ``datasets.IterableDataset``
+  (``"workers"``, and ``"ranks"`` too once split by node);
+* every sample is measured by ``length`` (default: the length of its ``input_ids``,
+  or ``len(sample)``) and checked against its token sequences, so the collate
+  lays it out exactly as the planner did. An error names the sample's position
+  in this reader's part (and in the source when the source is not pre-split).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+import numpy as np
+import torch
+from torch.utils.data import get_worker_info
+
+from .distributed import resolve_replicas
+
+__all__ = ["StreamSource", "SOURCE_SHARDS", "token_lengths"]
+
+SOURCE_SHARDS = ("ranks", "workers")
+_DEFAULT_KEY = "input_ids"
+
+
+def _is_token_leaf(v) -> bool:
+    if isinstance(v, torch.Tensor):
+        return v.dim() >= 1
+    if isinstance(v, np.ndarray):
+        return v.ndim >= 1
+    return isinstance(v, (list, tuple))
+
+
+def token_lengths(sample) -> dict:
+    """``{key: length}`` of a sample's token sequences (a bare sequence: ``{"input_ids": len}``).
+
+    >>> token_lengths({"input_ids": [1, 2, 3], "labels": [1, 2, 3], "id": 7})
+    {'input_ids': 3, 'labels': 3}
+    """
+    if isinstance(sample, Mapping):
+        return {k: len(v) for k, v in sample.items() if _is_token_leaf(v)}
+    return {_DEFAULT_KEY: len(sample)} if _is_token_leaf(sample) else {}
+
+
+def _default_length(sample) -> int:
+    if isinstance(sample, Mapping):
+        if _DEFAULT_KEY not in sample:
+            raise KeyError(
+                f"the sample has no {_DEFAULT_KEY!r} key (keys {sorted(sample)}): pass length= "
+                "(a function of a sample, or a key name) to say how long a sample is"
+            )
+        return len(sample[_DEFAULT_KEY])
+    return len(sample)
+
+
+def _check_shards(source_shards, source) -> frozenset:
+    if source_shards is None:  # a datasets.IterableDataset splits itself among workers, and ranks once split
+        if type(source).__module__.startswith("datasets") and hasattr(source, "n_shards"):
+            split = getattr(source, "_distributed", None) is not None
+            return frozenset({"workers", "ranks"} if split else {"workers"})
+        return frozenset()
+    shards = (source_shards,) if isinstance(source_shards, str) else tuple(source_shards)
+    bad = [s for s in shards if s not in SOURCE_SHARDS]
+    if bad:
+        raise ValueError(
+            f"source_shards should be None or some of {SOURCE_SHARDS} (what the source splits "
+            f"itself by), but got {source_shards!r}"
+        )
+    return frozenset(shards)
+
+
+class StreamSource:
+    """The samples of one reader, each with its position and length.
+
+    ``source``: a re-iterable or a function returning a fresh iterator (see the module
+    docstring); ``length``: ``None``, a key name, or a function ``sample -> int``;
+    ``exact``: every token sequence of a sample must have the measured length
+    (packing); else the longest one must (bucketing, where keys may differ).
+
+    >>> src = StreamSource([[1, 2], [3], [4, 5, 6]])
+    >>> [(p, n) for p, _, n in src.read(reader=(0, 1))]
+    [(0, 2), (1, 1), (2, 3)]
+    """
+
+    def __init__(self, source, *, length=None, source_shards=None, exact: bool = True):
+        if isinstance(source, Iterator) and not callable(source):
+            raise TypeError(
+                f"source should be re-iterable: an iterable whose iter() starts over (a list, a torch "
+                f"IterableDataset, a datasets.IterableDataset) or a function returning a fresh iterator "
+                f"(a generator function), but got a one-shot {type(source).__name__}, which a second "
+                f"epoch or a resume cannot read again"
+            )
+        if not (isinstance(source, Iterable) or callable(source)):
+            raise TypeError(f"source should be an iterable of samples, but got {type(source).__name__}")
+        self.source = source
+        self.shards = _check_shards(source_shards, source)
+        if length is None:
+            self._length: Callable = _default_length
+        elif isinstance(length, str):
+            key = length
+            self._length = lambda s: len(s[key])
+        elif callable(length):
+            self._length = length
+        else:
+            raise TypeError(
+                f"length should be None, a key name or a function of a sample, but got {length!r}"
+            )
+        self.exact = bool(exact)
+
+    def reader(self, num_replicas: int | None = None, rank: int | None = None) -> tuple[int, int]:
+        """``(index, count)`` of the reader this process is: its rank and ``DataLoader``
+        worker, less what the source splits itself."""
+        info = get_worker_info()
+        W, w = (1, 0) if info is None else (info.num_workers, info.id)
+        R, r = resolve_replicas(num_replicas, rank)
+        if "ranks" in self.shards:
+            R, r = 1, 0
+        if "workers" in self.shards:
+            W, w = 1, 0
+        return r * W + w, R * W
+
+    def _open(self) -> Iterator:
+        src = self.source
+        if callable(src) and not isinstance(src, Iterable):
+            src = src()
+        it = iter(src)
+        return it
+
+    def read(self, reader: tuple[int, int], *, unsharded: bool = False) -> Iterator[tuple[int, object, int]]:
+        """``(position, sample, length)`` of the reader's samples in order; ``position``
+        counts this reader's samples from 0. ``unsharded``: every sample of the source."""
+        index, count = (0, 1) if unsharded else reader
+        it = self._open()
+        g = pos = 0
+        while True:
+            try:
+                sample = next(it)
+            except StopIteration:
+                return
+            except Exception as e:
+                raise RuntimeError(
+                    f"the source raised while reading {self._where(pos, g, count)}: {type(e).__name__}: {e}"
+                ) from e
+            if g % count == index:
+                yield pos, sample, self.measure(sample, pos, g, count)
+                pos += 1
+            g += 1
+
+    def _where(self, pos: int, g: int, count: int) -> str:
+        """A sample's position in this reader's part, and in the source when that differs."""
+        return f"sample {pos} of this reader" + (f" (sample {g} of the source)" if count > 1 else "")
+
+    def measure(self, sample, pos: int = 0, g: int = 0, count: int = 1) -> int:
+        """The length of a sample, checked: an int ``>= 0`` that its token sequences agree with."""
+        try:
+            n = operator.index(self._length(sample))
+        except Exception as e:
+            raise type(e)(f"cannot measure {self._where(pos, g, count)}: {e}") from e
+        if n < 0:
+            raise ValueError(f"{self._where(pos, g, count)} has length {n}; lengths should be >= 0")
+        tokens = token_lengths(sample)
+        if tokens:
+            bad = {k: v for k, v in tokens.items() if v != n} if self.exact else {}
+            if bad or (not self.exact and max(tokens.values()) != n):
+                raise ValueError(
+                    f"{self._where(pos, g, count)}: its measured length is {n}, but its token sequences "
+                    f"have lengths {tokens}; length= should give the number of tokens the collate lays out"
+                )
+        return n
+
+    def probe(self, n: int) -> np.ndarray:
+        """int64 ``(<= n,)``: the lengths of the first ``n`` samples of the source (or of this
+        process's part, for a source that splits itself by rank)."""
+        out = []
+        for _, _, length in self.read((0, 1), unsharded=True):
+            out.append(length)
+            if len(out) >= n:
+                break
+        return np.asarray(out, dtype=np.int64)
