@@ -172,6 +172,8 @@ class StreamingPacker(StreamWindows):
             )
 
     def _plan_window(self, lengths: np.ndarray, seed: int, last: bool):
+        if lengths.size == 0:
+            return [], np.zeros(0), np.zeros(0, np.int64)
         packed = pack_into_shapes(
             lengths,
             self.shapes,
