@@ -26,7 +26,7 @@ import operator
 
 import numpy as np
 
-from dyntile.planning.packing import check_packing_overflow, pack_into_shapes, packing_shapes
+from dyntile.planning.packing import PackedBatch, check_packing_overflow, pack_into_shapes, packing_shapes
 from dyntile.planning.packing_cost import row_cost
 from dyntile.shapes import check_multiple, round_up
 
@@ -171,10 +171,8 @@ class StreamingPacker(StreamWindows):
                 "max_tokens, or pass overflow='split'"
             )
 
-    def _plan_window(self, lengths: np.ndarray, seed: int, last: bool):
-        if lengths.size == 0:
-            return [], np.zeros(0), np.zeros(0, np.int64)
-        packed = pack_into_shapes(
+    def _pack(self, lengths: np.ndarray, seed: int) -> list:
+        return pack_into_shapes(
             lengths,
             self.shapes,
             overflow=self.overflow,
@@ -183,6 +181,42 @@ class StreamingPacker(StreamWindows):
             seed=self.seed,
             epoch=seed,
         )
+
+    def _plan_window(self, lengths: np.ndarray, seed: int, last: bool):
+        if lengths.size == 0:
+            return [], np.zeros(0), np.zeros(0, np.int64)
+        packed = self._pack(lengths, seed)
+        carry = np.zeros(0, np.int64) if last else self._spare_rows(packed, lengths)
+        if carry.size:  # pack the rest again: whole batches now, the spare rows wait for the next window
+            keep = np.setdiff1d(np.arange(lengths.size), carry)
+            packed = [_take(b, keep) for b in self._pack(lengths[keep], seed)]
+        return [b.sample_order for b in packed], self._costs(packed), carry
+
+    def _spare_rows(self, packed: list, lengths: np.ndarray) -> np.ndarray:
+        """Window indices of the samples of the rows beyond whole batches (per shape,
+        rows mod ``B`` of them, the emptiest), to carry on; none when they are split
+        samples or more than half the buffer."""
+        carry = []
+        for B, T in self.shapes:
+            fills, members = [], []
+            for b in packed:
+                if b.shape != (B, T):
+                    continue
+                whole = b.sizes == lengths[b.indices]
+                for r in range(int(b.rows.max()) + 1 if b.rows.size else 0):
+                    on = b.rows == r
+                    if whole[on].all():
+                        fills.append(int(b.sizes[on].sum()))
+                        members.append(b.indices[on])
+            n_rows = sum(int(b.rows.max()) + 1 for b in packed if b.shape == (B, T) and b.rows.size)
+            spare = n_rows % B
+            if spare and spare <= len(fills):
+                carry += [members[k] for k in np.argsort(fills, kind="stable")[:spare]]
+        out = np.concatenate(carry) if carry else np.zeros(0, np.int64)
+        return out if out.size <= self.buffer_size // 2 else np.zeros(0, np.int64)
+
+    def _costs(self, packed: list) -> np.ndarray:
+        """Each batch's cost (slots and attention scores, :mod:`dyntile.planning.packing_cost`)."""
         w, causal = self._cost.attention_weight, self._cost.causal
         costs = np.empty(len(packed))
         for k, b in enumerate(packed):
@@ -193,4 +227,9 @@ class StreamingPacker(StreamWindows):
                 s = b.sizes.astype(np.float64)
                 scores = float((s * (s + 1) / 2).sum() if causal else (s * s).sum())
             costs[k] = B * T + w * scores
-        return [b.sample_order for b in packed], costs, np.zeros(0, np.int64)
+        return costs
+
+
+def _take(b: PackedBatch, keep: np.ndarray) -> PackedBatch:
+    """``b`` with its sample indices mapped through ``keep`` (positions in a subset -> in the window)."""
+    return PackedBatch(b.shape, keep[b.indices], b.rows, b.offsets, b.sizes, b.starts)
