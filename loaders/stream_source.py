@@ -35,6 +35,7 @@ from .distributed import resolve_replicas
 __all__ = ["StreamSource", "SOURCE_SHARDS", "token_lengths"]
 
 SOURCE_SHARDS = ("ranks", "workers")
+_BARE = (list, tuple, np.ndarray, torch.Tensor)
 _DEFAULT_KEY = "input_ids"
 
 
@@ -167,6 +168,11 @@ class StreamSource:
 
     def measure(self, sample, pos: int = 0, g: int = 0, count: int = 1) -> int:
         """The length of a sample, checked: an int ``>= 0`` that its token sequences agree with."""
+        if self._length is _default_length and type(sample) in _BARE:  # one sequence: nothing to disagree
+            try:
+                return len(sample)
+            except TypeError:  # a 0-d array or tensor: refused below, with its position
+                pass
         try:
             n = operator.index(self._length(sample))
         except Exception as e:
@@ -175,8 +181,8 @@ class StreamSource:
             raise ValueError(f"{self._where(pos, g, count)} has length {n}; lengths should be >= 0")
         tokens = token_lengths(sample)
         if tokens:
-            bad = {k: v for k, v in tokens.items() if v != n} if self.exact else {}
-            if bad or (not self.exact and max(tokens.values()) != n):
+            lens = tokens.values()
+            if (min(lens) != n if self.exact else False) or max(lens) != n:
                 raise ValueError(
                     f"{self._where(pos, g, count)}: its measured length is {n}, but its token sequences "
                     f"have lengths {tokens}; length= should give the number of tokens the collate lays out"

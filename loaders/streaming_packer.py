@@ -199,16 +199,18 @@ class StreamingPacker(StreamWindows):
         carry = []
         for B, T in self.shapes:
             fills, members = [], []
+            n_rows = 0
             for b in packed:
-                if b.shape != (B, T):
+                if b.shape != (B, T) or b.rows.size == 0:
                     continue
-                whole = b.sizes == lengths[b.indices]
-                for r in range(int(b.rows.max()) + 1 if b.rows.size else 0):
-                    on = b.rows == r
-                    if whole[on].all():
-                        fills.append(int(b.sizes[on].sum()))
-                        members.append(b.indices[on])
-            n_rows = sum(int(b.rows.max()) + 1 for b in packed if b.shape == (B, T) and b.rows.size)
+                rows = int(b.rows[-1]) + 1
+                n_rows += rows
+                split = np.bincount(b.rows, weights=b.sizes != lengths[b.indices], minlength=rows)
+                fill = np.bincount(b.rows, weights=b.sizes, minlength=rows)
+                bounds = np.searchsorted(b.rows, np.arange(rows + 1))
+                for r in np.flatnonzero(split == 0).tolist():
+                    fills.append(fill[r])
+                    members.append(b.indices[bounds[r] : bounds[r + 1]])
             spare = n_rows % B
             if spare and spare <= len(fills):
                 carry += [members[k] for k in np.argsort(fills, kind="stable")[:spare]]
