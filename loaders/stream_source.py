@@ -23,6 +23,7 @@ A streaming loader (:mod:`loaders.stream_window`) reads its source through
 
 from __future__ import annotations
 
+import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
@@ -32,19 +33,28 @@ from torch.utils.data import get_worker_info
 
 from .distributed import resolve_replicas
 
-__all__ = ["StreamSource", "SOURCE_SHARDS", "token_lengths"]
+__all__ = ["StreamSource", "PartReader", "SOURCE_SHARDS", "token_lengths"]
 
 SOURCE_SHARDS = ("ranks", "workers")
-_BARE = (list, tuple, np.ndarray, torch.Tensor)
 _DEFAULT_KEY = "input_ids"
 
 
-def _is_token_leaf(v) -> bool:
-    if isinstance(v, torch.Tensor):
-        return v.dim() >= 1
-    if isinstance(v, np.ndarray):
-        return v.ndim >= 1
-    return isinstance(v, (list, tuple))
+def _shape_length(v) -> int | None:
+    shape = v.shape  # not len(): a tensor's goes through torch's function dispatch
+    return int(shape[0]) if len(shape) else None
+
+
+_LENGTH_OF = {list: len, tuple: len, torch.Tensor: _shape_length, np.ndarray: _shape_length}
+
+
+def _leaf_length(v) -> int | None:
+    """Tokens of a token sequence (a list, tuple, or an array or tensor of >= 1 dim), else ``None``."""
+    f = _LENGTH_OF.get(type(v))
+    if f is not None:
+        return f(v)
+    if isinstance(v, (torch.Tensor, np.ndarray)):
+        return _shape_length(v)
+    return len(v) if isinstance(v, (list, tuple)) else None
 
 
 def token_lengths(sample) -> dict:
@@ -54,8 +64,14 @@ def token_lengths(sample) -> dict:
     {'input_ids': 3, 'labels': 3}
     """
     if isinstance(sample, Mapping):
-        return {k: len(v) for k, v in sample.items() if _is_token_leaf(v)}
-    return {_DEFAULT_KEY: len(sample)} if _is_token_leaf(sample) else {}
+        out = {}
+        for k, v in sample.items():
+            n = _leaf_length(v)
+            if n is not None:
+                out[k] = n
+        return out
+    n = _leaf_length(sample)
+    return {} if n is None else {_DEFAULT_KEY: n}
 
 
 def _default_length(sample) -> int:
@@ -93,9 +109,8 @@ class StreamSource:
     ``exact``: every token sequence of a sample must have the measured length
     (packing); else the longest one must (bucketing, where keys may differ).
 
-    >>> src = StreamSource([[1, 2], [3], [4, 5, 6]])
-    >>> [(p, n) for p, _, n in src.read(reader=(0, 1))]
-    [(0, 2), (1, 1), (2, 3)]
+    >>> StreamSource([[1, 2], [3], [4, 5, 6]]).probe(10).tolist()
+    [2, 1, 3]
     """
 
     def __init__(self, source, *, length=None, source_shards=None, exact: bool = True):
@@ -142,25 +157,9 @@ class StreamSource:
         it = iter(src)
         return it
 
-    def read(self, reader: tuple[int, int], *, unsharded: bool = False) -> Iterator[tuple[int, object, int]]:
-        """``(position, sample, length)`` of the reader's samples in order; ``position``
-        counts this reader's samples from 0. ``unsharded``: every sample of the source."""
-        index, count = (0, 1) if unsharded else reader
-        it = self._open()
-        g = pos = 0
-        while True:
-            try:
-                sample = next(it)
-            except StopIteration:
-                return
-            except Exception as e:
-                raise RuntimeError(
-                    f"the source raised while reading {self._where(pos, g, count)}: {type(e).__name__}: {e}"
-                ) from e
-            if g % count == index:
-                yield pos, sample, self.measure(sample, pos, g, count)
-                pos += 1
-            g += 1
+    def part(self, reader: tuple[int, int]) -> PartReader:
+        """A :class:`PartReader` of reader ``reader`` = ``(index, count)``, from the start."""
+        return PartReader(self, reader)
 
     def _where(self, pos: int, g: int, count: int) -> str:
         """A sample's position in this reader's part, and in the source when that differs."""
@@ -168,21 +167,24 @@ class StreamSource:
 
     def measure(self, sample, pos: int = 0, g: int = 0, count: int = 1) -> int:
         """The length of a sample, checked: an int ``>= 0`` that its token sequences agree with."""
-        if self._length is _default_length and type(sample) in _BARE:  # one sequence: nothing to disagree
-            try:
-                return len(sample)
-            except TypeError:  # a 0-d array or tensor: refused below, with its position
-                pass
-        try:
-            n = operator.index(self._length(sample))
-        except Exception as e:
-            raise type(e)(f"cannot measure {self._where(pos, g, count)}: {e}") from e
-        if n < 0:
-            raise ValueError(f"{self._where(pos, g, count)} has length {n}; lengths should be >= 0")
+        if self._length is _default_length and type(sample) is dict and len(sample) == 1:
+            v = sample.get(_DEFAULT_KEY)  # one token key: nothing to disagree with
+            f = _LENGTH_OF.get(type(v))
+            n = None if f is None else f(v)
+            if n is not None:
+                return n
         tokens = token_lengths(sample)
-        if tokens:
+        n = tokens.get(_DEFAULT_KEY) if self._length is _default_length else None
+        if n is None:
+            try:
+                n = operator.index(self._length(sample))
+            except Exception as e:
+                raise type(e)(f"cannot measure {self._where(pos, g, count)}: {e}") from e
+            if n < 0:
+                raise ValueError(f"{self._where(pos, g, count)} has length {n}; lengths should be >= 0")
+        if len(tokens) > 1 or (tokens and self._length is not _default_length):
             lens = tokens.values()
-            if (min(lens) != n if self.exact else False) or max(lens) != n:
+            if (self.exact and min(lens) != n) or max(lens) != n:
                 raise ValueError(
                     f"{self._where(pos, g, count)}: its measured length is {n}, but its token sequences "
                     f"have lengths {tokens}; length= should give the number of tokens the collate lays out"
@@ -192,9 +194,44 @@ class StreamSource:
     def probe(self, n: int) -> np.ndarray:
         """int64 ``(<= n,)``: the lengths of the first ``n`` samples of the source (or of this
         process's part, for a source that splits itself by rank)."""
-        out = []
-        for _, _, length in self.read((0, 1), unsharded=True):
-            out.append(length)
-            if len(out) >= n:
-                break
-        return np.asarray(out, dtype=np.int64)
+        return np.asarray(self.part((0, 1)).take(n)[1], dtype=np.int64)
+
+
+class PartReader:
+    """One reader's part of a source, read some samples at a time.
+
+    >>> part = StreamSource([[1, 2], [3], [4, 5, 6], [7]]).part((1, 2))   # reader 1 of 2
+    >>> part.take(5)
+    ([[3], [7]], [1, 1], True)
+    """
+
+    def __init__(self, source: StreamSource, reader: tuple[int, int]):
+        index, count = reader
+        it = source._open()
+        self._it = it if count == 1 else itertools.islice(it, index, None, count)
+        self._src, self._index, self._count = source, index, count
+        self.pos = 0  # samples of the part read so far
+
+    def take(self, k: int) -> tuple[list, list, bool]:
+        """``(samples, lengths, ended)``: the next ``k`` samples of the part (fewer when it
+        ``ended``), each measured and checked (:meth:`StreamSource.measure`)."""
+        it, measure, index, count = self._it, self._src.measure, self._index, self._count
+        samples, lengths = [], []
+        pos = self.pos
+        try:
+            for _ in range(k):
+                try:
+                    sample = next(it)
+                except StopIteration:
+                    return samples, lengths, True
+                except Exception as e:
+                    where = self._src._where(pos, pos * count + index, count)
+                    raise RuntimeError(
+                        f"the source raised while reading {where}: {type(e).__name__}: {e}"
+                    ) from e
+                lengths.append(measure(sample, pos, pos * count + index, count))
+                samples.append(sample)
+                pos += 1
+        finally:
+            self.pos = pos
+        return samples, lengths, False

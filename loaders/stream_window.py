@@ -68,48 +68,35 @@ class _Pass:
     def __init__(self, owner: StreamWindows, reader: tuple[int, int], cur: dict):
         self.owner, self.reader, self.cur = owner, reader, cur
         self._open()
-        carry = cur["carry"]
-        if carry:  # a resume: the carried samples lie before the window's start
-            want = {p: i for i, p in enumerate(carry)}
-            got: list = [None] * len(carry)
-            lens = np.zeros(len(carry), np.int64)
-            while self.pos < cur["start"]:
-                p, s, n = self._next()
-                if p in want:
-                    got[want[p]], lens[want[p]] = s, n
-            self.win = self._build(got, np.asarray(carry, np.int64), lens)
-        else:
-            while self.pos < cur["start"]:
-                self._next()
-            self.win = self._build([], np.zeros(0, np.int64), np.zeros(0, np.int64))
+        carry, start = cur["carry"], cur["start"]
+        want = {p: i for i, p in enumerate(carry)}
+        got: list = [None] * len(carry)
+        lens = np.zeros(len(carry), np.int64)
+        while self.part.pos < start:  # a resume: read up to the window, keeping its carried samples
+            first = self.part.pos
+            samples, lengths, ended = self.part.take(min(owner.buffer_size, start - first))
+            if ended:
+                raise ValueError(
+                    f"the source has fewer samples ({self.part.pos}) than the state's position ({start}) "
+                    "in this reader's part: it changed since the state was saved"
+                )
+            for p in [p for p in want if first <= p < self.part.pos]:
+                got[want[p]], lens[want[p]] = samples[p - first], lengths[p - first]
+        self.win = self._build(got, np.asarray(carry, np.int64), lens)
 
     def _open(self) -> None:
-        self.it = self.owner._source.read(self.reader)
-        self.pos = 0
-
-    def _next(self):
-        p, s, n = next(self.it)  # StopIteration inside a resume: the source shrank
-        self.pos = p + 1
-        return p, s, n
+        self.part = self.owner._source.part(self.reader)
 
     def _build(self, samples: list, positions: np.ndarray, lengths: np.ndarray) -> _Window:
         owner, cur = self.owner, self.cur
-        want = owner.buffer_size - len(samples)
-        new_s, new_p, new_n = [], [], []
-        last = False
-        for _ in range(want):
-            try:
-                p, s, n = self._next()
-            except StopIteration:
-                last = True
-                break
-            new_s.append(s), new_p.append(p), new_n.append(n)
-        positions = np.concatenate((positions, np.asarray(new_p, np.int64)))
+        first = self.part.pos
+        new_s, new_n, last = self.part.take(owner.buffer_size - len(samples))
+        positions = np.concatenate((positions, np.arange(first, self.part.pos, dtype=np.int64)))
         lengths = np.concatenate((lengths, np.asarray(new_n, np.int64)))
         owner._check_window(lengths, positions)
         key = (cur["epoch"], cur["pass"], self.reader[0], cur["start"])
         batches, costs, carry = owner._plan_window(lengths, owner._window_seed(key), last)
-        return _Window(samples + new_s, positions, lengths, batches, costs, carry, self.pos, last)
+        return _Window(samples + new_s, positions, lengths, batches, costs, carry, self.part.pos, last)
 
     def next_window(self) -> None:
         win, cur = self.win, self.cur
