@@ -29,6 +29,7 @@ from .collate import DynTileCollate
 from .packed_collate import PackedCollate
 from .packing_sampler import PackingBatchSampler
 from .sampler import BucketBatchSampler
+from .stream_ranks import RanksInStep
 from .streaming_bucketer import StreamingBucketer
 from .streaming_packer import StreamingPacker
 
@@ -37,6 +38,7 @@ __all__ = [
     "DynTileCollate",
     "PackedCollate",
     "PackingBatchSampler",
+    "RanksInStep",
     "StreamingBucketer",
     "StreamingPacker",
 ]

@@ -17,6 +17,10 @@ numbers (one ``all_gather`` of three ints per rank):
 
 A rank that runs dry never waits alone in a collective: every rank reaches every
 sync point, because every rank takes the same ``m`` steps between two of them.
+
+``DataLoader`` workers cannot reach the process group, so with ``num_workers > 0``
+the main process agrees instead: :class:`RanksInStep` wraps the loader and asks
+every step (cost balancing, which needs the planner's batches, is then not done).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-__all__ = ["gather_counts", "Decision", "agree_steps", "rank0_value"]
+__all__ = ["gather_counts", "Decision", "agree_steps", "rank0_value", "RanksInStep"]
 
 
 def gather_counts(values, world: int) -> np.ndarray:
@@ -87,3 +91,80 @@ def rank0_value(value, shards_by_rank: bool):
     box = [value]
     dist.broadcast_object_list(box, src=0)
     return box[0]
+
+
+class RanksInStep:
+    """Every rank takes the same steps over a ``DataLoader`` whose ranks yield different counts.
+
+    For streaming loaders with ``num_workers > 0`` on several ranks: the workers cannot
+    reach the process group, so the main process agrees instead, one ``all_gather``
+    of two ints a step: while every rank has a batch, each yields its own; when some
+    have run out, ``drop_last=False`` lets the others go on while the dry ranks yield
+    their last batch again, ``drop_last=True`` stops every rank (the batches the others
+    had are dropped). :attr:`report` counts both (a warning says so too). Alone, or
+    without a process group, it passes the loader's batches through.
+    ``state_dict``/``load_state_dict`` are the loader's (torchdata's ``StatefulDataLoader``).
+
+    >>> list(RanksInStep([1, 2, 3]))
+    [1, 2, 3]
+    """
+
+    def __init__(self, loader, *, drop_last: bool = False):
+        self.loader, self.drop_last = loader, bool(drop_last)
+        self.report: dict = {}
+
+    def __iter__(self):
+        sync = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        self.report = report = {"steps": 0, "repeated_batches": 0, "dropped_batches": 0}
+        it, last = iter(self.loader), None
+        while True:
+            try:
+                batch, have = next(it), True
+            except StopIteration:
+                batch, have = None, False
+            if not sync:
+                if not have:
+                    return
+                report["steps"] += 1
+                yield batch
+                continue
+            flags = gather_counts([have, last is not None or have], dist.get_world_size())
+            if flags[:, 0].all() or (flags[:, 0].any() and not self.drop_last):
+                if not flags[:, 1].all():
+                    raise RuntimeError(
+                        f"rank(s) {np.flatnonzero(flags[:, 1] == 0).tolist()} have no batch at all, so "
+                        "they cannot repeat one to stay in step with the others: give every rank data, "
+                        "or drop_last=True"
+                    )
+                if not have:
+                    batch = last
+                    report["repeated_batches"] += 1
+                last = batch
+                report["steps"] += 1
+                yield batch
+                continue
+            report["dropped_batches"] += int(have)
+            break
+        self._warn()
+
+    def _warn(self) -> None:
+        import warnings
+
+        r = self.report
+        if r["repeated_batches"] or r["dropped_batches"]:
+            what = (
+                f"repeated its last batch {r['repeated_batches']} times"
+                if r["repeated_batches"]
+                else "stopped with batches left (drop_last=True)"
+            )
+            warnings.warn(
+                f"rank {dist.get_rank()} {what} so that every rank takes {r['steps']} steps",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def state_dict(self) -> dict:
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loader.load_state_dict(state)

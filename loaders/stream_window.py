@@ -253,8 +253,8 @@ class StreamWindows(torch.utils.data.IterableDataset):
             warnings.warn(
                 f"{type(self).__name__} on {R} ranks cannot agree on step counts here "
                 f"({'in a DataLoader worker' if in_worker else 'torch.distributed is not initialised'}): "
-                "ranks may take different numbers of steps; iterate it with num_workers=0 under an "
-                "initialised process group to keep them in step",
+                "ranks may take different numbers of steps: wrap the DataLoader in loaders.RanksInStep "
+                "(or iterate with num_workers=0 under an initialised process group) to keep them in step",
                 RuntimeWarning,
                 stacklevel=2,
             )

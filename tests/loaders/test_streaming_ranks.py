@@ -33,6 +33,10 @@ def _corpus(ids) -> list[dict]:
     return [{"input_ids": np.zeros(lengths[i], np.int64), "id": int(i)} for i in ids]
 
 
+def _ids(batch) -> list:
+    return [int(s["id"]) for s in batch]
+
+
 def _run(ds) -> dict:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -59,6 +63,27 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
                 )
             ),
         }
+        from torch.utils.data import DataLoader
+
+        from loaders import RanksInStep
+
+        workers = StreamingPacker(
+            _corpus(small), max_tokens=2048, buffer_size=64, source_shards="ranks", seq_len=512
+        )
+        for drop in (False, True):
+            t0 = time.monotonic()
+            dl = DataLoader(
+                workers, batch_size=None, collate_fn=_ids, num_workers=2, multiprocessing_context="fork"
+            )
+            wrapped = RanksInStep(dl, drop_last=drop)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                batches = list(wrapped)
+            out[f"workers_drop{drop}"] = {
+                "batches": batches,
+                "report": wrapped.report,
+                "s": time.monotonic() - t0,
+            }
         with open(f"{out_dir}/rank{rank}.json", "w") as f:
             json.dump(out, f)
     finally:
@@ -115,3 +140,16 @@ def test_a_rank_with_5x_less_data_stops_all_with_drop_last(ranks):
     assert a["report"]["unread_source"] and any("dropped" in w for w in a["warned"])
     seen = [i for batch in a["batches"] for i in batch]
     assert len(seen) == len(set(seen)) and a["report"]["dropped_samples"] >= 0
+
+
+def test_workers_on_ranks_in_step_through_ranks_in_step(ranks):
+    a, b = ranks[0]["workers_dropFalse"], ranks[1]["workers_dropFalse"]
+    assert len(a["batches"]) == len(b["batches"]) == a["report"]["steps"]
+    assert a["report"]["repeated_batches"] == 0 < b["report"]["repeated_batches"]
+    for r, ids in ((a, range(1000)), (b, range(1000, 1200))):
+        n = len(r["batches"]) - r["report"]["repeated_batches"]
+        counts = collections.Counter(i for batch in r["batches"][:n] for i in batch)
+        assert sorted(counts) == list(ids) and set(counts.values()) == {1}
+    a, b = ranks[0]["workers_dropTrue"], ranks[1]["workers_dropTrue"]
+    assert len(a["batches"]) == len(b["batches"]) and a["report"]["dropped_batches"] == 1
+    assert sorted(i for batch in b["batches"] for i in batch) == list(range(1000, 1200))
