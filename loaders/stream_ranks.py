@@ -112,6 +112,9 @@ class RanksInStep:
     def __init__(self, loader, *, drop_last: bool = False):
         self.loader, self.drop_last = loader, bool(drop_last)
         self.report: dict = {}
+        dataset = getattr(loader, "dataset", None)
+        if hasattr(dataset, "ranks_agreed"):  # a streaming loader: its workers need not warn
+            dataset.ranks_agreed = True
 
     def __iter__(self):
         sync = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1

@@ -164,6 +164,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
         self._pending: dict | None = None  # a loaded state, for the next pass
         self._live: dict | None = None  # the cursor of the running pass
         self.report: dict = {}
+        self.ranks_agreed = False  # set by loaders.RanksInStep, which keeps the ranks in step itself
 
     # ---- what a subclass defines
 
@@ -249,7 +250,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
         R, r = resolve_replicas(self.num_replicas, self.rank)
         in_worker = get_worker_info() is not None
         sync = R > 1 and not in_worker and dist.is_available() and dist.is_initialized()
-        if R > 1 and not sync:
+        if R > 1 and not sync and not self.ranks_agreed:
             warnings.warn(
                 f"{type(self).__name__} on {R} ranks cannot agree on step counts here "
                 f"({'in a DataLoader worker' if in_worker else 'torch.distributed is not initialised'}): "
