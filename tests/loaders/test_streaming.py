@@ -329,3 +329,21 @@ def test_bad_arguments():
         StreamingPacker([[1]], max_tokens=64, seq_len=8, buffer_size=0)
     with pytest.raises(ValueError, match="no sample"):
         StreamingPacker([], max_tokens=64)
+
+
+def test_a_datasets_stream_split_by_node_is_not_split_again(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from datasets.distributed import split_dataset_by_node
+
+    data = _corpus(120, seed=9, top=100)
+    files = _write_shards(tmp_path, data, "parquet")
+    ds = datasets.load_dataset("parquet", data_files=files, split="train", streaming=True)
+    seen = []
+    for rank in (0, 1):
+        node = split_dataset_by_node(ds, rank=rank, world_size=2)
+        packer = StreamingPacker(
+            node, max_tokens=1024, buffer_size=64, seq_len=128, num_replicas=2, rank=rank
+        )
+        assert packer._source.shards == {"ranks", "workers"}
+        seen += [_ids(b) for b in packer]
+    _each_once(seen, len(data))
