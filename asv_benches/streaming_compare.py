@@ -15,6 +15,12 @@ tokenized dataset's ``__getitem__`` or a stream's reader hands it over). Three t
    (``DataLoader(dataset, batch_sampler=PackingBatchSampler)``, re-planned every pass
    with ``set_epoch``, as every epoch is), and the ratio.
 
+The stream holds a window of samples alive (dicts and tensors: objects Python's
+cyclic collector tracks), so its full collections scan more than a map-style
+loader's, whose samples die young; the last table is also shown with the collector
+off (``gc.disable()``), which a training loop may do (or ``gc.freeze()`` after
+setup) to see what is left.
+
 Run: ``python asv_benches/streaming_compare.py`` (medians of interleaved repeats;
 read the ratios on a busy machine). ``--cores 1`` pins the process to one core.
 """
@@ -22,6 +28,7 @@ read the ratios on a busy machine). ``--cores 1`` pins the process to one core.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import statistics
 import time
@@ -103,6 +110,9 @@ def main(argv=None) -> None:
     for name, v in plan.items():
         print(f"  {name:26s} {statistics.median(v):>12,.0f}")
 
+    del made, planners  # 50k live samples would slow every garbage collection below
+    gc.collect()
+
     # 2. padding
     def stream_pad(ds) -> float:
         real = slots = 0
@@ -135,8 +145,11 @@ def main(argv=None) -> None:
         "stream": DataLoader(stream, batch_size=None, collate_fn=PackedCollate(stream)),
         "map": DataLoader(corpus, batch_sampler=sampler, collate_fn=PackedCollate(sampler)),
     }
-    tps = {k: [] for k in loaders}
-    for r in range(args.repeats + 1):
+    tps = {k: [] for k in (*loaders, *(k + ", gc off" for k in loaders))}
+    for r in range(2 * args.repeats + 2):
+        gc_off = r > args.repeats  # the second half: Python's cyclic collector off
+        if gc_off:
+            gc.disable()
         for name, dl in loaders.items():
             sampler.set_epoch(r)
             stream.set_epoch(r)
@@ -148,13 +161,15 @@ def main(argv=None) -> None:
                     real += int(out["lengths"].sum())
 
             dt = _timed(run)
-            if r:  # the first pass warms up
-                tps[name].append(real / dt)
-    s, m = statistics.median(tps["stream"]), statistics.median(tps["map"])
+            if r not in (0, args.repeats + 1):  # the first pass of each half warms up
+                tps[name + (", gc off" if gc_off else "")].append(real / dt)
+        gc.enable()
     print("\nDataLoader pass with PackedCollate (num_workers=0), real tokens/s, median of", args.repeats)
-    print(f"  {'StreamingPacker':28s} {s:>14,.0f}")
-    print(f"  {'PackingBatchSampler (map)':28s} {m:>14,.0f}")
-    print(f"  stream / map: {s / m:.2f}x")
+    for gc_note in ("", ", gc off"):
+        s, m = statistics.median(tps["stream" + gc_note]), statistics.median(tps["map" + gc_note])
+        print(f"  {'StreamingPacker' + gc_note:36s} {s:>14,.0f}")
+        print(f"  {'PackingBatchSampler (map)' + gc_note:36s} {m:>14,.0f}")
+        print(f"  stream / map{gc_note}: {s / m:.2f}x")
 
 
 if __name__ == "__main__":
