@@ -25,15 +25,17 @@ from __future__ import annotations
 
 import itertools
 import operator
+import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
-from .distributed import resolve_replicas
+from .distributed import launcher_world_size, resolve_replicas
 
-__all__ = ["StreamSource", "PartReader", "SOURCE_SHARDS", "token_lengths"]
+__all__ = ["StreamSource", "PartReader", "SOURCE_SHARDS", "token_lengths", "process_ranks"]
 
 SOURCE_SHARDS = ("ranks", "workers")
 _DEFAULT_KEY = "input_ids"
@@ -101,6 +103,19 @@ def _check_shards(source_shards, source) -> frozenset:
     return frozenset(shards)
 
 
+def process_ranks(num_replicas: int | None = None, rank: int | None = None) -> tuple[int, int]:
+    """``(num_replicas, rank)`` as :func:`loaders.distributed.resolve_replicas` finds them, and in
+    a ``DataLoader`` worker without a process group (started by spawn or forkserver) from the
+    launcher's ``WORLD_SIZE`` and ``RANK``.
+
+    >>> process_ranks(4, 1)
+    (4, 1)
+    """
+    if get_worker_info() is not None and num_replicas is None and rank is None and not dist.is_initialized():
+        num_replicas, rank = launcher_world_size(), int(os.environ.get("RANK", "0"))
+    return resolve_replicas(num_replicas, rank)
+
+
 class StreamSource:
     """The samples of one reader, each with its position and length.
 
@@ -143,7 +158,7 @@ class StreamSource:
         worker, less what the source splits itself."""
         info = get_worker_info()
         W, w = (1, 0) if info is None else (info.num_workers, info.id)
-        R, r = resolve_replicas(num_replicas, rank)
+        R, r = process_ranks(num_replicas, rank)
         if "ranks" in self.shards:
             R, r = 1, 0
         if "workers" in self.shards:

@@ -36,10 +36,10 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
-from .distributed import check_replicas, resolve_replicas
+from .distributed import check_replicas
 from .epoch_sampler import check_non_negative
 from .stream_ranks import agree_steps, gather_counts
-from .stream_source import StreamSource
+from .stream_source import StreamSource, process_ranks
 
 __all__ = ["StreamWindows", "STATE_VERSION"]
 
@@ -247,7 +247,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
 
     def __iter__(self):
         reader = self._source.reader(self.num_replicas, self.rank)
-        R, r = resolve_replicas(self.num_replicas, self.rank)
+        R, r = process_ranks(self.num_replicas, self.rank)
         in_worker = get_worker_info() is not None
         sync = R > 1 and not in_worker and dist.is_available() and dist.is_initialized()
         if R > 1 and not sync and not self.ranks_agreed:
