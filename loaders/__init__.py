@@ -12,6 +12,11 @@
 * :mod:`loaders.packing_sampler` / :mod:`loaders.packed_collate` --
   ``PackingBatchSampler`` and ``PackedCollate``: whole samples packed into
   fixed ``[B, T]`` rows, with the segment metadata attention needs;
+* :mod:`loaders.streaming_packer` / :mod:`loaders.streaming_bucketer` --
+  ``StreamingPacker`` and ``StreamingBucketer``: the same over any iterable of
+  samples (a stream), window by window in bounded memory, resumable, ranks in step;
+  what they share is in :mod:`loaders.stream_window` (windows, state),
+  :mod:`loaders.stream_source` (sharding, lengths) and :mod:`loaders.stream_ranks`;
 * :mod:`loaders.worker_transfer` -- ``WorkerBatch``: a batch built in a ``DataLoader``
   worker crosses to the main process as one buffer, not one shared-memory segment
   per tensor;
@@ -24,5 +29,16 @@ from .collate import DynTileCollate
 from .packed_collate import PackedCollate
 from .packing_sampler import PackingBatchSampler
 from .sampler import BucketBatchSampler
+from .stream_ranks import RanksInStep
+from .streaming_bucketer import StreamingBucketer
+from .streaming_packer import StreamingPacker
 
-__all__ = ["BucketBatchSampler", "DynTileCollate", "PackedCollate", "PackingBatchSampler"]
+__all__ = [
+    "BucketBatchSampler",
+    "DynTileCollate",
+    "PackedCollate",
+    "PackingBatchSampler",
+    "RanksInStep",
+    "StreamingBucketer",
+    "StreamingPacker",
+]

@@ -97,6 +97,12 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
         "packing row's attention, see `dyntile plan`)",
     )
     g.add_argument(
+        "--stream",
+        action="store_true",
+        help="the packing row streams the corpus (loaders.StreamingPacker, a 4096-sample buffer) "
+        "instead of sampling it (PackingBatchSampler)",
+    )
+    g.add_argument(
         "--pack-overflow",
         choices=("extend", "split"),
         default="extend",
@@ -253,6 +259,7 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
             seed=args.seed,
             attention=attention[name],
             d_model=args.d_model,
+            stream=getattr(args, "stream", False),
         )
         batching = build_batching(name, corpus, plan, **build)
         ls = loader_pass(batching.loader(dataset), args.max_batches, f"{name}: loader", show)

@@ -8,7 +8,9 @@ Every collate returns ``[B, T]`` int64 ``input_ids`` and ``position_ids`` and in
 * ``sorted``  -- the same from length-sorted pools;
 * ``buckets`` -- dyntile's plan, ``loaders.BucketBatchSampler`` + ``loaders.DynTileCollate``;
 * ``packing`` -- ``loaders.PackingBatchSampler`` + ``loaders.PackedCollate(sampler)``, rows of the length
-  :func:`dyntile.planning.choose_seq_len` picks for the method's attention.
+  :func:`dyntile.planning.choose_seq_len` picks for the method's attention; with
+  ``stream=True``, ``loaders.StreamingPacker`` over a stream of the corpus instead
+  (:class:`StreamBatching`: the row length from the stream's first samples).
 
 Each method trains with an attention (:data:`~dyntile.cli.model.ATTENTIONS`): by
 default (:data:`DEFAULT_ATTENTION`) the baselines keep what a user has without dyntile
@@ -27,7 +29,15 @@ from dyntile.cli.baselines import BudgetBatchSampler, pad_sequence_collate
 from dyntile.cli.corpus import Corpus
 from dyntile.shapes import round_up
 
-__all__ = ["METHODS", "LABELS", "DEFAULT_ATTENTION", "Batching", "TokenDataset", "build_batching"]
+__all__ = [
+    "METHODS",
+    "LABELS",
+    "DEFAULT_ATTENTION",
+    "Batching",
+    "StreamBatching",
+    "TokenDataset",
+    "build_batching",
+]
 
 METHODS = ("random", "sorted", "buckets", "packing")
 LABELS = {
@@ -106,10 +116,11 @@ def build_batching(
     pack_overflow: str = "extend",
     attention: str | None = None,
     d_model: int = 64,
+    stream: bool = False,
 ) -> Batching:
     """Fresh sampler + collate for method ``name`` (one of :data:`METHODS`), trained with
     ``attention`` (default :data:`DEFAULT_ATTENTION`); ``d_model`` weighs attention in
-    the packed row length's cost."""
+    the packed row length's cost; ``stream``: packing streams the corpus."""
     if name not in METHODS:
         raise ValueError(f"method should be one of {METHODS}, but got {name!r}")
     lengths = corpus.lengths
@@ -131,6 +142,8 @@ def build_batching(
         # bucket_rows: a bucket's last, partial batch keeps the bucket's shape (empty rows)
         collate = DynTileCollate(plan=plan, pad_values={"input_ids": 0}, bucket_rows=sampler.batch_sizes)
         return Batching(name, sampler, _BucketCollate(collate), dynamic=False, attention=attention)
+    if name == "packing" and stream:
+        return _stream_batching(corpus, plan, max_tokens, pack_len, seed, pack_overflow, attention, d_model)
     if name == "packing":
         choice = None
         if pack_len is None:
@@ -159,6 +172,102 @@ def build_batching(
             packing=choice,
         )
     raise ValueError(f"method should be one of {METHODS}, but got {name!r}")
+
+
+class _Steps:
+    """A stream's batch count and shapes, where the demo reads a batch sampler's."""
+
+    def __init__(self, shapes, n: int):
+        self.shapes, self._n = shapes, n
+
+    def __len__(self) -> int:
+        return self._n
+
+
+class _SizedLoader:
+    """A ``DataLoader`` over an ``IterableDataset``, with the stream's batch count as ``len``."""
+
+    def __init__(self, loader, n: int):
+        self.loader, self._n = loader, n
+
+    def __iter__(self):
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return self._n
+
+
+class _CorpusStream:
+    """The corpus read in order, one sample after another, as a stream source."""
+
+    def __init__(self, corpus: Corpus):
+        self.dataset = TokenDataset(corpus)
+
+    def __iter__(self):
+        return (self.dataset[i] for i in range(len(self.dataset)))
+
+
+@dataclass(frozen=True)
+class StreamBatching(Batching):
+    """The packing method over a stream of the corpus: ``loaders.StreamingPacker`` in a
+    ``DataLoader(batch_size=None)``; ``batch_sampler`` holds its shapes and batch count."""
+
+    packer: object = None
+
+    @property
+    def label(self) -> str:
+        return LABELS[self.name] + " (stream)"
+
+    def loader(self, dataset: TokenDataset):
+        dl = torch.utils.data.DataLoader(self.packer, batch_size=None, collate_fn=self.collate_fn)
+        return _SizedLoader(dl, len(self.batch_sampler))
+
+
+def _stream_batching(
+    corpus, plan, max_tokens, pack_len, seed, overflow, attention, d_model
+) -> StreamBatching:
+    """Packing over a stream of the corpus: the row length from the stream's first
+    ``buffer_size`` samples (or ``--pack-len``); long rows as long as the corpus's longest
+    sample (a stream without that knowledge takes the budget's, or ``max_len=``)."""
+    from dyntile.planning import choose_seq_len
+    from loaders import PackedCollate, StreamingPacker
+
+    lengths, buffer_size = corpus.lengths, 4096
+    choice = None
+    if pack_len is None:
+        first = lengths[:buffer_size]
+        choice = choose_seq_len(
+            first,
+            max_tokens=max_tokens,
+            multiple=plan.multiple,
+            overflow=overflow,
+            attention=attention,
+            d_model=d_model,
+        )
+        seq_len = choice.seq_len
+    else:
+        seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
+    packer = StreamingPacker(
+        _CorpusStream(corpus),
+        max_tokens=max_tokens,
+        buffer_size=buffer_size,
+        seq_len=seq_len,
+        max_len=int(lengths.max()),
+        multiple=plan.multiple,
+        overflow=overflow,
+        seed=seed,
+    )
+    n = sum(1 for _ in packer)  # the planning alone, for the table's batch count
+    collate = _PackedCollate(PackedCollate(packer))
+    return StreamBatching(
+        "packing",
+        _Steps(packer.shapes, n),
+        collate,
+        dynamic=False,
+        attention=attention,
+        packing=choice,
+        packer=packer,
+    )
 
 
 class _BucketCollate:

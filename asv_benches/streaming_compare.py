@@ -1,0 +1,176 @@
+"""Print the streaming loaders next to the map-style packer on one corpus.
+
+Corpus: ``--samples`` log-normal token lengths (``exp(N(5, 1))``, at most 4000), each
+sample ``{"input_ids": int64 tensor}`` cut from one token array when it is read (as a
+tokenized dataset's ``__getitem__`` or a stream's reader hands it over). Three tables:
+
+1. planning alone, in samples/s on one core: ``StreamingPacker`` and
+   ``StreamingBucketer`` iterated without a collate over samples already made
+   (measuring and planning every sample), beside the rate at which the corpus
+   itself makes them;
+2. padding: the stream packer (a window of ``--buffer``) against the offline
+   ``PackingBatchSampler`` with ``pool_size`` equal to the buffer, and with one pool;
+3. a ``DataLoader`` pass with ``PackedCollate``, real tokens/s: the stream
+   (``DataLoader(packer, batch_size=None)``) against the map-style sampler
+   (``DataLoader(dataset, batch_sampler=PackingBatchSampler)``, re-planned every pass
+   with ``set_epoch``, as every epoch is), and the ratio.
+
+The stream holds a window of samples alive (dicts and tensors: objects Python's
+cyclic collector tracks), so its full collections scan more than a map-style
+loader's, whose samples die young; the last table is also shown with the collector
+off (``gc.disable()``), which a training loop may do (or ``gc.freeze()`` after
+setup) to see what is left.
+
+Run: ``python asv_benches/streaming_compare.py`` (medians of interleaved repeats;
+read the ratios on a busy machine). ``--cores 1`` pins the process to one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import time
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader
+
+from loaders import PackedCollate, PackingBatchSampler, StreamingBucketer, StreamingPacker
+
+
+class Corpus(torch.utils.data.Dataset):
+    """Samples cut from one token array on access; iterating it streams them in order."""
+
+    def __init__(self, lengths: np.ndarray):
+        self.lengths = lengths
+        self.ends = np.cumsum(lengths)
+        self.tokens = torch.arange(int(self.ends[-1]), dtype=torch.int64) % 30000
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def __getitem__(self, i: int) -> dict:
+        end = int(self.ends[i])
+        return {"input_ids": self.tokens[end - int(self.lengths[i]) : end]}
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--samples", type=int, default=50_000)
+    p.add_argument("--buffer", type=int, default=4096)
+    p.add_argument("--max-tokens", type=int, default=16384)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--cores", type=int, default=1)
+    args = p.parse_args(argv)
+    if args.cores and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[: args.cores])
+        torch.set_num_threads(args.cores)
+    rng = np.random.default_rng(0)
+    L = np.clip(rng.lognormal(5.0, 1.0, args.samples).astype(np.int64), 1, 4000)
+    corpus = Corpus(L)
+    B = args.buffer
+    packer = StreamingPacker(corpus, max_tokens=args.max_tokens, buffer_size=B)
+    bucketer = StreamingBucketer(corpus, max_tokens=args.max_tokens, buffer_size=B)
+    print(
+        f"corpus: {len(L)} samples, mean length {L.mean():.0f}, max {L.max()}; buffer {B}; "
+        f"budget {args.max_tokens} tokens/batch; {args.cores or 'all'} core(s)"
+    )
+    print(f"stream packer shapes {packer.shapes}; bucketer boundaries {bucketer.plan.boundaries}")
+
+    # 1. planning alone: over samples already made (a list), and the corpus's own reading for scale
+    made = list(corpus)
+    planners = {
+        "StreamingPacker": StreamingPacker(
+            made, max_tokens=args.max_tokens, buffer_size=B, seq_len=packer.shapes[0][1]
+        ),
+        "StreamingBucketer": StreamingBucketer(
+            made, max_tokens=args.max_tokens, buffer_size=B, plan=bucketer.plan
+        ),
+    }
+    plan = {"reading the corpus alone": [], **{k: [] for k in planners}}
+    for _ in range(args.repeats):
+        plan["reading the corpus alone"].append(len(L) / _timed(lambda: sum(1 for _ in corpus)))
+        for name, ds in planners.items():
+            plan[name].append(len(L) / _timed(lambda ds=ds: sum(len(b) for b in ds)))
+    print(
+        "\nplanning alone (measure + plan samples already made, no collate), samples/s, median of",
+        args.repeats,
+    )
+    for name, v in plan.items():
+        print(f"  {name:26s} {statistics.median(v):>12,.0f}")
+
+    del made, planners  # 50k live samples would slow every garbage collection below
+    gc.collect()
+
+    # 2. padding
+    def stream_pad(ds) -> float:
+        real = slots = 0
+        collate = PackedCollate(ds)
+        for batch in ds:
+            b = collate(batch)["packing"]
+            real, slots = real + b.num_tokens, slots + b.shape[0] * b.shape[1]
+        return 1 - real / slots
+
+    def offline_pad(pool) -> tuple:
+        s = PackingBatchSampler(L, max_tokens=args.max_tokens, pool_size=pool)
+        bs = s.packed_batches()
+        return 1 - sum(b.num_tokens for b in bs) / sum(b.shape[0] * b.shape[1] for b in bs), s.shapes
+
+    print("\npadded fraction of the slots")
+    print(
+        f"  {'stream packer (window ' + str(B) + ')':36s} {100 * stream_pad(packer):6.2f} %  {packer.shapes}"
+    )
+    for pool in (B, None):
+        pad, shapes = offline_pad(pool)
+        print(f"  {'PackingBatchSampler pool_size=' + str(pool):36s} {100 * pad:6.2f} %  {shapes}")
+
+    # 3. loader pass, real tokens/s
+    T = packer.shapes[0][1]
+    stream = StreamingPacker(
+        corpus, max_tokens=args.max_tokens, buffer_size=B, seq_len=T, max_len=int(L.max())
+    )
+    sampler = PackingBatchSampler(L, max_tokens=args.max_tokens, seq_len=T, pool_size=B)
+    loaders = {
+        "stream": DataLoader(stream, batch_size=None, collate_fn=PackedCollate(stream)),
+        "map": DataLoader(corpus, batch_sampler=sampler, collate_fn=PackedCollate(sampler)),
+    }
+    tps = {k: [] for k in (*loaders, *(k + ", gc off" for k in loaders))}
+    for r in range(2 * args.repeats + 2):
+        gc_off = r > args.repeats  # the second half: Python's cyclic collector off
+        if gc_off:
+            gc.disable()
+        for name, dl in loaders.items():
+            sampler.set_epoch(r)
+            stream.set_epoch(r)
+            real = 0
+
+            def run(dl=dl):
+                nonlocal real
+                for out in dl:
+                    real += int(out["lengths"].sum())
+
+            dt = _timed(run)
+            if r not in (0, args.repeats + 1):  # the first pass of each half warms up
+                tps[name + (", gc off" if gc_off else "")].append(real / dt)
+        gc.enable()
+    print("\nDataLoader pass with PackedCollate (num_workers=0), real tokens/s, median of", args.repeats)
+    for gc_note in ("", ", gc off"):
+        s, m = statistics.median(tps["stream" + gc_note]), statistics.median(tps["map" + gc_note])
+        print(f"  {'StreamingPacker' + gc_note:36s} {s:>14,.0f}")
+        print(f"  {'PackingBatchSampler (map)' + gc_note:36s} {m:>14,.0f}")
+        print(f"  stream / map{gc_note}: {s / m:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

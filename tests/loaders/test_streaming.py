@@ -1,0 +1,349 @@
+"""StreamingPacker and StreamingBucketer in one process: against the map-style samplers,
+every sample once, exact resume under torchdata's StatefulDataLoader, bounded state and
+memory, real sources (a generator, datasets streamed from local shards), bad input."""
+
+from __future__ import annotations
+
+import collections
+import os
+import pickle
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch.utils.data import DataLoader  # noqa: E402
+
+from dyntile.planning import BucketPlan  # noqa: E402
+from loaders import (  # noqa: E402
+    DynTileCollate,
+    PackedCollate,
+    PackingBatchSampler,
+    StreamingBucketer,
+    StreamingPacker,
+)
+
+
+def _corpus(n: int, seed: int = 0, top: int = 700) -> list[dict]:
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(rng.lognormal(4.5, 0.9, n).astype(np.int64), 1, top)
+    return [{"input_ids": np.full(k, i % 30000, np.int64), "id": i} for i, k in enumerate(lengths)]
+
+
+def _ids(batch) -> tuple:
+    return tuple(int(s["id"]) for s in batch)
+
+
+def _ids_collate(batch) -> tuple:  # module level: DataLoader workers pickle it
+    return _ids(batch)
+
+
+def _each_once(batches, n: int) -> None:
+    counts = collections.Counter(i for b in batches for i in b)
+    assert sorted(counts) == list(range(n)) and set(counts.values()) == {1}
+
+
+# ------------------------------------------------------------------ against the map-style samplers
+
+
+def test_padding_within_a_point_of_the_packing_sampler():
+    data = _corpus(6001, seed=1)
+    lengths = np.array([len(s["input_ids"]) for s in data])
+    stream = StreamingPacker(data, max_tokens=4096, buffer_size=1024, seed=3)
+    real = slots = 0
+    for batch in stream:
+        packed = PackedCollate(stream)(batch)["packing"]
+        real, slots = real + packed.num_tokens, slots + packed.shape[0] * packed.shape[1]
+    offline = PackingBatchSampler(lengths, max_tokens=4096, pool_size=1024, seed=3).packed_batches()
+    off_pad = 1 - sum(b.num_tokens for b in offline) / sum(b.shape[0] * b.shape[1] for b in offline)
+    assert real == lengths.sum()
+    assert abs((1 - real / slots) - off_pad) < 0.01
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_packer_through_packed_collate_each_sample_once(workers):
+    data = _corpus(1503, seed=2)
+    packer = StreamingPacker(data, max_tokens=2048, buffer_size=300, max_len=1024)
+    loader = DataLoader(packer, batch_size=None, collate_fn=PackedCollate(packer), num_workers=workers)
+    seen = []
+    for out in loader:
+        B, T = out["input_ids"].shape
+        assert (B, T) in packer.shapes
+        seen.append(out["id"].tolist())
+        assert int(out["lengths"].sum()) == int((out["segment_ids"] > 0).sum())
+    _each_once(seen, len(data))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bucketer_through_dyntile_collate_each_sample_once(workers):
+    data = _corpus(1201, seed=4)
+    bucketer = StreamingBucketer(data, max_tokens=4096, buffer_size=512, max_buckets=4)
+    loader = DataLoader(
+        bucketer, batch_size=None, collate_fn=DynTileCollate(bucketer.plan), num_workers=workers
+    )
+    seen = []
+    for out in loader:
+        n, width = out["input_ids"].shape
+        assert width in bucketer.plan.boundaries and n * width <= 4096
+        assert int(out["lengths"].max()) <= width
+        seen.append(out["id"].tolist())
+    _each_once(seen, len(data))
+
+
+# ------------------------------------------------------------------ resume
+
+
+def _epoch(make, workers: int, epoch: int, state=None, stop: int | None = None):
+    """Batches of one epoch (from ``state``; up to ``stop``), and the state at ``stop``."""
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    ds = make()
+    ds.set_epoch(epoch)
+    loader = StatefulDataLoader(ds, batch_size=None, collate_fn=_ids_collate, num_workers=workers)
+    if state is not None:
+        loader.load_state_dict(state)
+    out = []
+    for b in loader:
+        out.append(b)
+        if stop is not None and len(out) == stop:
+            return out, loader.state_dict()
+    return out, None
+
+
+@pytest.mark.parametrize(
+    "kind,workers,n_stops",
+    [("packer", 0, 10), ("bucketer", 0, 10), ("packer", 2, 4), ("bucketer", 2, 3)],
+)
+def test_resume_at_random_steps_equals_the_uninterrupted_run(kind, workers, n_stops):
+    data = _corpus(901, seed=5)
+    if kind == "packer":
+
+        def make():
+            return StreamingPacker(data, max_tokens=1024, buffer_size=128, max_len=1024, seed=7)
+    else:
+
+        def make():
+            return StreamingBucketer(data, max_tokens=2048, buffer_size=128, max_buckets=4, seed=7)
+
+    whole = [_epoch(make, workers, e)[0] for e in (0, 1)]
+    assert whole[0] != whole[1]
+    for e in (0, 1):
+        _each_once(whole[e], len(data))
+    steps = [(e, i) for e in (0, 1) for i in range(1, len(whole[e]))]
+    rng = np.random.default_rng(workers)
+    for k in rng.choice(len(steps), size=n_stops, replace=False):
+        e, i = steps[k]
+        head, state = _epoch(make, workers, e, stop=i)
+        assert head == whole[e][:i]
+        assert len(pickle.dumps(state)) < 64 * 1024
+        rest, _ = _epoch(make, workers, e, state=state)
+        assert rest == whole[e][i:], f"resumed at step {i} of epoch {e}"
+        if e == 0:
+            assert _epoch(make, workers, 1)[0] == whole[1]
+
+
+def test_state_of_a_4096_sample_buffer_is_small():
+    data = _corpus(9000, seed=6, top=60)
+    for ds in (
+        StreamingPacker(data, max_tokens=4096, buffer_size=4096),
+        StreamingBucketer(data, max_tokens=16384, buffer_size=4096, max_buckets=8),
+    ):
+        it = iter(ds)
+        for _ in range(3):
+            next(it)
+        state = ds.state_dict()
+        assert len(pickle.dumps(state)) <= 64 * 1024
+        assert not any(isinstance(v, (np.ndarray, torch.Tensor)) for v in state["cursor"].values())
+
+
+def test_state_from_another_configuration_is_refused():
+    data = _corpus(300, seed=7)
+    a = StreamingPacker(data, max_tokens=1024, buffer_size=64, max_len=1024)
+    next(iter(a))
+    b = StreamingPacker(data, max_tokens=1024, buffer_size=128, max_len=1024)
+    with pytest.raises(ValueError, match="buffer_size=64 .this loader: 128"):
+        b.load_state_dict(a.state_dict())
+    c = StreamingBucketer(data, max_tokens=2048, buffer_size=64)
+    with pytest.raises(ValueError, match="another configuration"):
+        c.load_state_dict(a.state_dict())
+    with pytest.raises(ValueError, match="state_dict"):
+        a.load_state_dict({"epoch": 0})
+
+
+# ------------------------------------------------------------------ bounded memory
+
+
+def _rss_mib() -> float:
+    with open(f"/proc/{os.getpid()}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc")
+def test_rss_stays_flat_while_300k_samples_stream():
+    def samples():
+        rng = np.random.default_rng(0)
+        for n in np.clip(rng.lognormal(3.5, 0.8, 300_000).astype(np.int64), 1, 400):
+            yield np.zeros(n, np.int32)
+
+    packer = StreamingPacker(samples, max_tokens=4096, buffer_size=4096, seq_len=512)
+    rss, seen = [], 0
+    for k, batch in enumerate(packer):
+        seen += len(batch)
+        if k % 200 == 0:
+            rss.append(_rss_mib())
+    assert seen == 300_000
+    warm = rss[len(rss) // 4 :]
+    assert max(warm) - min(warm) < 24, rss  # 300k samples of ~40 int32 tokens are ~50 MiB
+
+
+# ------------------------------------------------------------------ real sources
+
+
+def test_a_generator_function_is_a_source_each_epoch():
+    def gen():
+        for i in range(257):
+            yield {"input_ids": list(range(1 + i % 50)), "id": i}
+
+    packer = StreamingPacker(gen, max_tokens=512, buffer_size=64)
+    for e in (0, 1):
+        packer.set_epoch(e)
+        _each_once([_ids(b) for b in packer], 257)
+    with pytest.raises(TypeError, match="one-shot generator"):
+        StreamingPacker(gen(), max_tokens=512)
+
+
+def _write_shards(tmp_path, data, fmt: str, n_shards: int = 4) -> list[str]:
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    files = []
+    for k in range(n_shards):
+        rows = data[k::n_shards]
+        path = tmp_path / f"shard{k}.{fmt}"
+        if fmt == "jsonl":
+            import json
+
+            path.write_text(
+                "".join(
+                    json.dumps({"input_ids": r["input_ids"].tolist(), "id": r["id"]}) + "\n" for r in rows
+                )
+            )
+        else:
+            table = pa.table(
+                {"input_ids": [r["input_ids"].tolist() for r in rows], "id": [r["id"] for r in rows]}
+            )
+            pq.write_table(table, path)
+        files.append(str(path))
+    return files
+
+
+@pytest.mark.parametrize("fmt,workers", [("jsonl", 0), ("parquet", 2)])
+def test_a_datasets_stream_from_local_shards(tmp_path, fmt, workers):
+    datasets = pytest.importorskip("datasets")
+    data = _corpus(403, seed=8, top=300)
+    files = _write_shards(tmp_path, data, fmt)
+    ds = datasets.load_dataset(
+        "json" if fmt == "jsonl" else "parquet", data_files=files, split="train", streaming=True
+    )
+    ds = ds.with_format("torch")
+    packer = StreamingPacker(ds, max_tokens=2048, buffer_size=128, max_len=512)
+    assert packer._source.shards == {"workers"}  # datasets splits its shards among workers itself
+    loader = DataLoader(packer, batch_size=None, collate_fn=PackedCollate(packer), num_workers=workers)
+    seen = [out["id"].tolist() for out in loader]
+    _each_once(seen, len(data))
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def test_measured_length_that_disagrees_with_the_tokens():
+    data = _corpus(50)
+    packer = StreamingPacker(
+        data, max_tokens=2048, length=lambda s: len(s["input_ids"]) + (s["id"] == 17), seq_len=512
+    )
+    with pytest.raises(ValueError, match="sample 17 of this reader: its measured length"):
+        list(packer)
+    with pytest.raises(KeyError, match="pass length="):
+        StreamingPacker([{"tokens": [1, 2]}], max_tokens=64)
+
+
+def test_zero_length_samples_are_kept():
+    data = [{"input_ids": np.arange(n), "id": i} for i, n in enumerate([3, 0, 5, 0, 2])]
+    packer = StreamingPacker(data, max_tokens=16, seq_len=8, buffer_size=5)
+    outs = [PackedCollate(packer)(b) for b in packer]
+    assert sorted(i for o in outs for i in o["id"].tolist()) == [0, 1, 2, 3, 4]
+
+
+def test_a_sample_longer_than_every_shape():
+    data = _corpus(100, top=200)
+    data[61] = {"input_ids": np.zeros(900, np.int64), "id": 61}
+    with pytest.raises(ValueError, match="sample 61 of this reader has length 900"):
+        list(StreamingPacker(data, max_tokens=2048, seq_len=256, overflow="error", buffer_size=32))
+    with pytest.raises(ValueError, match="sample 61 .* length 900"):
+        list(StreamingPacker(data, max_tokens=2048, seq_len=256, max_len=512, buffer_size=32))
+    split = StreamingPacker(data, max_tokens=2048, seq_len=256, overflow="split", buffer_size=32)
+    _each_once([PackedCollate(split)(b)["id"].tolist() for b in split], 100)
+    with pytest.raises(ValueError, match="sample 61 .* length 900"):
+        list(
+            StreamingBucketer(data, plan=BucketPlan((128, 256)), max_tokens=1024, max_len=512, buffer_size=32)
+        )
+
+
+def test_a_source_that_raises_mid_stream():
+    def gen():
+        for i in range(100):
+            if i == 57:
+                raise OSError("shard 3 is unreadable")
+            yield {"input_ids": [1] * (1 + i % 40), "id": i}
+
+    packer = StreamingPacker(gen, max_tokens=512, seq_len=64, buffer_size=32)
+    got = []
+    with pytest.raises(RuntimeError, match="sample 57 of this reader: OSError: shard 3") as err:
+        for batch in packer:
+            got.append(_ids(batch))
+    assert isinstance(err.value.__cause__, OSError)
+    ids = [i for b in got for i in b]  # whole batches of the first window; its spare rows wait
+    assert got and len(ids) == len(set(ids)) and max(ids) < 32
+
+
+def test_a_source_shorter_than_one_batch():
+    data = _corpus(3)
+    for ds in (
+        StreamingPacker(data, max_tokens=8192, seq_len=1024),
+        StreamingBucketer(data, max_tokens=8192, max_buckets=2),
+    ):
+        assert sorted(i for b in ds for i in _ids(b)) == [0, 1, 2]
+
+
+def test_buffer_smaller_than_one_batch():
+    with pytest.raises(ValueError, match="buffer_size=4 is smaller than one batch of 8 rows"):
+        StreamingPacker(_corpus(20), max_tokens=1024, seq_len=128, buffer_size=4)
+    with pytest.raises(ValueError, match="buffer_size=4 is smaller than one batch of bucket"):
+        StreamingBucketer(_corpus(20), max_tokens=1024, buffer_size=4)
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="source_shards"):
+        StreamingPacker([[1]], max_tokens=64, seq_len=8, source_shards="nodes")
+    with pytest.raises(ValueError, match="buffer_size"):
+        StreamingPacker([[1]], max_tokens=64, seq_len=8, buffer_size=0)
+    with pytest.raises(ValueError, match="no sample"):
+        StreamingPacker([], max_tokens=64)
+
+
+def test_a_datasets_stream_split_by_node_is_not_split_again(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    from datasets.distributed import split_dataset_by_node
+
+    data = _corpus(120, seed=9, top=100)
+    files = _write_shards(tmp_path, data, "parquet")
+    ds = datasets.load_dataset("parquet", data_files=files, split="train", streaming=True)
+    seen = []
+    for rank in (0, 1):
+        node = split_dataset_by_node(ds, rank=rank, world_size=2)
+        packer = StreamingPacker(
+            node, max_tokens=1024, buffer_size=64, seq_len=128, num_replicas=2, rank=rank
+        )
+        assert packer._source.shards == {"ranks", "workers"}
+        seen += [_ids(b) for b in packer]
+    _each_once(seen, len(data))
