@@ -604,7 +604,8 @@ def _segments(starts, lengths, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     outside = used & ((st < 0) | (st > N) | (ln > N - st))  # st + ln could wrap in int64
     if outside.any():
         s = int(np.flatnonzero(outside)[0])
-        raise ValueError(f"segment {s} (tokens {st[s]} .. {st[s] + ln[s] - 1}) lies outside the {N} tokens")
+        last = int(st[s]) + int(ln[s]) - 1  # Python ints: no wraparound
+        raise ValueError(f"segment {s} (tokens {st[s]} .. {last}) lies outside the {N} tokens")
     edges = np.zeros(N + 1, np.int64)
     np.add.at(edges, st[used], 1)
     np.add.at(edges, st[used] + ln[used], -1)
