@@ -69,3 +69,54 @@ def attention_grad_reference(q, k, v, starts, lengths, causal, scale, dout):
         dq[sl] = np.einsum("hij,jhd->ihd", ds, k[sl]) * scale
         dk[sl] = np.einsum("hij,ihd->jhd", ds, q[sl]) * scale
     return dq, dk, dv
+
+
+def attention_ieee_reference(q, k, v, starts, lengths, causal, scale, dout, dlse=None):
+    """``[out, lse, dq, dk, dv]`` in float64 NumPy by torch autograd through plain ops:
+    per segment, each query's ``softmax(scale q K^T) V`` over the keys it sees (earlier
+    or equal with ``causal``), ``lse = m + log(sum(exp(s - m)))`` with ``m`` the row max;
+    the gradients of ``sum(out * dout) (+ sum(lse * dlse))``. Zeros on tokens of no
+    segment. A key a query does not see is selected away (``torch.where``), never
+    multiplied by 0, so an inf or NaN in it cannot reach that query: IEEE arithmetic
+    decides everything else (NaN or inf exactly where the math gives them)."""
+    import torch
+
+    t = [torch.tensor(np.asarray(x, np.float64), requires_grad=True) for x in (q, k, v)]
+    N, H, D = t[0].shape
+    outs, lses = torch.zeros(N, H, D, dtype=torch.float64), torch.zeros(N, H, dtype=torch.float64)
+    for s0, n in zip(np.asarray(starts).tolist(), np.asarray(lengths).tolist()):
+        if n == 0:
+            continue
+        qs, ks, vs = (x[s0 : s0 + n] for x in t)
+        seen = torch.ones(n, n, dtype=torch.bool)
+        if causal:
+            seen = seen.tril()
+        ks_i = torch.where(seen[:, :, None, None], ks[None], 0)  # [query, key, H, D]
+        vs_i = torch.where(seen[:, :, None, None], vs[None], 0)
+        s = torch.einsum("ihd,ijhd->ihj", qs, ks_i) * scale
+        s = torch.where(seen[:, None, :], s, -torch.inf)
+        p = torch.softmax(s, -1)
+        m = s.detach().max(-1, keepdim=True).values
+        lse = (m + torch.log(torch.exp(s - m).sum(-1, keepdim=True)))[..., 0]
+        outs = outs.index_put((torch.arange(s0, s0 + n),), torch.einsum("ihj,ijhd->ihd", p, vs_i))
+        lses = lses.index_put((torch.arange(s0, s0 + n),), lse)
+    loss = (outs * torch.tensor(np.asarray(dout, np.float64))).sum()
+    if dlse is not None:
+        loss = loss + (lses * torch.tensor(np.asarray(dlse, np.float64))).sum()
+    if loss.requires_grad:
+        grads = torch.autograd.grad(loss, t, allow_unused=True, materialize_grads=True)
+    else:  # no segment token
+        grads = [torch.zeros_like(x) for x in t]
+    return [x.detach().numpy() for x in (outs, lses, *grads)]
+
+
+def assert_ieee_equal(got, want, tol, err_msg=""):
+    """``got`` has NaN exactly where ``want`` has, the same infinities, and is within
+    ``tol`` (absolute and relative) of ``want`` everywhere else."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"{err_msg}: NaN positions")
+    inf = np.isinf(want)
+    np.testing.assert_array_equal(np.isinf(got), inf, err_msg=f"{err_msg}: inf positions")
+    np.testing.assert_array_equal(got[inf], want[inf], err_msg=f"{err_msg}: inf signs")
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=tol, atol=tol, err_msg=err_msg)

@@ -36,7 +36,15 @@ def varlen_attention(
     ``cu_seqlens[s] .. cu_seqlens[s + 1] - 1``; tokens past ``cu_seqlens[-1]`` are
     padding). ``scale`` defaults to ``1 / sqrt(D)``. float32 and float64 compute in
     their dtype; float16 and bfloat16 in float32, returned in their dtype. Returns an
-    array like ``q`` (a torch tensor for torch inputs, differentiable).
+    array like ``q`` (a torch tensor for torch inputs, differentiable once: a second
+    derivative raises; meta tensors give a meta result). ``H = 0`` gives an empty result.
+
+    Non-finite inputs give what ``softmax(scale * q K^T) V`` over the keys a query sees
+    gives in IEEE arithmetic, forward and backward: a NaN in q, k or v makes NaN the
+    outputs (and gradients) of the queries that see it, an inf in v an inf; an inf in a
+    key scores it +inf (NaN, through inf - inf) or -inf (weight 0) by the sign of
+    ``q . k``. Queries that do not see the value (other segments, earlier tokens under
+    ``causal``) and padding are unchanged.
 
     >>> q = np.ones((1, 4, 1, 2), np.float32); seg = np.array([[1, 1, 2, 0]])
     >>> v = np.arange(4, dtype=np.float32).reshape(1, 4, 1, 1) * q
@@ -91,7 +99,12 @@ def _check_shapes(q, k, v, index, segmented: bool) -> None:
 def _scale(scale, D: int) -> float:
     if scale is None:
         return 1.0 / math.sqrt(D)
-    scale = float(scale)
+    if getattr(getattr(scale, "device", None), "type", None) == "meta":
+        raise TypeError("scale should be a number, but got a meta tensor, which holds no value; pass a float")
+    try:
+        scale = float(scale)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"scale should be a finite number, but got {type(scale).__name__} {scale!r}") from e
     if not math.isfinite(scale):
         raise ValueError(f"scale should be a finite number, but got {scale}")
     return scale
@@ -147,7 +160,8 @@ def _cpu_forward(q, k, v, index, segmented: bool, causal: bool, scale: float):
 def _kernel_view(x, dtype: np.dtype, shape: tuple) -> np.ndarray:
     """``x`` as ``[N, H, D]`` of ``dtype`` with a contiguous last axis (a view where it can be)."""
     a = np.asarray(x)
-    a = a.astype(dtype, copy=False).reshape((-1,) + tuple(shape[-2:]))
+    # the token count spelled out: -1 cannot infer it when H or D is 0
+    a = a.astype(dtype, copy=False).reshape((math.prod(shape[:-2]),) + tuple(shape[-2:]))
     if a.strides[-1] != a.itemsize:
         a = np.ascontiguousarray(a)
     return a

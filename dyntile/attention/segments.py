@@ -84,9 +84,10 @@ def from_cu_seqlens(cu_seqlens: np.ndarray, total: int) -> tuple[np.ndarray, np.
     cu = cu.astype(np.int64, copy=False)
     if cu[0] != 0:
         raise ValueError(f"cu_seqlens should start at 0, but starts at {cu[0]}")
-    steps = np.diff(cu)
-    if steps.size and steps.min() < 0:
-        s = int(np.argmin(steps))
+    # compared, not differenced: int64 differences of far-apart offsets wrap around
+    down = np.flatnonzero(cu[1:] < cu[:-1])
+    if down.size:
+        s = int(down[0])
         raise ValueError(
             f"cu_seqlens should be non-decreasing, but cu_seqlens[{s + 1}] = {cu[s + 1]} "
             f"is less than cu_seqlens[{s}] = {cu[s]}"
@@ -95,4 +96,4 @@ def from_cu_seqlens(cu_seqlens: np.ndarray, total: int) -> tuple[np.ndarray, np.
         raise ValueError(
             f"cu_seqlens should end at most at the {total} tokens of q (dim 0), but ends at {cu[-1]}"
         )
-    return cu[:-1].copy(), steps
+    return cu[:-1].copy(), np.diff(cu)  # 0 <= cu <= total now: no difference wraps

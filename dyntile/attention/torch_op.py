@@ -2,8 +2,10 @@
 
 ``torch.ops.dyntile.varlen_attention_fwd(q, k, v, index, causal, scale) -> (out, lse)``
 and ``torch.ops.dyntile.varlen_attention_bwd(dout, q, k, v, out, lse, index, causal,
-scale) -> (dq, dk, dv)`` take ``q, k, v`` ``[N, H, D]`` and ``index``: ``segment_ids``
-``[B, T]`` (with ``N = B * T``) or ``cu_seqlens`` ``(S + 1,)``, told apart by their rank.
+scale, dlse=None) -> (dq, dk, dv)`` take ``q, k, v`` ``[N, H, D]`` and ``index``:
+``segment_ids`` ``[B, T]`` (with ``N = B * T``) or ``cu_seqlens`` ``(S + 1,)``, told
+apart by their rank. Both ``out`` and ``lse`` are differentiable (``lse``'s gradient
+adds ``P * dlse`` to dS); a second derivative is not supported and raises.
 The segments are read inside the kernels, so the ops' output shapes depend only on
 the input shapes: ``torch.compile`` traces them once for a ``[B, T]`` batch shape,
 whatever its segment layout, with no graph break. CPU tensors run the Cython kernels,
@@ -13,12 +15,26 @@ already imported).
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
 from dyntile.attention import kernel_threads, segment_table
 
 __all__ = ["varlen_attention_torch"]
+
+#: the integer dtypes segment_ids and cu_seqlens may have
+_INDEX_DTYPES = (
+    torch.uint8,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint16,
+    torch.uint32,
+    torch.uint64,
+)
 
 _COMPUTE = {
     torch.float32: torch.float32,
@@ -55,14 +71,19 @@ def varlen_attention_torch(q, k, v, index, causal: bool, scale: float):
         )
     if q.dtype != k.dtype or q.dtype != v.dtype:
         raise TypeError(f"q, k and v should have one dtype, but got {q.dtype}, {k.dtype} and {v.dtype}")
-    compute_dtype(q.dtype)
-    if index.dtype.is_floating_point or index.dtype.is_complex or index.dtype == torch.bool:
+    if q.is_quantized:
         raise TypeError(
-            f"{'segment_ids' if index.dim() == 2 else 'cu_seqlens'} should be integers, "
-            f"but got dtype {index.dtype}"
+            f"varlen_attention takes float32, float64, float16 or bfloat16 tensors, but got the "
+            f"quantized dtype {q.dtype}; dequantize q, k and v first (x.dequantize())"
         )
+    compute_dtype(q.dtype)
+    if index.dtype not in _INDEX_DTYPES:
+        name = "segment_ids" if index.dim() == 2 else "cu_seqlens"
+        hint = f"; pass {name}.int_repr()" if index.is_quantized else ""
+        raise TypeError(f"{name} should be a tensor of plain integers, but got dtype {index.dtype}{hint}")
     shape = q.shape
-    flat = (-1,) + tuple(shape[-2:])
+    # the token count spelled out: -1 cannot infer it when H or D is 0
+    flat = (math.prod(shape[:-2]),) + tuple(shape[-2:])
     out, _ = torch.ops.dyntile.varlen_attention_fwd(
         q.reshape(flat), k.reshape(flat), v.reshape(flat), index, causal, scale
     )
@@ -139,12 +160,14 @@ def varlen_attention_bwd(
     index: torch.Tensor,
     causal: bool,
     scale: float,
+    dlse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dq, dk, dv)``, each ``[N, H, D]`` in q's dtype."""
+    """``(dq, dk, dv)``, each ``[N, H, D]`` in q's dtype: the gradients of
+    ``sum(out * dout) + sum(lse * dlse)`` (``dlse`` ``[N, H]``, or ``None``: 0)."""
     work = compute_dtype(q.dtype)
     starts, lengths = _segments(index, q.shape[0])
     if q.is_cuda:
-        return _cuda_bwd(dout, q, k, v, out, lse, starts, lengths, causal, scale, work)
+        return _cuda_bwd(dout, q, k, v, out, lse, dlse, starts, lengths, causal, scale, work)
     from dyntile.cpu import attention as kernel
 
     grads = kernel.backward(
@@ -159,13 +182,25 @@ def varlen_attention_bwd(
         causal,
         scale,
         _threads(starts, lengths, q),
+        None if dlse is None else np.ascontiguousarray(_host(dlse, work)),
     )
     return tuple(torch.from_numpy(g).to(q.dtype) for g in grads)
 
 
 @varlen_attention_bwd.register_fake
-def _(dout, q, k, v, out, lse, index, causal, scale):
+def _(dout, q, k, v, out, lse, index, causal, scale, dlse=None):
     return q.new_empty(q.shape), q.new_empty(q.shape), q.new_empty(q.shape)
+
+
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError(
+        "varlen_attention does not support double backward (a gradient of its gradients, "
+        "as torch.autograd.grad(..., create_graph=True) then a second backward needs); "
+        "first-order gradients of out and lse are supported"
+    )
+
+
+varlen_attention_bwd.register_autograd(_no_double_backward)
 
 
 def _setup_context(ctx, inputs, output):
@@ -179,7 +214,9 @@ def _backward(ctx, dout, dlse):
     q, k, v, index, out, lse = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
-    dq, dk, dv = torch.ops.dyntile.varlen_attention_bwd(dout, q, k, v, out, lse, index, ctx.causal, ctx.scale)
+    dq, dk, dv = torch.ops.dyntile.varlen_attention_bwd(
+        dout, q, k, v, out, lse, index, ctx.causal, ctx.scale, dlse
+    )
     return dq, dk, dv, None, None, None
 
 
@@ -200,13 +237,27 @@ def _cuda_fwd(q, k, v, starts, lengths, causal, scale, work):
     return out.to(dtype), lse
 
 
-def _cuda_bwd(dout, q, k, v, out, lse, starts, lengths, causal, scale, work):
+def _cuda_bwd(dout, q, k, v, out, lse, dlse, starts, lengths, causal, scale, work):
     from dyntile.cuda import attention as kernel
 
     dtype = q.dtype
     dout, q, k, v, out = (x.to(work) for x in (dout, q, k, v, out))
+    dlse = None if dlse is None else dlse.to(work)
     dq, dk, dv = (torch.zeros(q.shape, dtype=work, device=q.device) for _ in range(3))
     kernel.varlen_attention_backward(
-        dout, q, k, v, out, lse.contiguous(), starts, lengths, causal=causal, scale=scale, dq=dq, dk=dk, dv=dv
+        dout,
+        q,
+        k,
+        v,
+        out,
+        lse.contiguous(),
+        starts,
+        lengths,
+        causal=causal,
+        scale=scale,
+        dq=dq,
+        dk=dk,
+        dv=dv,
+        dlse=dlse,
     )
     return dq.to(dtype), dk.to(dtype), dv.to(dtype)

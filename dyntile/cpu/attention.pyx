@@ -6,7 +6,8 @@ C kernels of ``include/attention.h`` (flash-attention-2 tiles, online softmax, O
 over work items balanced by cost) on NumPy arrays the API layer has checked:
 ``q, k, v`` float32 or float64 ``[N, H, D]`` of one dtype with a contiguous last axis,
 ``starts``/``lens`` int64 ``(S,)`` disjoint segments inside ``[0, N)``. Outputs are new
-C-contiguous arrays, zero on tokens of no segment.
+C-contiguous arrays, zero on tokens of no segment. Non-finite inputs propagate as in
+softmax(scale Q K^T) V per query over the keys it sees (see ``attention.h``).
 """
 cimport numpy as cnp
 from libc.stdint cimport int64_t
@@ -25,6 +26,7 @@ cdef extern from "attention.h" nogil:
         const void *o
         const void *dout
         const void *lse_in
+        const void *dlse
         int64_t sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sd_t, sd_h
         void *out
         void *lse
@@ -80,6 +82,16 @@ def _outputs(shapes, dtype, cnp.ndarray starts, cnp.ndarray lens):
     return outs
 
 
+cdef check(int rc):
+    if rc == -1:
+        raise MemoryError("varlen attention: no memory for the kernels' tile buffers")
+    if rc != 0:
+        raise ValueError(
+            "varlen attention: a size is past what the CPU kernels hold (segments of at most "
+            "2**30 tokens, head dims of at most 2**24, item counts within int64)"
+        )
+
+
 cdef void set_segments(dt_attn_args *a, cnp.ndarray starts, cnp.ndarray lens):
     a.starts = <const int64_t *>cnp.PyArray_DATA(starts)
     a.lens = <const int64_t *>cnp.PyArray_DATA(lens)
@@ -104,14 +116,15 @@ def forward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray starts, cnp
     a.causal, a.scale = causal, scale
     with nogil:
         rc = dt_attn_forward(&a, f64, threads)
-    if rc != 0:
-        raise MemoryError("varlen attention: no memory for the kernels' tile buffers")
+    check(rc)
     return out, lse
 
 
 def backward(cnp.ndarray dout, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray out,
-             cnp.ndarray lse, cnp.ndarray starts, cnp.ndarray lens, bint causal, double scale, int threads):
-    """``(dq, dk, dv)``, each ``[N, H, D]``: the gradients of ``sum(out * dout)``; ``lse``
+             cnp.ndarray lse, cnp.ndarray starts, cnp.ndarray lens, bint causal, double scale, int threads,
+             cnp.ndarray dlse=None):
+    """``(dq, dk, dv)``, each ``[N, H, D]``: the gradients of ``sum(out * dout)`` (plus
+    ``sum(lse * dlse)`` with ``dlse``, C-contiguous ``[N, H]`` of q's dtype); ``lse``
     (C-contiguous ``[N, H]``) is the forward pass's."""
     cdef dt_attn_args a
     cdef int f64 = q.dtype == np.float64
@@ -122,6 +135,7 @@ def backward(cnp.ndarray dout, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.
     a.H, a.D = q.shape[1], q.shape[2]
     a.q, a.k, a.v = cnp.PyArray_DATA(q), cnp.PyArray_DATA(k), cnp.PyArray_DATA(v)
     a.o, a.dout, a.lse_in = cnp.PyArray_DATA(out), cnp.PyArray_DATA(dout), cnp.PyArray_DATA(lse)
+    a.dlse = NULL if dlse is None else cnp.PyArray_DATA(dlse)
     set_strides(&a.sq_t, &a.sq_h, q)
     set_strides(&a.sk_t, &a.sk_h, k)
     set_strides(&a.sv_t, &a.sv_h, v)
@@ -132,6 +146,5 @@ def backward(cnp.ndarray dout, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.
     a.causal, a.scale = causal, scale
     with nogil:
         rc = dt_attn_backward(&a, f64, threads)
-    if rc != 0:
-        raise MemoryError("varlen attention: no memory for the kernels' tile buffers")
+    check(rc)
     return dq, dk, dv

@@ -16,6 +16,12 @@ zero gradients.
   one block per (query tile, head) accumulates ``dQ += scale * dS K``. Each output
   row has one writer: no atomics, and the result is deterministic.
 
+Non-finite inputs give what ``softmax(scale * q K^T) V`` over the keys a query sees
+gives in IEEE arithmetic (NaN or inf for the queries that see the value, and their
+gradients): a pair a row does not see is 0 exactly, and when a tile's right operand
+holds inf or NaN (``0 * inf`` is NaN) the accumulation skips the pairs each row does
+not see instead of adding their zeros.
+
 Blocking comes from :data:`dyntile.cuda.config.ATTENTION_BLOCKING`. A kernel is built
 per dtype and number of head-dimension chunks (``ceil(D / dc)``); with one chunk the
 row tile stays in shared memory for the whole walk. Entry points:
@@ -53,11 +59,20 @@ def _tile_ops(blk: AttentionBlocking, dtype_name: str):
     * ``load_rows(x, h, base, r0, L, d0, buf)`` / ``load_cols``: ``buf[dd, r] =
       x[base + r0 + r, h, d0 + dd]`` for a tile of ``bm`` / ``bn`` tokens, zero past the
       segment's ``L`` tokens or past ``D``; consecutive threads read consecutive ``d``
-      (coalesced) and store down a padded column (no bank conflicts);
+      (coalesced) and store down a padded column (no bank conflicts); returns 1 when
+      this thread loaded an inf or NaN, else 0;
     * ``dot_acc(a, b, acc)``: ``acc[i, j] += sum_dd a[dd, row i] * b[dd, col j]``
       (a score tile from two transposed tiles);
     * ``pv_acc(p, b, acc, c)``: ``acc[i, c * dj + j] += sum_k p[row i, k] * b[col j, k]``
-      (chunk ``c`` of an output tile from a score tile and a transposed value tile).
+      (chunk ``c`` of an output tile from a score tile and a transposed value tile);
+    * ``pv_acc_seen(p, b, acc, c, diag, keys_are_rows)``: the same over the pairs a row
+      sees under ``causal`` only (``k <= row + diag``, or ``>=`` when rows are keys),
+      for a ``b`` that may hold inf or NaN;
+    * ``probs_grads(s_acc, dp_acc, lse_v, delta_v, r0, c0, L, scale, causal,
+      keys_are_rows)``: the backward's recomputation, in place: ``s_acc`` becomes
+      ``P = exp(scale * S - lse)`` and ``dp_acc`` ``dS = P * (dP - delta)``, 0 for a pair
+      outside the segment or not seen; ``lse_v``, ``delta_v`` per row, or per column
+      when rows are keys.
     """
     from numba import types
 
@@ -78,12 +93,17 @@ def _tile_ops(blk: AttentionBlocking, dtype_name: str):
         def load(x, h, base, r0, L, d0, buf):
             tid = cuda.threadIdx.y * NTX + cuda.threadIdx.x
             D = x.shape[2]
+            bad = 0  # an integer: the predicate of syncthreads_or
             for e in range(LOADS):
                 r = (tid + e * NT) // DC
                 dd = (tid + e * NT) % DC
                 row = r0 + r
                 d = d0 + dd
-                buf[u64(dd), u64(r)] = x[base + row, h, d] if row < L and d < D else ZERO
+                val = x[base + row, h, d] if row < L and d < D else ZERO
+                buf[u64(dd), u64(r)] = val
+                if not math.isfinite(val):
+                    bad = 1
+            return bad
 
         return load
 
@@ -121,7 +141,41 @@ def _tile_ops(blk: AttentionBlocking, dtype_name: str):
                 for j in range(DJ):
                     acc[i, c * DJ + j] += pf[i] * bf[j]
 
-    return load_rows, load_cols, dot_acc, pv_acc
+    @jit
+    def pv_acc_seen(p, b, acc, c, diag, keys_are_rows):
+        tx = u64(cuda.threadIdx.x)
+        ty = cuda.threadIdx.y
+        bf = cuda.local.array(DJ, dtype)
+        for kk in range(BN):
+            k = u64(kk)
+            for j in range(DJ):
+                bf[j] = b[tx + u64(j * NTX), k]
+            for i in range(TM):
+                rr = ty + i * NTY
+                if kk >= rr + diag if keys_are_rows else kk <= rr + diag:
+                    pf = p[u64(rr), k]
+                    for j in range(DJ):
+                        acc[i, c * DJ + j] += pf * bf[j]
+
+    @jit
+    def probs_grads(s_acc, dp_acc, lse_v, delta_v, r0, c0, L, scale, causal, keys_are_rows):
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        for i in range(TM):
+            row = r0 + ty + i * NTY
+            for j in range(TN):
+                col = c0 + tx + j * NTX
+                seen = row < L and col < L and (not causal or (row <= col if keys_are_rows else col <= row))
+                p = ZERO
+                ds = ZERO
+                if seen:
+                    x = j if keys_are_rows else i
+                    p = math.exp(s_acc[i, j] * scale - lse_v[x])
+                    ds = p * (dp_acc[i, j] - delta_v[x])
+                s_acc[i, j] = p
+                dp_acc[i, j] = ds
+
+    return load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads
 
 
 def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
@@ -136,13 +190,14 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     ZERO = np.dtype(dtype_name).type(0)
     ONE = np.dtype(dtype_name).type(1)
     NEG_INF = np.dtype(dtype_name).type(-np.inf)
+    NAN = np.dtype(dtype_name).type(np.nan)
     BM, BN, DC, NTX, NTY, PAD = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.pad
     TM, TN, DJ = blk.tm, blk.tn, blk.dj
     NCH = nchunks
     OCOLS = NCH * DJ  # output columns per thread
     RESIDENT = NCH == 1  # the query tile is loaded once, before the walk
     ROW_T, COL_T = BM + PAD, BN + PAD  # padded shared rows of the row and column tiles
-    load_rows, load_cols, dot_acc, pv_acc = _tile_ops(blk, dtype_name)
+    load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads = _tile_ops(blk, dtype_name)
 
     def forward_kernel(items, q, k, v, out, lse, scale, causal):
         tx = cuda.threadIdx.x
@@ -209,9 +264,13 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
                 for j in range(OCOLS):
                     o_acc[i, j] *= alpha
             for c in range(NCH):
-                load_cols(v, h, base, c0, L, c * DC, kv_t)
-                cuda.syncthreads()  # also publishes p_s, and frees part
-                pv_acc(p_s, kv_t, o_acc, c)
+                bad = load_cols(v, h, base, c0, L, c * DC, kv_t)
+                # also publishes p_s, and frees part; a non-finite value must not reach
+                # the rows that do not see it (0 * inf), so such a tile takes the seen pairs only
+                if cuda.syncthreads_or(bad) and causal:
+                    pv_acc_seen(p_s, kv_t, o_acc, c, r0 - c0, False)
+                else:
+                    pv_acc(p_s, kv_t, o_acc, c)
                 cuda.syncthreads()
 
         for i in range(TM):
@@ -223,7 +282,8 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
                 l_row = ZERO
                 for x in range(NTX):
                     l_row += part[ty + i * NTY, x]
-                inv = ONE / l_row
+                # l = 0: every score -inf, the reference's 0 / 0; a NaN score made l NaN
+                inv = ONE / l_row if l_row != ZERO else NAN
                 t = base + row
                 for c in range(NCH):
                     for j in range(DJ):
@@ -231,7 +291,7 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
                         if d < D:
                             out[t, h, d] = o_acc[i, c * DJ + j] * inv
                 if tx == 0:
-                    lse[t, h] = m_i[i] + math.log(l_row)
+                    lse[t, h] = m_i[i] + math.log(l_row) if l_row != ZERO else NAN
 
     forward_kernel.__name__ = f"attention_forward_{dtype_name}_{BM}x{BN}x{DC}x{NCH}"
     forward_kernel.__qualname__ = forward_kernel.__name__
@@ -251,7 +311,7 @@ def make_dq_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     OCOLS = NCH * DJ  # output columns per thread
     RESIDENT = NCH == 1
     ROW_T, COL_T = BM + PAD, BN + PAD  # padded shared rows of the row and column tiles
-    load_rows, load_cols, dot_acc, pv_acc = _tile_ops(blk, dtype_name)
+    load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads = _tile_ops(blk, dtype_name)
 
     def dq_kernel(items, q, k, v, dout, lse, delta, dq, scale, causal):
         tx = cuda.threadIdx.x
@@ -293,26 +353,24 @@ def make_dq_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
                 if not RESIDENT:
                     load_rows(q, h, base, r0, L, c * DC, q_t)
                     load_rows(dout, h, base, r0, L, c * DC, do_t)
-                load_cols(k, h, base, c0, L, c * DC, k_t)
+                bad = load_cols(k, h, base, c0, L, c * DC, k_t)
                 load_cols(v, h, base, c0, L, c * DC, v_t)
                 cuda.syncthreads()
                 dot_acc(q_t, k_t, s_acc)
                 dot_acc(do_t, v_t, dp_acc)
                 cuda.syncthreads()
+            probs_grads(s_acc, dp_acc, lse_i, delta_i, r0, c0, L, scale, causal, False)
             for i in range(TM):
-                row = r0 + ty + i * NTY
                 for j in range(TN):
-                    col = c0 + tx + j * NTX
-                    ds = ZERO
-                    if row < L and col < L and (not causal or col <= row):
-                        p = math.exp(s_acc[i, j] * scale - lse_i[i])
-                        ds = p * (dp_acc[i, j] - delta_i[i])
-                    ds_s[ty + i * NTY, tx + j * NTX] = ds
+                    ds_s[ty + i * NTY, tx + j * NTX] = dp_acc[i, j]
             for c in range(NCH):
-                if not RESIDENT:  # with one chunk k_t still holds it
-                    load_cols(k, h, base, c0, L, c * DC, k_t)
-                cuda.syncthreads()  # also publishes ds_s
-                pv_acc(ds_s, k_t, dq_acc, c)
+                if not RESIDENT:  # with one chunk k_t (and bad) still hold it
+                    bad = load_cols(k, h, base, c0, L, c * DC, k_t)
+                # also publishes ds_s; a non-finite key must not reach the rows that do not see it
+                if cuda.syncthreads_or(bad) and causal:
+                    pv_acc_seen(ds_s, k_t, dq_acc, c, r0 - c0, False)
+                else:
+                    pv_acc(ds_s, k_t, dq_acc, c)
                 cuda.syncthreads()
 
         for i in range(TM):
@@ -343,7 +401,7 @@ def make_dkdv_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     OCOLS = NCH * DJ  # output columns per thread
     RESIDENT = NCH == 1  # the key and value tiles are loaded once
     ROW_T, COL_T = BM + PAD, BN + PAD  # padded shared rows of the row and column tiles
-    load_rows, load_cols, dot_acc, pv_acc = _tile_ops(blk, dtype_name)
+    load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads = _tile_ops(blk, dtype_name)
 
     def dkdv_kernel(items, q, k, v, dout, lse, delta, dk, dv, scale, causal):
         tx = cuda.threadIdx.x
@@ -389,30 +447,29 @@ def make_dkdv_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
                 if not RESIDENT:
                     load_rows(k, h, base, r0, L, c * DC, k_t)
                     load_rows(v, h, base, r0, L, c * DC, v_t)
-                load_cols(q, h, base, c0, L, c * DC, q_t)
-                load_cols(dout, h, base, c0, L, c * DC, do_t)
+                bad = load_cols(q, h, base, c0, L, c * DC, q_t)
+                bad |= load_cols(dout, h, base, c0, L, c * DC, do_t)
                 cuda.syncthreads()
                 dot_acc(k_t, q_t, s_acc)
                 dot_acc(v_t, do_t, dp_acc)
                 cuda.syncthreads()
+            probs_grads(s_acc, dp_acc, lse_j, delta_j, r0, c0, L, scale, causal, True)
             for i in range(TM):
-                row = r0 + ty + i * NTY
                 for j in range(TN):
-                    col = c0 + tx + j * NTX
-                    p = ZERO
-                    ds = ZERO
-                    if row < L and col < L and (not causal or row <= col):
-                        p = math.exp(s_acc[i, j] * scale - lse_j[j])
-                        ds = p * (dp_acc[i, j] - delta_j[j])
-                    p_s[ty + i * NTY, tx + j * NTX] = p
-                    ds_s[ty + i * NTY, tx + j * NTX] = ds
+                    p_s[ty + i * NTY, tx + j * NTX] = s_acc[i, j]
+                    ds_s[ty + i * NTY, tx + j * NTX] = dp_acc[i, j]
             for c in range(NCH):
-                if not RESIDENT:  # with one chunk q_t, do_t still hold it
-                    load_cols(q, h, base, c0, L, c * DC, q_t)
-                    load_cols(dout, h, base, c0, L, c * DC, do_t)
-                cuda.syncthreads()  # also publishes p_s, ds_s
-                pv_acc(p_s, do_t, dv_acc, c)
-                pv_acc(ds_s, q_t, dk_acc, c)
+                if not RESIDENT:  # with one chunk q_t, do_t (and bad) still hold it
+                    bad = load_cols(q, h, base, c0, L, c * DC, q_t)
+                    bad |= load_cols(dout, h, base, c0, L, c * DC, do_t)
+                # also publishes p_s, ds_s; a non-finite query or dO must not reach the keys
+                # that it does not see
+                if cuda.syncthreads_or(bad) and causal:
+                    pv_acc_seen(p_s, do_t, dv_acc, c, r0 - c0, True)
+                    pv_acc_seen(ds_s, q_t, dk_acc, c, r0 - c0, True)
+                else:
+                    pv_acc(p_s, do_t, dv_acc, c)
+                    pv_acc(ds_s, q_t, dk_acc, c)
                 cuda.syncthreads()
 
         for i in range(TM):
@@ -432,11 +489,12 @@ def make_dkdv_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
 
 
 def make_delta_pyfunc(dtype_name: str):
-    """Kernel ``(out, dout, delta)``: ``delta[t, h] = sum_d out[t, h, d] * dout[t, h, d]``
-    (grid-stride: t over y, h over x)."""
+    """Kernel ``(out, dout, dlse, with_dlse, delta)``: ``delta[t, h] = sum_d out[t, h, d] *
+    dout[t, h, d]``, minus ``dlse[t, h]`` (lse's gradient) ``with_dlse`` (grid-stride: t
+    over y, h over x)."""
     ZERO = np.dtype(dtype_name).type(0)
 
-    def delta_kernel(out, dout, delta):
+    def delta_kernel(out, dout, dlse, with_dlse, delta):
         N, H, D = out.shape
         for t in range(
             cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y, N, cuda.gridDim.y * cuda.blockDim.y
@@ -447,7 +505,7 @@ def make_delta_pyfunc(dtype_name: str):
                 acc = ZERO
                 for d in range(D):
                     acc += out[t, h, d] * dout[t, h, d]
-                delta[t, h] = acc
+                delta[t, h] = acc - dlse[t, h] if with_dlse else acc
 
     delta_kernel.__name__ = f"attention_delta_{dtype_name}"
     delta_kernel.__qualname__ = delta_kernel.__name__
@@ -543,10 +601,11 @@ def _segments(starts, lengths, N: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
         s = int(np.argmin(ln))
         raise ValueError(f"lengths should be non-negative, but got lengths[{s}]={ln[s]}")
     used = ln > 0
-    outside = used & ((st < 0) | (st + ln > N))
+    outside = used & ((st < 0) | (st > N) | (ln > N - st))  # st + ln could wrap in int64
     if outside.any():
         s = int(np.flatnonzero(outside)[0])
-        raise ValueError(f"segment {s} (tokens {st[s]} .. {st[s] + ln[s] - 1}) lies outside the {N} tokens")
+        last = int(st[s]) + int(ln[s]) - 1  # Python ints: no wraparound
+        raise ValueError(f"segment {s} (tokens {st[s]} .. {last}) lies outside the {N} tokens")
     edges = np.zeros(N + 1, np.int64)
     np.add.at(edges, st[used], 1)
     np.add.at(edges, st[used] + ln[used], -1)
@@ -636,9 +695,24 @@ def varlen_attention_forward(q, k, v, starts, lengths, *, causal: bool, scale: f
 
 
 def varlen_attention_backward(
-    dout, q, k, v, out, lse, starts, lengths, *, causal: bool, scale: float, dq=None, dk=None, dv=None
+    dout,
+    q,
+    k,
+    v,
+    out,
+    lse,
+    starts,
+    lengths,
+    *,
+    causal: bool,
+    scale: float,
+    dq=None,
+    dk=None,
+    dv=None,
+    dlse=None,
 ):
-    """Gradients ``(dq, dk, dv)`` of ``sum(out * dout)`` for :func:`varlen_attention_forward`.
+    """Gradients ``(dq, dk, dv)`` of ``sum(out * dout)`` (plus ``sum(lse * dlse)`` with
+    ``dlse`` ``[N, H]``) for :func:`varlen_attention_forward`.
 
     ``dout, q, k, v, out``: ``[N, H, D]``, ``lse``: ``[N, H]``, as the forward pass
     took and returned them (one dtype, any strides); segments, ``causal`` and
@@ -659,6 +733,13 @@ def varlen_attention_backward(
         raise ValueError(f"lse should have shape [N, H] = {(N, H)}, but got {tuple(lsed.shape)}")
     if numpy_dtype(lsed.dtype) != dtype:
         raise TypeError(f"lse should have q's dtype {dtype}, but got {numpy_dtype(lsed.dtype)}")
+    if dlse is not None:
+        dlse = as_device(dlse, "dlse")
+        if tuple(dlse.shape) != (N, H) or numpy_dtype(dlse.dtype) != dtype:
+            raise ValueError(
+                f"dlse should be [N, H] = {(N, H)} of q's dtype {dtype}, but got "
+                f"{tuple(dlse.shape)} of {numpy_dtype(dlse.dtype)}"
+            )
     st, ln, pad = _segments(starts, lengths, N)
     sc = _scalar(scale, dtype)
     shape = (N, H, D)
@@ -677,7 +758,9 @@ def varlen_attention_backward(
         return dq_res, dk_res, dv_res
     delta = cuda.device_array((N, H), dtype)  # rowsum(dout * out), read by both kernels
     grid, block = copy_launch(1, N, H, copy_block())
-    _kernel("delta", dtype.name)[grid, block](od, dod, delta)
+    no_dlse = dlse is None
+    dl = cuda.device_array((1, 1), dtype) if no_dlse else dlse
+    _kernel("delta", dtype.name)[grid, block](od, dod, dl, not no_dlse, delta)
     k_items = attention_items(st, ln, blk.bm, blk.bn, bool(causal), keys_are_rows=True)
     tail = (sc, bool(causal))
     _launch("dq", dtype, D, H, q_items, qd, kd, vd, dod, lsed, delta, dq_d, *tail)

@@ -40,7 +40,9 @@ for _dt, _chunks in (("float32", (1, 2)), ("float64", (1,))):
     for _kind, _sig in _ATTENTION.items():
         for _c in _chunks:
             KERNEL_SIGNATURES[f"attention_{_kind}_{_dt}_c{_c}"] = _sig.replace("{t}", _dt)
-    KERNEL_SIGNATURES[f"attention_delta_{_dt}"] = "void({t}{3}, {t}{3}, {t}{2})".replace("{t}", _dt)
+    KERNEL_SIGNATURES[f"attention_delta_{_dt}"] = "void({t}{3}, {t}{3}, {t}{2}, boolean, {t}{2})".replace(
+        "{t}", _dt
+    )
 KERNEL_SIGNATURES["attention_zero3_float32"] = "void(int64{1}, float32{3})"
 KERNEL_SIGNATURES["attention_zero2_float32"] = "void(int64{1}, float32{2})"
 

@@ -211,6 +211,8 @@ def test_compiled_once_for_every_segment_layout(backend):
         ([0, 11], "end at most at the 10 tokens"),
         ([0.0, 4.0], "should be integers"),
         ([[0, 4]], r"shape \(S \+ 1,\)"),
+        # int64 differences wrap to 2**62, 2**62 - 1 and 6 here: compared, not differenced
+        ([0, 2**62, 2**63 - 1, -(2**63) + 5], r"non-decreasing, but cu_seqlens\[3\]"),
     ],
 )
 def test_bad_cu_seqlens(cu, match):
@@ -247,3 +249,82 @@ def test_torch_device_and_dtype_mix():
         dt.varlen_attention(q, q.double(), q, cu_seqlens=torch.tensor([0, 6]))
     with pytest.raises(TypeError, match="every input as a tensor"):
         dt.varlen_attention(q, q, q, cu_seqlens=np.array([0, 6]))
+
+
+def test_kernels_refuse_sizes_past_their_arithmetic():
+    """The C side checks sizes before it allocates: a segment of 2**40 tokens (past the
+    int indices of the tiles) is refused, never a wrapped allocation."""
+    q = np.zeros((6, 1, 4), np.float32)
+    for starts, lens in (([0], [2**40]), ([0, 3], [3, 2**62])):
+        with pytest.raises(ValueError, match="past what the CPU kernels hold"):
+            kernel.forward(q, q, q, np.array(starts, np.int64), np.array(lens, np.int64), True, 1.0, 1)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_lse_gradient_gradcheck(causal):
+    """lse is differentiable: its gradient adds P * dlse to dS (issue #36, 5)."""
+    seg = torch.tensor([[1, 1, 1, 2, 2, 0, 3, 3, 3, 3]])
+    cu = torch.tensor([0, 4, 4, 9])
+    for index in (seg, cu):
+        inputs = [torch.randn(10, 2, 3, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+
+        def lse(q, k, v, index=index):
+            return torch.ops.dyntile.varlen_attention_fwd(q, k, v, index, causal, 0.6)[1]
+
+        def both(q, k, v, index=index):
+            out, lse = torch.ops.dyntile.varlen_attention_fwd(q, k, v, index, causal, 0.6)
+            return out.sum(-1) * lse
+
+        assert torch.autograd.gradcheck(lse, inputs)
+        assert torch.autograd.gradcheck(both, inputs)
+
+
+def test_lse_gradient_is_not_zero():
+    q, k, v = (torch.randn(6, 1, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    _, lse = torch.ops.dyntile.varlen_attention_fwd(q, k, v, torch.tensor([0, 6]), True, 0.5)
+    dq, dk, dv = torch.autograd.grad(lse.sum(), (q, k, v))
+    assert dq.abs().sum() > 0 and dk.abs().sum() > 0
+    assert not dv.any()  # lse does not depend on v
+
+
+def test_zero_heads_give_an_empty_result():
+    seg = np.array([[1, 1, 2, 0]])
+    x = np.zeros((1, 4, 0, 3), np.float32)
+    assert dt.varlen_attention(x, x, x, segment_ids=seg).shape == (1, 4, 0, 3)
+    t = torch.zeros(1, 4, 0, 3, requires_grad=True)
+    out = dt.varlen_attention(t, t, t, segment_ids=torch.from_numpy(seg))
+    assert out.shape == (1, 4, 0, 3)
+    out.sum().backward()
+    assert t.grad.shape == (1, 4, 0, 3)
+    flat = torch.zeros(4, 0, 3)
+    assert dt.varlen_attention(flat, flat, flat, cu_seqlens=torch.tensor([0, 2, 4])).shape == (4, 0, 3)
+    with pytest.raises(ValueError, match="non-decreasing"):  # the segments are still checked
+        dt.varlen_attention(flat, flat, flat, cu_seqlens=torch.tensor([0, 3, 2]))
+
+
+def test_meta_tensors_give_meta_results():
+    m = torch.zeros(2, 5, 2, 4, device="meta")
+    seg = torch.ones(2, 5, dtype=torch.int64, device="meta")
+    out = dt.varlen_attention(m, m, m, segment_ids=seg)
+    assert out.device.type == "meta" and out.shape == (2, 5, 2, 4)
+    with pytest.raises(TypeError, match="scale should be a number, but got a meta tensor"):
+        dt.varlen_attention(m, m, m, segment_ids=seg, scale=torch.tensor(0.5, device="meta"))
+
+
+def test_quantized_tensors_are_refused_clearly():
+    x = torch.randn(1, 4, 1, 2)
+    seg = torch.tensor([[1, 1, 2, 2]])
+    qx = torch.quantize_per_tensor(x, 0.1, 0, torch.qint8)
+    with pytest.raises(TypeError, match=r"quantized dtype torch.qint8; dequantize q, k and v"):
+        dt.varlen_attention(qx, qx, qx, segment_ids=seg)
+    qseg = torch.quantize_per_tensor(seg.float(), 1.0, 0, torch.qint8)
+    with pytest.raises(TypeError, match=r"segment_ids should be a tensor of plain integers.*int_repr"):
+        dt.varlen_attention(x, x, x, segment_ids=qseg)
+
+
+def test_double_backward_raises_naming_it():
+    q = torch.randn(1, 4, 1, 2, dtype=torch.float64, requires_grad=True)
+    out = dt.varlen_attention(q, q, q, segment_ids=torch.tensor([[1, 1, 1, 0]]))
+    (g,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="does not support double backward"):
+        g.sum().backward()

@@ -208,6 +208,13 @@ def test_errors(cuda_device):
         ((x, x, x, np.array([0, 2])), {}, ValueError, "disjoint, but token 2 lies in 2"),
         ((x, x, x, np.array([0, 4])), {}, ValueError, "segment 1 \\(tokens 4 .. 6\\) lies outside the 6"),
         ((x, x, x, st, np.array([3, -1])), {}, ValueError, "lengths\\[1\\]=-1"),
+        # st + ln wraps in int64 to a negative end: checked without the sum
+        (
+            (x, x, x, st, np.array([3, 2**63 - 2])),
+            {},
+            ValueError,
+            "segment 1 \\(tokens 3 .. 9223372036854775808\\) lies outside the 6",
+        ),
         ((x, x, x, st, np.array([3])), {}, ValueError, "one size"),
         ((x, x, x, np.array([0.0, 3.0])), {}, TypeError, "starts should be a 1-D integer array"),
         ((), {"out": x}, ValueError, "out overlaps an input"),

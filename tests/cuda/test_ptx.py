@@ -34,7 +34,8 @@ def ptx_summary():
         out = {}
         for name, ptx in compile_all((9, 0)).items():
             out[name] = {"target": [l.split()[1] for l in ptx.splitlines() if l.startswith(".target")][0],
-                         "local": ptx.count(".local"), "bar": ptx.count("bar.sync"),
+                         "local": ptx.count(".local"),
+                         "bar": ptx.count("bar.sync") + ptx.count("bar.red"),
                          "fma": ptx.count("fma.rn"), "entry": ptx.count(".entry")}
         print(json.dumps(out))
     """)

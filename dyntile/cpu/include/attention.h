@@ -7,6 +7,10 @@
  * token; the backward pass recomputes the probabilities from lse (flash-attention 2) and
  * writes dq, dk, dv. Tokens in no segment are never written (the caller zeroes them).
  *
+ * Non-finite inputs give what softmax(scale Q K^T) V per query over the keys it sees
+ * gives in IEEE arithmetic: a NaN or inf reaches exactly the queries (and through them
+ * the gradients) that see it, and never a query that does not (see gemm_acc's exact).
+ *
  * Work is split into items (a segment, a head and a tile of queries or keys), sorted by
  * their cost (query-key pairs they visit), largest first, and taken by OpenMP threads
  * dynamically: the balance follows the cost, not the count, and a row of many short
@@ -31,6 +35,7 @@
 typedef struct {
     int64_t H, D;
     const void *q, *k, *v, *o, *dout, *lse_in;       /* o, dout, lse_in: backward only */
+    const void *dlse;                                 /* backward: lse's gradient [N, H], or NULL */
     int64_t sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sd_t, sd_h;
     void *out, *lse, *dq, *dk, *dv;                   /* contiguous [N, H, D] and [N, H] */
     const int64_t *starts, *lens;
@@ -171,6 +176,33 @@ static dt_attn_kernels dt_attn_pick(int isa, int f64)
     return k;
 }
 
+/* ---- sizes: counts and costs in int64, never wrapping */
+
+/* a + b and a * b of non-negative counts, INT64_MAX when the result would pass it */
+static inline int64_t dt_attn_add(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_add_overflow(a, b, &r) ? INT64_MAX : r;
+}
+static inline int64_t dt_attn_mul(int64_t a, int64_t b)
+{
+    int64_t r;
+    return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+/* The longest segment and the widest head the tile routines' int indices hold. */
+#define DT_ATTN_MAX_ROWS ((int64_t)1 << 30)
+#define DT_ATTN_MAX_DIM ((int64_t)1 << 24)
+
+/* 0 when every size is one the kernels hold, -2 otherwise (before any allocation) */
+static int dt_attn_check_sizes(const dt_attn_args *a)
+{
+    if (a->H < 0 || a->D < 0 || a->D > DT_ATTN_MAX_DIM || a->S < 0) return -2;
+    for (int64_t s = 0; s < a->S; s++)
+        if (a->lens[s] < 0 || a->lens[s] > DT_ATTN_MAX_ROWS || a->starts[s] < 0) return -2;
+    return 0;
+}
+
 /* ---- work items */
 
 typedef struct {
@@ -190,11 +222,12 @@ static int dt_attn_by_cost(const void *x, const void *y)
 /* query-key pairs the queries [q0, q0 + nq) visit in a segment of L tokens */
 static inline int64_t dt_attn_pairs_q(int64_t q0, int64_t nq, int64_t L, int causal)
 {
-    return causal ? nq * q0 + nq * (nq + 1) / 2 : nq * L;
+    return causal ? dt_attn_add(dt_attn_mul(nq, q0), dt_attn_mul(nq, nq + 1) / 2) : dt_attn_mul(nq, L);
 }
 
 /* the scratch elements one thread needs for items over segments of at most `rows`
-   tokens: 7 segment-long buffers and 3 tiles of BT x DP, 2 of BT x BT, lse and delta */
+   tokens: 7 segment-long buffers and 3 tiles of BT x DP, 2 of BT x BT, lse and delta
+   (rows and D within DT_ATTN_MAX_ROWS and DT_ATTN_MAX_DIM: no int64 overflow) */
 static inline int64_t dt_attn_scratch_elems(int tile, int64_t D, int64_t rows)
 {
     int64_t lanes = tile / 4, DP = (D + lanes - 1) / lanes * lanes;
@@ -209,7 +242,8 @@ static inline int64_t dt_attn_scratch_elems(int tile, int64_t D, int64_t rows)
 static inline int64_t dt_attn_split_cost(const dt_attn_args *a, int tile, int threads, int backward)
 {
     int64_t total = 0, floor = (int64_t)tile * tile;
-    for (int64_t s = 0; s < a->S; s++) total += dt_attn_pairs_q(0, a->lens[s], a->lens[s], a->causal) * a->H;
+    for (int64_t s = 0; s < a->S; s++)
+        total = dt_attn_add(total, dt_attn_mul(dt_attn_pairs_q(0, a->lens[s], a->lens[s], a->causal), a->H));
     int64_t cut = threads == 1 ? INT64_MAX : total / (backward ? threads : 4 * threads);
     return cut < floor ? floor : cut;
 }
@@ -221,7 +255,8 @@ static int64_t dt_attn_fwd_items(const dt_attn_args *a, int tile, int64_t split_
 {
     int64_t n = 0, cap = 0;
     *rows = 0;
-    for (int64_t s = 0; s < a->S; s++) cap += (a->lens[s] + tile - 1) / tile * a->H;
+    for (int64_t s = 0; s < a->S; s++) cap = dt_attn_add(cap, dt_attn_mul((a->lens[s] + tile - 1) / tile, a->H));
+    if (cap > (int64_t)(SIZE_MAX / sizeof(dt_attn_item))) return -2;
     dt_attn_item *it = (dt_attn_item *)malloc((size_t)(cap ? cap : 1) * sizeof *it);
     if (!it) return -1;
     for (int64_t s = 0; s < a->S; s++) {
@@ -260,8 +295,9 @@ static int64_t dt_attn_bwd_items(const dt_attn_args *a, int tile, int64_t split_
     for (int64_t s = 0; s < a->S; s++) {
         int64_t L = a->lens[s], nt = (L + tile - 1) / tile;
         if (L == 0) continue;
-        n += (dt_attn_pairs_q(0, L, L, a->causal) <= split_cost || nt == 1 ? 1 : 2 * nt) * a->H;
+        n = dt_attn_add(n, dt_attn_mul(dt_attn_pairs_q(0, L, L, a->causal) <= split_cost || nt == 1 ? 1 : 2 * nt, a->H));
     }
+    if (n > (int64_t)(SIZE_MAX / sizeof(dt_attn_item))) return -2;
     dt_attn_item *it = (dt_attn_item *)malloc((size_t)(n ? n : 1) * sizeof *it);
     if (!it) return -1;
     int64_t c = 0;
@@ -278,7 +314,7 @@ static int64_t dt_attn_bwd_items(const dt_attn_args *a, int tile, int64_t split_
             for (int64_t t = 0; t < nt; t++) {
                 int64_t lo = t * tile, nn = L - lo < tile ? L - lo : tile;
                 /* key tile t is seen by the queries from lo on (causal) or all */
-                int64_t kcost = a->causal ? nn * (L - lo) : nn * L;
+                int64_t kcost = dt_attn_mul(nn, a->causal ? L - lo : L);
                 dt_attn_item kx = {kcost, s, h, t, t + 1, 0, nt, 1, 0};
                 dt_attn_item qx = {dt_attn_pairs_q(lo, nn, L, a->causal), s, h, 0,
                                    a->causal ? t + 1 : nt, t, t + 1, 0, 1};
@@ -325,18 +361,25 @@ static int dt_attn_run(const dt_attn_args *a, const dt_attn_kernels *kern, const
     return failed ? -1 : 0;
 }
 
-/* The forward pass (backward = 0) or the backward pass (a->o, a->dout, a->lse_in set). */
+/* The forward pass (backward = 0) or the backward pass (a->o, a->dout, a->lse_in set):
+   0, -1 when out of memory, -2 when a size is past what the kernels hold. */
 static int dt_attn_pass(const dt_attn_args *a, int f64, int threads, int backward)
 {
+    if (dt_attn_check_sizes(a)) return -2;
     dt_attn_kernels kern = dt_attn_pick(dt_attn_best_isa(), f64);
     if (threads < 1) threads = 1;
     int64_t split = dt_attn_split_cost(a, kern.tile, threads, backward), rows;
     dt_attn_item *items;
     int64_t n = backward ? dt_attn_bwd_items(a, kern.tile, split, &items, &rows)
                          : dt_attn_fwd_items(a, kern.tile, split, &items, &rows);
-    if (n < 0) return -1;
+    if (n < 0) return (int)n;
     rows = (rows + kern.tile - 1) / kern.tile * kern.tile;
-    size_t bytes = (size_t)dt_attn_scratch_elems(kern.tile, a->D, rows) * kern.elem;
+    int64_t elems = dt_attn_scratch_elems(kern.tile, a->D, rows);
+    if (elems > (int64_t)(SIZE_MAX / 2 / kern.elem)) {
+        free(items);
+        return -2;
+    }
+    size_t bytes = (size_t)elems * kern.elem;
     int rc = dt_attn_run(a, &kern, items, n, rows, bytes, threads, backward);
     free(items);
     return rc;

@@ -46,7 +46,8 @@ AT_INLINE VEC N_(vselect)(IVEC mask, VEC a, VEC b)
 {
     return (VEC)(((IVEC)a & mask) | ((IVEC)b & ~mask));
 }
-/* lane-wise max and min: one instruction through VMAX/VMIN where the ISA has it */
+/* lane-wise max and min: one instruction through VMAX/VMIN where the ISA has it; both
+   return b when a lane of either is NaN (the x86 rule, kept by the portable select) */
 AT_INLINE VEC N_(vmax)(VEC a, VEC b)
 {
 #ifdef VMAX
@@ -64,14 +65,17 @@ AT_INLINE VEC N_(vmin)(VEC a, VEC b)
 #endif
 }
 
-/* 2^x for x <= 0 (clamped at EXP_LO, where it is the smallest normal): x = n + r with
-   n = round(x) (the round-to-nearest magic constant) and |r| <= 1/2, 2^r by its Taylor
-   polynomial, 2^n from its exponent bits; relative error near 1 ulp. Scores are kept in
-   base 2 (Q is scaled by log2(e)), so this is the softmax's only transcendental. */
+/* 2^x for x <= 0: x = n + r with n = round(x) (the round-to-nearest magic constant) and
+   |r| <= 1/2, 2^r by its Taylor polynomial, 2^n from its exponent bits; relative error
+   near 1 ulp. Scores are kept in base 2 (Q is scaled by log2(e)), so this is the
+   softmax's only transcendental. x is clamped at EXP_LO - 1, whose 2^n has exponent bits
+   0: below EXP_LO - 1/2 (under the smallest normal), -inf included, 2^x is exactly 0, as
+   exp(-inf) is in the reference. The clamp is max(bound, x), which returns x when x is
+   NaN, so NaN propagates. */
 AT_INLINE VEC N_(vexp2)(VEC x)
 {
     const VEC magic = N_(vset)(EXP_MAGIC);
-    x = N_(vmax)(x, N_(vset)(EXP_LO));
+    x = N_(vmax)(N_(vset)(EXP_LO - 1), x);
     VEC y = x + magic;
     VEC r = x - (y - magic);
     VEC p = N_(vset)((REAL)EXP_C_LAST);
@@ -183,11 +187,18 @@ AT_INLINE void N_(mk_acc)(REAL *restrict C, int ldc, const REAL *restrict A, int
 
 /* C (nr x nvec vectors, row stride ldc) += A (nr x np, strides lda, ldp) times B (np x ..);
    row r takes the terms p in [lo0 + r, hi0 + r) only (A is zero outside: causal blocks),
-   lo0 <= -nr and hi0 >= np when every term counts */
+   lo0 <= -nr and hi0 >= np when every term counts. A block of MR rows shares one range,
+   the union of its rows', so a row may add 0 * B[p] for a p outside its own: exact
+   while B is finite. With `exact` (B may hold inf or NaN, where 0 * B[p] is NaN) each
+   row takes its own range only. */
 AT_INLINE void N_(gemm_acc)(REAL *C, int ldc, const REAL *A, int lda, int ldp, const REAL *B, int ldb,
-                            int nr, int np, int nvec, int lo0, int hi0)
+                            int nr, int np, int nvec, int lo0, int hi0, int exact)
 {
     int i = 0;
+    if (exact) {
+        for (; i < nr; i++) AT_ACC_COLS(1)
+        return;
+    }
     for (; i + MR <= nr; i += MR) AT_ACC_COLS(MR)
     switch (nr - i) {
     case 3: AT_ACC_COLS(3) break;
@@ -198,16 +209,22 @@ AT_INLINE void N_(gemm_acc)(REAL *C, int ldc, const REAL *A, int lda, int ldp, c
 }
 
 /* rows [t0, t0 + n) of head h of X (token stride st, head stride sh) into dst (n x DP),
-   times mul, zero padded past D */
-AT_INLINE void N_(load_rows)(REAL *dst, int DP, const REAL *X, int64_t st, int64_t sh,
-                             int64_t t0, int64_t n, int64_t h, int D, REAL mul)
+   times mul, zero padded past D; returns whether a value loaded is inf or NaN */
+AT_INLINE int N_(load_rows)(REAL *dst, int DP, const REAL *X, int64_t st, int64_t sh,
+                            int64_t t0, int64_t n, int64_t h, int D, REAL mul)
 {
+    int bad = 0;
     for (int64_t i = 0; i < n; i++) {
         const REAL *x = X + (t0 + i) * st + h * sh;
         REAL *o = dst + i * DP;
-        for (int d = 0; d < D; d++) o[d] = x[d] * mul;
+        for (int d = 0; d < D; d++) {
+            const REAL y = x[d] * mul;
+            o[d] = y;
+            bad |= y - y != 0;   /* NaN for inf and NaN only */
+        }
         for (int d = D; d < DP; d++) o[d] = 0;
     }
+    return bad;
 }
 
 /* the same rows transposed: dst[d][i] (D rows of ldd), zero for i in [n, ldd) */
@@ -264,7 +281,8 @@ static TARGET void N_(fwd_item)(const dt_attn_args *a, void *work_, int64_t rows
     const int64_t qend = qb * BT < L ? qb * BT : L, keys = a->causal ? qend : L;
     const int64_t ldk = (keys + BT - 1) / BT * BT;
     N_(load_cols)(b.kt, ldk, K, a->sk_t, a->sk_h, base, keys, h, D);
-    N_(load_rows)(b.vs, DP, V, a->sv_t, a->sv_h, base, keys, h, D, 1);
+    /* a non-finite value of V must not reach the queries that do not see it */
+    const int exact = N_(load_rows)(b.vs, DP, V, a->sv_t, a->sv_h, base, keys, h, D, 1);
     REAL m[BT], l[BT];
     REAL *ot = b.acc_k;
     for (int64_t qt = qa; qt < qb; qt++) {
@@ -294,7 +312,10 @@ static TARGET void N_(fwd_item)(const dt_attn_args *a, void *work_, int64_t rows
                 REAL mnew = m[i];
                 for (int u = 0; u < LANES; u++) mnew = mx[u] > mnew ? mx[u] : mnew;
                 const REAL alpha = m[i] == mnew ? 1 : m[i] == -(REAL)INFINITY ? 0 : (REAL)exp2((double)(m[i] - mnew));
-                const VEC mv = N_(vset)(mnew);
+                /* while every score so far is -inf, they weigh 0 against any later finite one
+                   (exp(-inf - m)); a row of -inf only ends with l = 0. A NaN score does not
+                   move the max (comparisons drop it) but makes its p, so l and O, NaN. */
+                const VEC mv = N_(vset)(mnew == -(REAL)INFINITY ? 0 : mnew);
                 VEC sum = N_(vset)(0);
                 for (int v = 0; v < nvi; v++) {
                     VEC pv = N_(vexp2)(N_(vload)(si + v * LANES) - mv);
@@ -312,14 +333,15 @@ static TARGET void N_(fwd_item)(const dt_attn_args *a, void *work_, int64_t rows
                     for (int d = 0; d < DP; d++) oi[d] *= alpha;
                 }
             }
-            N_(gemm_acc)(ot, DP, b.s, BT, 1, b.vs + k0 * DP, DP, nq, nk, nvd, -BT, lim0);
+            N_(gemm_acc)(ot, DP, b.s, BT, 1, b.vs + k0 * DP, DP, nq, nk, nvd, -BT, lim0, exact);
         }
         for (int i = 0; i < nq; i++) {
             const int64_t t = base + q0 + i;
             REAL *o = O + (t * a->H + h) * D, *oi = ot + (int64_t)i * DP;
-            const REAL inv = l[i] > 0 ? 1 / l[i] : 0;
+            /* l = 0: every score -inf, the reference's 0 / 0; l NaN: a NaN score */
+            const REAL inv = l[i] == 0 ? (REAL)NAN : 1 / l[i];
             for (int d = 0; d < D; d++) o[d] = oi[d] * inv;
-            LSE[t * a->H + h] = l[i] > 0 ? (REAL)((m[i] + log2((double)l[i])) * AT_LN2) : 0;
+            LSE[t * a->H + h] = l[i] == 0 ? (REAL)NAN : (REAL)((m[i] + log2((double)l[i])) * AT_LN2);
         }
     }
 }
@@ -335,6 +357,7 @@ static TARGET void N_(bwd_item)(const dt_attn_args *a, void *work_, int64_t rows
     const int64_t L = a->lens[seg], base = a->starts[seg], H = a->H;
     const REAL *Q = (const REAL *)a->q, *K = (const REAL *)a->k, *V = (const REAL *)a->v;
     const REAL *O = (const REAL *)a->o, *DO = (const REAL *)a->dout, *LSE = (const REAL *)a->lse_in;
+    const REAL *DLSE = (const REAL *)a->dlse;
     const REAL scale = (REAL)a->scale, scale2 = (REAL)(a->scale * AT_LOG2E);
     N_(bufs) b;
     N_(carve)(&b, (REAL *)work_, DP, rows);
@@ -342,19 +365,22 @@ static TARGET void N_(bwd_item)(const dt_attn_args *a, void *work_, int64_t rows
     const int64_t q_lo = a->causal && ka > qa ? ka * BT : qa * BT, q_hi = qb * BT < L ? qb * BT : L;
     const int64_t k_lo = ka * BT, k_hi = kb * BT < L ? kb * BT : L;
     const int64_t ldk = k_hi - k_lo + BT;
-    N_(load_rows)(b.qs, DP, Q, a->sq_t, a->sq_h, base + q_lo, q_hi - q_lo, h, D, scale2);
-    N_(load_rows)(b.dos, DP, DO, a->sd_t, a->sd_h, base + q_lo, q_hi - q_lo, h, D, 1);
+    /* exact: Q, dO or K (the right operands of the accumulations) holds inf or NaN, which
+       must not reach the rows that do not see it */
+    int exact = N_(load_rows)(b.qs, DP, Q, a->sq_t, a->sq_h, base + q_lo, q_hi - q_lo, h, D, scale2);
+    exact |= N_(load_rows)(b.dos, DP, DO, a->sd_t, a->sd_h, base + q_lo, q_hi - q_lo, h, D, 1);
     for (int64_t t = q_lo; t < q_hi; t++) {
         const REAL *o = O + (base + t) * a->so_t + h * a->so_h, *g = b.dos + (t - q_lo) * DP;
         REAL acc = 0;
         for (int d = 0; d < D; d++) acc += o[d] * g[d];
-        b.delta[t - q_lo] = acc;
+        /* lse's own gradient: d lse / d s = P, so dS = P (dP - delta + dlse) */
+        b.delta[t - q_lo] = DLSE ? acc - DLSE[(base + t) * H + h] : acc;
         b.lse[t - q_lo] = LSE[(base + t) * H + h] * (REAL)AT_LOG2E;
     }
     N_(load_cols)(b.kt, ldk, K, a->sk_t, a->sk_h, base + k_lo, k_hi - k_lo, h, D);
     N_(load_cols)(b.vt, ldk, V, a->sv_t, a->sv_h, base + k_lo, k_hi - k_lo, h, D);
     if (with_dq) {
-        N_(load_rows)(b.ks, DP, K, a->sk_t, a->sk_h, base + k_lo, k_hi - k_lo, h, D, 1);
+        exact |= N_(load_rows)(b.ks, DP, K, a->sk_t, a->sk_h, base + k_lo, k_hi - k_lo, h, D, 1);
         for (int64_t e = 0; e < (q_hi - qa * BT) * DP; e++) b.dq[e] = 0;
     }
     for (int64_t kt = ka; kt < kb; kt++) {
@@ -380,9 +406,14 @@ static TARGET void N_(bwd_item)(const dt_attn_args *a, void *work_, int64_t rows
                 const int nvi = (lim + LANES - 1) / LANES, full = lim == nvi * LANES;
                 for (int v = 0; v < nvi; v++) {
                     VEC pv = N_(vexp2)(N_(vload)(si + v * LANES) - lv);
-                    if (!full) pv = N_(vselect)(N_(lane_index)(v * LANES) < limv, pv, N_(vset)(0));
-                    N_(vstore)(si + v * LANES, pv);                                       /* P */
-                    N_(vstore)(dpi + v * LANES, pv * (N_(vload)(dpi + v * LANES) - dl));  /* dS */
+                    VEC ds = pv * (N_(vload)(dpi + v * LANES) - dl);
+                    if (!full) {   /* masked lanes are 0 exactly, even where dP or delta is NaN */
+                        const IVEC in = N_(lane_index)(v * LANES) < limv;
+                        pv = N_(vselect)(in, pv, N_(vset)(0));
+                        ds = N_(vselect)(in, ds, N_(vset)(0));
+                    }
+                    N_(vstore)(si + v * LANES, pv);    /* P */
+                    N_(vstore)(dpi + v * LANES, ds);   /* dS */
                 }
                 for (int v = nvi; v < nv; v++) {
                     N_(vstore)(si + v * LANES, N_(vset)(0));
@@ -392,12 +423,12 @@ static TARGET void N_(bwd_item)(const dt_attn_args *a, void *work_, int64_t rows
             if (with_dkdv) {
                 /* key j takes the queries i >= j - (q0 - k0) only (causal) */
                 const int lo0 = a->causal ? (int)(k0 - q0) : -BT;
-                N_(gemm_acc)(b.acc_v, DP, b.s, 1, BT, dos, DP, nk, nq, nvd, lo0, BT);   /* dV += P^T dO */
-                N_(gemm_acc)(b.acc_k, DP, b.p, 1, BT, qs, DP, nk, nq, nvd, lo0, BT);    /* dK += dS^T (scale2 Q) */
+                N_(gemm_acc)(b.acc_v, DP, b.s, 1, BT, dos, DP, nk, nq, nvd, lo0, BT, exact);  /* dV += P^T dO */
+                N_(gemm_acc)(b.acc_k, DP, b.p, 1, BT, qs, DP, nk, nq, nvd, lo0, BT, exact);   /* dK += dS^T (scale2 Q) */
             }
             if (with_dq)                                                             /* dQ += dS K */
                 N_(gemm_acc)(b.dq + (q0 - qa * BT) * DP, DP, b.p, BT, 1, b.ks + (k0 - k_lo) * DP, DP, nq, nk, nvd,
-                             -BT, lim0);
+                             -BT, lim0, exact);
         }
         if (with_dkdv) {
             REAL *DK = (REAL *)a->dk, *DV = (REAL *)a->dv;
