@@ -8,6 +8,9 @@ puts the sampler in as the loader's ``batch_sampler``, prepares the loader with
 :func:`loaders.integrations.accelerate.prepare_data_loader` (batches kept whole over
 ``torchrun`` ranks) and sets the epoch; :class:`SamplerEpochCallback` sets it for a
 ``Trainer`` whose own ``get_train_dataloader`` returns a plain ``DataLoader``.
+:func:`register_attention` (from :mod:`loaders.integrations.hf_attention`) makes
+``dyntile.varlen_attention`` a model's ``attn_implementation``, so packed batches
+train at the cost of their samples.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from transformers.utils import is_datasets_available
 
 from ..epoch_sampler import EpochBatchSampler
 from .accelerate import dyntile_sampler, prepare_data_loader
+from .hf_attention import register_attention
 
-__all__ = ["DynTileTrainer", "SamplerEpochCallback"]
+__all__ = ["DynTileTrainer", "SamplerEpochCallback", "register_attention"]
 
 
 class SamplerEpochCallback(TrainerCallback):
