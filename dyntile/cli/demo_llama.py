@@ -265,9 +265,10 @@ def attention_overhead(lengths, args, name: str, reps: int = 15) -> float:
     segment_ids = torch.from_numpy(segs)[None]
     H, D = args.heads, args.d_model // args.heads
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, H, T, D, generator=g, requires_grad=True) for _ in range(3))
+    qt, kt, vt = (torch.randn(1, T, H, D, generator=g, requires_grad=True) for _ in range(3))
     module = types.SimpleNamespace(is_causal=True)
-    qt, kt, vt = (x.detach().transpose(1, 2).contiguous().requires_grad_() for x in (q, k, v))
+    # as Hugging Face's attention modules hand them over: proj(h).view(B, T, H, D).transpose(1, 2)
+    q, k, v = (x.transpose(1, 2) for x in (qt, kt, vt))
 
     def registered():
         out, _ = dyntile_attention_forward(module, q, k, v, None, scaling=D**-0.5, segment_ids=segment_ids)
