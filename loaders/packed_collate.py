@@ -23,8 +23,14 @@ the chunks of split ones):
   the longest of these segments;
 * ``lengths`` int64 ``(n,)``: each sample's length, in sample order; ``packing``:
   the :class:`~dyntile.planning.packing.PackedBatch` (row and offset of each piece);
+* ``use_cache``: ``False`` (the ``use_cache`` option): a Hugging Face decoder that
+  builds a KV cache (its config's default outside the ``Trainer``) reads no
+  restarting ``position_ids``, and its packed samples would see each other;
 * on request, what Hugging Face models take to keep packed samples apart (see
   :class:`PackedCollate`).
+
+A sample's own ``attention_mask`` (a tokenizer's, all ones) is left out: a packed
+2-D mask of ones would tell a model that each row is one sequence.
 
 A key the samples bring themselves (their own ``position_ids``, say) is kept: the
 output of that name is not computed.
@@ -98,6 +104,7 @@ class PackedCollate:
         causal: bool = False,
         mask_dtype: torch.dtype = torch.float32,
         flash_attention_kwargs: bool = False,
+        use_cache: bool | None = False,
         pin_memory: bool = False,
         return_stats: bool = False,
         worker_transfer: str = "one_buffer",
@@ -115,6 +122,7 @@ class PackedCollate:
         self.causal = bool(causal)
         self.mask_dtype = mask_dtype
         self.flash_attention_kwargs = bool(flash_attention_kwargs)
+        self.use_cache = None if use_cache is None else bool(use_cache)
         if worker_transfer not in ("one_buffer", "torch"):
             raise ValueError(
                 f"worker_transfer should be 'one_buffer' or 'torch', but got {worker_transfer!r}"
@@ -139,8 +147,8 @@ class PackedCollate:
             raise ValueError("PackedCollate needs at least one sample, but got an empty batch")
         tokens, others = _columns(samples)
         self._check_own_keys(tokens, others)
-        if self.flash_attention_kwargs and "attention_mask" in tokens and self.attention_mask is None:
-            del tokens["attention_mask"]  # a 2-D mask would send Hugging Face past cu_seq_lens
+        if "attention_mask" in tokens:  # a packed 2-D mask of ones would join a row's samples
+            _check_all_ones(tokens.pop("attention_mask"))
         sources = {key: _token_source(column, key) for key, column in tokens.items()}
         lengths = _common_lengths(sources)
         packed = pack_checked_rows(lengths, self.shapes, self.overflow)
@@ -165,6 +173,8 @@ class PackedCollate:
             out["attention_mask"] = self._mask(segment_ids)
         if self.flash_attention_kwargs:
             out.update(zip(_FLASH_KEYS, (cu_seqlens, cu_seqlens, int(longest), int(longest))))
+        if self.use_cache is not None and "use_cache" not in others:
+            out["use_cache"] = self.use_cache
         out["packing"] = packed
         if self._pin:
             out = {
@@ -379,6 +389,18 @@ def _common_lengths(sources: dict) -> np.ndarray:
             got = {k: int(s.lengths[i]) for k, s in sources.items()}
             raise ValueError(f"sample {i}: token keys should have one length, but got {got}")
     return np.ascontiguousarray(lengths, dtype=np.int64)
+
+
+def _check_all_ones(masks: list) -> None:
+    """``ValueError`` naming the first sample whose own ``attention_mask`` hides a token:
+    packing takes unpadded samples, and the segments keep them apart."""
+    for i, m in enumerate(masks):
+        m = np.asarray(m.cpu() if isinstance(m, torch.Tensor) else m)
+        if not m.all():
+            raise ValueError(
+                f"sample {i} has attention_mask 0 at position {int(np.argmin(m != 0))}: packing takes "
+                f"unpadded samples (tokenize with padding=False, or drop the padding first)"
+            )
 
 
 def _stack_leaf(values: list, key: str):

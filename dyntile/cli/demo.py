@@ -123,6 +123,14 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
         "every method, or METHOD=KIND pairs over the default (auto: dense for random and "
         "sorted, varlen for buckets and packing)",
     )
+    g.add_argument(
+        "--model",
+        choices=("tiny", "llama"),
+        default="tiny",
+        help="tiny: the demo's own transformer, four batching methods (default); llama: a tiny "
+        "Hugging Face LlamaForCausalLM against what Hugging Face users run (needs transformers, "
+        "takes longer; see dyntile.cli.demo_llama)",
+    )
     g.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
     g.add_argument(
         "--backend",
@@ -245,6 +253,12 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
         file=out,
     )
     out.flush()
+    if getattr(args, "model", "tiny") == "llama":
+        from dyntile.cli.demo_llama import run_llama_demo
+
+        code = run_llama_demo(args, corpus, plan, out)
+        print(f"wall time {time.perf_counter() - t_start:.1f} s", file=out)
+        return code
 
     dataset = TokenDataset(corpus)
     show = not args.no_progress

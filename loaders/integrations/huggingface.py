@@ -15,20 +15,28 @@ the start (epoch 0's). A packing epoch's batch count varies with the shuffle, so
 (:meth:`~loaders.epoch_sampler.EpochBatchSampler.batches_in_epoch`): every batch of
 every epoch trains, and ``max_steps`` (the learning-rate schedule's length) is the
 exact sum.
+
+:func:`register_attention` (from :mod:`loaders.integrations.hf_attention`) makes
+``dyntile.varlen_attention`` a model's ``attn_implementation``, so packed batches
+train at the cost of their samples.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
+import torch
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
 from transformers.utils import is_datasets_available
 
 from ..epoch_sampler import EpochBatchSampler
+from ..loss import MEANS, LossCounts, loss_counts, normalised_loss
 from .accelerate import dyntile_sampler, prepare_data_loader
+from .hf_attention import register_attention
 
-__all__ = ["DynTileTrainer", "SamplerEpochCallback"]
+__all__ = ["DynTileTrainer", "SamplerEpochCallback", "register_attention"]
 
 
 class SamplerEpochCallback(TrainerCallback):
@@ -75,6 +83,14 @@ class DynTileTrainer(Trainer):
     ``dataloader_drop_last`` do not apply (the sampler sizes the batches), the
     ``dataloader_*`` worker options do. Evaluation is the ``Trainer``'s own.
 
+    ``loss_mean``: how a step's loss is normalised over its accumulation window and
+    ranks (:mod:`loaders.loss`): ``"token"`` (each loss token weighs the same; the
+    window's loss tokens go to the model as ``num_items_in_batch``) or
+    ``"sequence"`` (each sample weighs the same, through ``segment_ids`` in a packed
+    batch; the loss is computed here from the logits). A model whose ``forward``
+    takes no ``num_items_in_batch`` averages each micro-batch on its own: with
+    ``"token"`` and gradient accumulation or several ranks that is warned about.
+
     >>> import tempfile, torch
     >>> from transformers import TrainingArguments
     >>> from loaders import BucketBatchSampler
@@ -87,15 +103,71 @@ class DynTileTrainer(Trainer):
     >>> out.cleanup()
     """
 
-    def __init__(self, *args, train_batch_sampler: EpochBatchSampler | None = None, **kwargs):
+    def __init__(
+        self,
+        *args,
+        train_batch_sampler: EpochBatchSampler | None = None,
+        loss_mean: str = "token",
+        **kwargs,
+    ):
         if train_batch_sampler is not None and not isinstance(train_batch_sampler, EpochBatchSampler):
             raise TypeError(
                 f"train_batch_sampler should be a dyntile batch sampler (BucketBatchSampler or "
                 f"PackingBatchSampler), but got {type(train_batch_sampler).__name__}"
             )
+        if loss_mean not in MEANS:
+            raise ValueError(f"loss_mean should be one of {MEANS}, but got {loss_mean!r}")
         self.train_batch_sampler = train_batch_sampler
+        self.loss_mean = loss_mean
         super().__init__(*args, **kwargs)
         self.add_callback(SamplerEpochCallback)
+        if loss_mean == "sequence":
+            self.loss_is_scaled_for_ga = True  # compute_loss divides by the window's samples
+        elif not (self.model_accepts_loss_kwargs or self.compute_loss_func) and (
+            self.args.gradient_accumulation_steps > 1 or self.args.world_size > 1
+        ):
+            warnings.warn(
+                f"{type(self.model).__name__}.forward takes no num_items_in_batch (no **kwargs), so its loss "
+                f"is each micro-batch's own mean, and gradient accumulation or several ranks weigh the "
+                f"tokens of dyntile's uneven batches unevenly: give the model a forward that takes "
+                f"num_items_in_batch, pass compute_loss_func=, or loss_mean='sequence'",
+                stacklevel=2,
+            )
+
+    def _get_num_items_in_batch(self, batch_samples: list, device: torch.device):
+        """The window's loss tokens (``"token"``) or samples (``"sequence"``), over the
+        ranks too when the ``Trainer`` averages across devices (:func:`loaders.loss.loss_counts`)."""
+        if not batch_samples or "labels" not in batch_samples[0]:
+            return super()._get_num_items_in_batch(batch_samples, device)
+        shift = self._loss_shifts_labels
+        counts = sum((loss_counts(b, shift=shift) for b in batch_samples), LossCounts(0, 0))
+        total = torch.tensor(counts.total(self.loss_mean), device=device)
+        if self.args.average_tokens_across_devices and self.args.world_size > 1:
+            total = self.accelerator.gather(total).sum()
+        return total
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """The ``Trainer``'s, except ``loss_mean="sequence"``: each sample's mean token
+        loss, summed, over the window's samples (:func:`loaders.loss.normalised_loss`)."""
+        if self.loss_mean != "sequence" or "labels" not in inputs:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if num_items_in_batch is None:
+            num_items_in_batch = self._get_num_items_in_batch([inputs], inputs["labels"].device)
+        inputs = dict(inputs)
+        labels = inputs.pop("labels")
+        outputs = model(**inputs)
+        logits = outputs["logits"] if isinstance(outputs, dict) else outputs[0]
+        loss = normalised_loss(
+            logits,
+            labels,
+            total=num_items_in_batch,
+            segment_ids=inputs.get("segment_ids"),
+            mean="sequence",
+            shift=self._loss_shifts_labels,
+        )
+        if self.args.average_tokens_across_devices and self.args.world_size > 1:
+            loss = loss * self.args.world_size  # the ranks' gradients are averaged
+        return (loss, outputs) if return_outputs else loss
 
     # ---- epochs of varying length: each counted on its own
 

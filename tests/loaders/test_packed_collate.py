@@ -206,10 +206,11 @@ def test_samples_own_keys_and_scalar_leaves():
 def test_asked_block_mask_replaces_a_tokenizers_own_mask():
     hf = [{"input_ids": list(range(1, n + 1)), "attention_mask": [1] * n} for n in (3, 5, 2)]
     assert collate_packed(hf, [(2, 8)], attention_mask=True)["attention_mask"].shape == (2, 8, 8)
-    assert collate_packed(hf, [(2, 8)])["attention_mask"].shape == (
-        2,
-        8,
-    )  # not asked: the samples' own, packed
+    # not asked: left out (a packed 2-D mask of ones would join each row's samples)
+    assert "attention_mask" not in collate_packed(hf, [(2, 8)])
+    hf[1]["attention_mask"] = [1, 1, 1, 0, 0]  # a padded sample: its padding would train as tokens
+    with pytest.raises(ValueError, match="sample 1 has attention_mask 0 at position 3"):
+        collate_packed(hf, [(2, 8)])
 
 
 def test_boundary_labels_take_the_label_pad_value():
