@@ -145,21 +145,9 @@ def build_batching(
     if name == "packing" and stream:
         return _stream_batching(corpus, plan, max_tokens, pack_len, seed, pack_overflow, attention, d_model)
     if name == "packing":
-        choice = None
-        if pack_len is None:
-            from dyntile.planning import choose_seq_len
-
-            choice = choose_seq_len(
-                lengths,
-                max_tokens=max_tokens,
-                multiple=plan.multiple,
-                overflow=pack_overflow,
-                attention=attention,
-                d_model=d_model,
-            )
-            seq_len = choice.seq_len
-        else:
-            seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
+        seq_len, choice = _packing_seq_len(
+            lengths, lengths, pack_len, max_tokens, plan.multiple, pack_overflow, attention, d_model
+        )
         sampler = PackingBatchSampler(
             lengths, max_tokens=max_tokens, seq_len=seq_len, overflow=pack_overflow, seed=seed
         )
@@ -223,30 +211,31 @@ class StreamBatching(Batching):
         return _SizedLoader(dl, len(self.batch_sampler))
 
 
+def _packing_seq_len(seen, lengths, pack_len, max_tokens, multiple, overflow, attention, d_model):
+    """``(seq_len, choice)``: the row length that costs least on the lengths ``seen`` so far
+    (``choice``: :func:`~dyntile.planning.choose_seq_len`'s answer), or ``--pack-len``'s
+    rule over ``lengths`` (``choice`` ``None``)."""
+    if pack_len is not None:
+        return pack_seq_len(lengths, pack_len, max_tokens, multiple), None
+    from dyntile.planning import choose_seq_len
+
+    options = dict(max_tokens=max_tokens, multiple=multiple, overflow=overflow, attention=attention)
+    choice = choose_seq_len(seen, d_model=d_model, **options)
+    return choice.seq_len, choice
+
+
 def _stream_batching(
     corpus, plan, max_tokens, pack_len, seed, overflow, attention, d_model
 ) -> StreamBatching:
     """Packing over a stream of the corpus: the row length from the stream's first
     ``buffer_size`` samples (or ``--pack-len``); long rows as long as the corpus's longest
     sample (a stream without that knowledge takes the budget's, or ``max_len=``)."""
-    from dyntile.planning import choose_seq_len
     from loaders import PackedCollate, StreamingPacker
 
     lengths, buffer_size = corpus.lengths, 4096
-    choice = None
-    if pack_len is None:
-        first = lengths[:buffer_size]
-        choice = choose_seq_len(
-            first,
-            max_tokens=max_tokens,
-            multiple=plan.multiple,
-            overflow=overflow,
-            attention=attention,
-            d_model=d_model,
-        )
-        seq_len = choice.seq_len
-    else:
-        seq_len = pack_seq_len(lengths, pack_len, max_tokens, plan.multiple)
+    seq_len, choice = _packing_seq_len(
+        lengths[:buffer_size], lengths, pack_len, max_tokens, plan.multiple, overflow, attention, d_model
+    )
     packer = StreamingPacker(
         _CorpusStream(corpus),
         max_tokens=max_tokens,
