@@ -83,6 +83,9 @@ def torch_fill_bits(fill, token) -> int:
         raise ValueError(f"fill={fill!r} overflows {token} (max {info.max})")
     if math.isinf(f) and not math.isinf(stored):
         raise ValueError(f"fill={fill!r} cannot be stored in {token}: it has no infinity")
+    from dyntile.fill import check_integral_exact
+
+    check_integral_exact(fill, stored, str(token).removeprefix("torch."))
     width = t.element_size()
     bits = int(t.view(getattr(torch, _BIT_VIEWS[width])).item())
     return bits & ((1 << (8 * width)) - 1)

@@ -10,7 +10,7 @@ import numpy as np
 
 from dyntile.dtypes import moved_by_kernels
 
-__all__ = ["fill_bits", "fill_key", "check_fill", "kernel_fill_bits"]
+__all__ = ["fill_bits", "fill_key", "check_fill", "check_integral_exact", "kernel_fill_bits"]
 
 _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -20,7 +20,8 @@ def check_fill(fill, dtype: np.dtype, what: str = "fill") -> np.ndarray:
 
     Integers and bools accept only integral values in range (no NaN, no 300 into
     uint8, no 0.5); floats accept any real number that does not overflow to inf
-    (inf and NaN themselves are fine); bool accepts 0, 1, True, False.
+    (inf and NaN themselves are fine) and an integral one only when they hold it
+    exactly (see :func:`check_integral_exact`); bool accepts 0, 1, True, False.
     """
     dtype = np.dtype(dtype)
     if isinstance(fill, np.ndarray) and fill.ndim == 0:
@@ -58,6 +59,8 @@ def check_fill(fill, dtype: np.dtype, what: str = "fill") -> np.ndarray:
         parts = (np.real(value), np.imag(value)), (arr.real, arr.imag)
         if any(np.isfinite(x) and not np.isfinite(y) for x, y in zip(*parts)):
             raise ValueError(overflows())
+        if kind == "f":
+            check_integral_exact(fill, arr.item(), dtype, what)
         return arr
     if kind in "US":  # np.array(0, "<U2") is the string '0'
         raise TypeError(
@@ -70,6 +73,35 @@ def check_fill(fill, dtype: np.dtype, what: str = "fill") -> np.ndarray:
         raise ValueError(f"{what}={_shown(fill)} is out of range for {dtype}") from None
     except (TypeError, ValueError) as e:
         raise TypeError(f"{what}={fill!r} cannot be stored in {dtype}: {e}") from None
+
+
+def check_integral_exact(fill, stored, dtype, what: str = "fill") -> None:
+    """``ValueError`` when an integral ``fill`` (an int, or a float with no fraction)
+    is ``stored`` in the float ``dtype`` as another number: a label fill of -100 in
+    float8 would be -96, which a loss does not ignore. Other real fills round to the
+    nearest value of the dtype, as any cast does.
+
+    >>> check_integral_exact(-100, -96.0, "float8_e4m3fn")
+    Traceback (most recent call last):
+    ValueError: fill=-100 cannot be stored exactly in float8_e4m3fn (it would be -96.0); pass a fill it holds
+    """
+    if isinstance(fill, (bool, np.bool_)):
+        return
+    if isinstance(fill, (int, np.integer)):
+        exact = int(fill) == stored if math.isfinite(stored) else False
+    else:
+        try:
+            f = float(fill)
+        except (TypeError, ValueError, OverflowError):
+            return
+        if not math.isfinite(f) or f != int(f):
+            return
+        exact = f == stored
+    if not exact:
+        raise ValueError(
+            f"{what}={_shown(fill)} cannot be stored exactly in {dtype} (it would be {stored!r}); "
+            f"pass a fill it holds"
+        )
 
 
 def _shown(fill) -> str:

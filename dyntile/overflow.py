@@ -6,8 +6,10 @@ checks ``overflow=`` here, so a word means the same thing everywhere:
 * ``"error"``: raise ``ValueError`` naming the sample (the default of bucketing);
 * ``"truncate"``: cut the sample to the largest shape, counted in the collate's
   stats (bucket plans and their collates);
-* ``"extend"``: give the sample a larger shape: a bucket plan grows a boundary;
-  packing puts it in rows of a second, longer shape (the default of packing);
+* ``"extend"``: give the sample a larger shape: a bucket plan grows a boundary (a
+  sampler's once, for every length; a collate's for that batch alone, so its width
+  depends on the plan and the batch only); packing puts it in rows of a second,
+  longer shape (the default of packing);
 * ``"split"``: cut the sample into chunks in consecutive rows of one packed batch
   (packing).
 

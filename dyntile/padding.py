@@ -36,7 +36,8 @@ from dyntile.fill import check_fill, fill_bits, fill_key, kernel_fill_bits
 from dyntile.planning.buckets import BucketPlan
 from dyntile.threads import copy_threads
 
-__all__ = ["pad_batch", "pad_to", "pad_rows"]
+# the native row helpers are shared with loaders' collates, not part of the top-level API
+__all__ = ["pad_batch", "pad_to", "pad_rows", "native_row_dtype", "native_row_layout"]
 
 
 _SIDES = {"right": False, "left": True}

@@ -11,19 +11,31 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 __all__ = [
+    "as_index",
     "round_up",
     "padded_shape",
     "tile_grid",
     "tiled_shape",
     "check_multiple",
     "check_shape",
+    "check_tile",
+    "normalize_axis",
     "MatmulShapes",
     "matmul_shapes",
     "broadcast_batch",
 ]
 
 
-def _as_index(value, name: str) -> int:
+def as_index(value, name: str) -> int:
+    """``value`` as an ``int`` (``operator.index``: 3.7 is not truncated); ``TypeError`` naming
+    ``name`` otherwise.
+
+    >>> as_index(4, "n")
+    4
+    >>> as_index(3.0, "n")
+    Traceback (most recent call last):
+    TypeError: n should be an integer, but got 3.0 of type float
+    """
     try:
         return operator.index(value)
     except TypeError:
@@ -34,7 +46,7 @@ def _as_index(value, name: str) -> int:
 
 def check_multiple(multiple, name: str = "multiple") -> int:
     """Validate a layout multiple (a positive integer) and return it as ``int``."""
-    m = _as_index(multiple, name)
+    m = as_index(multiple, name)
     if not 1 <= m < 2**63:
         raise ValueError(f"{name} should be a positive integer below 2**63, but got {m}")
     return m
@@ -44,7 +56,7 @@ def check_shape(shape, name: str = "shape") -> tuple[int, ...]:
     """A shape (an int or a sequence of them, each ``>= 0``) as a tuple of ``int``;
     ``TypeError`` for non-integers (3.7 is not truncated to 3), ``ValueError`` below 0."""
     entries = (shape,) if _is_scalar(shape) else tuple(shape)
-    out = tuple(_as_index(s, f"{name}[{i}]") for i, s in enumerate(entries))
+    out = tuple(as_index(s, f"{name}[{i}]") for i, s in enumerate(entries))
     if any(s < 0 for s in out):
         raise ValueError(f"{name} should hold sizes >= 0, but got {out}")
     return out
@@ -62,7 +74,7 @@ def round_up(n, multiple) -> int:
     >>> round_up(13, 8), round_up(16, 8), round_up(0, 8)
     (16, 16, 0)
     """
-    n = _as_index(n, "n")
+    n = as_index(n, "n")
     m = check_multiple(multiple)
     if n < 0:
         raise ValueError(f"n should be non-negative, but got {n}")
@@ -109,7 +121,7 @@ def padded_shape(
 
 def normalize_axis(axis, ndim: int) -> int:
     """Map a possibly negative axis into ``range(ndim)``; ``ValueError`` if out of range."""
-    a = _as_index(axis, "axis")
+    a = as_index(axis, "axis")
     if not -ndim <= a < ndim:
         raise ValueError(f"axis {a} is out of bounds for samples of {ndim} dimensions")
     return a % ndim

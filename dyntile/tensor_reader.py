@@ -16,6 +16,7 @@ Imported only once a torch tensor is seen: importing dyntile imports no torch.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 import numpy as np
@@ -30,6 +31,7 @@ __all__ = [
     "native_reader",
     "native_status",
     "requires_grad",
+    "use_native",
 ]
 
 _UNSET = object()
@@ -61,6 +63,25 @@ def native_module():
     return _native
 
 
+@contextlib.contextmanager
+def use_native(enabled: bool = True):
+    """Within the block, tensors are read natively only when ``enabled`` and the module
+    is usable (judged afresh on first use); with ``False`` every route reads them through
+    torch's bindings, as without the module (tests and benchmarks compare the two).
+    The previous choice comes back after the block.
+
+    >>> with use_native(False):
+    ...     native_module() is None and native_status().startswith(("switched off", "not loaded"))
+    True
+    """
+    global _native
+    saved, _native = _native, (_UNSET if enabled else None)
+    try:
+        yield
+    finally:
+        _native = saved
+
+
 def native_reader():
     """The native ``describe`` function, or ``None`` (see :func:`native_module`)."""
     native = native_module()
@@ -88,7 +109,7 @@ def native_status() -> str:
             f"rebuild dyntile with `pip install --no-build-isolation`"
         )
     if torch_tensors.built_for == torch.__version__:
-        return "switched off (dyntile.tensor_reader._native is None: a test or benchmark turned it off)"
+        return "switched off (inside dyntile.tensor_reader.use_native(False): a test or benchmark)"
     return (
         f"not used: built for torch {torch_tensors.built_for}, running {torch.__version__}; "
         f"reinstall dyntile with `pip install --no-build-isolation`"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["copy_threads", "max_threads", "in_forked_child"]
+__all__ = ["copy_threads", "max_threads", "in_forked_child", "PARALLEL_COPY_BYTES"]
 
 #: below this many output bytes a copy kernel runs single-threaded (one core nearly saturates
 #: memory bandwidth; a second thread only helps for large copies on an idle machine)

@@ -27,6 +27,7 @@ from . import collate_python
 from .collate_python import map_tensors
 from .collate_spec import LABEL_KEYS, CollateRules, Mismatch, plan_batch, signature
 from .collate_stats import STATS_KEY, CollateStats, batch_counts
+from .key_names import key_mapping, key_names
 from .pinning import pinning_available, warn_no_pinning_in_worker
 from .worker_transfer import WorkerBatch
 
@@ -82,6 +83,10 @@ class DynTileCollate:
         rename: Mapping[str, str] | None = None,
     ):
         _check_choices(plan, side, overflow, worker_transfer, axes)
+        pad_values = key_mapping(pad_values, "pad_values", "DynTileCollate")
+        rename = key_mapping(rename, "rename", "DynTileCollate")
+        pad_keys = None if pad_keys is None else key_names(pad_keys, "pad_keys", "DynTileCollate")
+        label_keys = key_names(label_keys, "label_keys", "DynTileCollate")
         self.plan, self.fill, self.side, self.overflow = plan, fill, side, overflow
         self.multiple = check_multiple(multiple)
         self.pad_values = _read_only(pad_values or {})
@@ -207,8 +212,8 @@ class DynTileCollate:
             spec = self._plan(samples[0])
             object.__setattr__(self, "_last", spec)
             got = collate_python.run(self._rules, spec, samples)
-        if got.rules is not self._rules:  # overflow="extend" grew the plan
-            self._extend_plan(got.rules.plan)
+        # overflow="extend" pads this batch to the plan grown by its own sizes; the plan
+        # stays as built, so a batch's width never depends on the batches before it
         return self._finish(
             got.out, got.mask, got.lengths, got.real, got.total, got.shapes, got.truncated, got.extended
         )
@@ -231,11 +236,6 @@ class DynTileCollate:
             out[STATS_KEY] = batch_counts(real, total, shapes, truncated, extended)
         self.stats.add(real, total, shapes, truncated, extended)
         return out
-
-    def _extend_plan(self, plan: BucketPlan) -> None:
-        """``overflow="extend"``: this collate's plan grows (per process), and its plans follow."""
-        object.__setattr__(self, "plan", plan)
-        self._reset_rules(self._rules.pin)
 
     def _no_pinning_in_worker(self) -> None:
         """This worker's copy of the collate stops pinning, with one warning per worker."""
@@ -274,6 +274,8 @@ def _check_choices(plan, side: str, overflow: str, worker_transfer: str, axes) -
     check_overflow(overflow, BUCKET_OVERFLOWS)
     if worker_transfer not in WORKER_TRANSFERS:
         raise ValueError(f"worker_transfer should be one of {WORKER_TRANSFERS}, but got {worker_transfer!r}")
+    if isinstance(axes, (str, bytes)):
+        raise TypeError(f"axes should be a sequence of ints (axes to pad), but got the string {axes!r}")
     if axes is not None and not tuple(axes):
         raise ValueError("axes should name at least one axis to pad (or be None: pad the axes that differ)")
 

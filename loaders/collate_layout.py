@@ -52,20 +52,19 @@ NUMBER_DTYPES = {int: torch.int64, float: torch.float64, bool: torch.bool}
 #: copies of more bytes than this go to the threaded kernels of the Python executor
 ONE_THREAD_BYTES = PARALLEL_COPY_BYTES - 1
 
-# the kinds the native reader reports (its module constants: written once, in the C++)
-# (without the native module no batch is laid out: they are never read then)
-_native = tensor_reader.native_module()  # torch is loaded above
-TENSOR_ROWS = getattr(_native, "TENSOR_ROWS", None)
-TENSOR_SCALARS = getattr(_native, "TENSOR_SCALARS", None)
-_KIND_DTYPES = (
-    {}
-    if _native is None
-    else {
-        _native.INTS: NUMBER_DTYPES[int],
-        _native.FLOATS: NUMBER_DTYPES[float],
-        _native.BOOLS: NUMBER_DTYPES[bool],
-    }
-)
+# the kinds the native reader reports: its module constants, written once, in the C++
+# (without a usable native module no batch is laid out, and they are never read)
+try:
+    from dyntile.cpu import torch_tensors as _reader
+except ImportError:
+    _reader = None
+TENSOR_ROWS = getattr(_reader, "TENSOR_ROWS", None)
+TENSOR_SCALARS = getattr(_reader, "TENSOR_SCALARS", None)
+_KIND_DTYPES = {
+    getattr(_reader, "INTS", None): NUMBER_DTYPES[int],
+    getattr(_reader, "FLOATS", None): NUMBER_DTYPES[float],
+    getattr(_reader, "BOOLS", None): NUMBER_DTYPES[bool],
+}
 
 
 def stacks(always: bool, rows: int, longest: int, total: int) -> bool:
@@ -297,7 +296,7 @@ def run_layout(samples: list, spec: DictSpec) -> tuple | None:
     executor (another structure, a value the reader does not take, a layout it decides
     there, or a list holding other numbers than ints, which the writer meets)."""
     native = tensor_reader.native_module()
-    got = native.read_dicts(samples, spec.keys)
+    got = None if native is None else native.read_dicts(samples, spec.keys)  # None: switched off
     if got is None:
         return None
     read, keys = got

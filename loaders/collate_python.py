@@ -244,7 +244,7 @@ class PythonBatch:
             raise ValueError(
                 f"key {key!r}: sample {i} has shape {tuple(shapes[i].tolist())}, over the plan's largest "
                 f"boundary {tuple(int(x) for x in limit)} along axes {list(axes)}; pass "
-                f"overflow='truncate' to cut it or overflow='extend' to grow the plan"
+                f"overflow='truncate' to cut it or overflow='extend' to pad past the plan"
             )
         items = list(items)
         shapes = shapes.copy()

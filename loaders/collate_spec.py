@@ -176,7 +176,9 @@ class CollateRules:
             if B > rows:
                 raise ValueError(
                     f"key {key!r}: a batch of {B} samples in bucket {sizes} is larger than its "
-                    f"bucket_rows entry {rows}; give the sampler's batch sizes"
+                    f"bucket_rows entry {rows}: the samples' lengths disagree with the lengths the "
+                    f"sampler batched them by (were they yielded by a BucketBatchSampler over these "
+                    f"samples' lengths, and is bucket_rows its batch_sizes?)"
                 )
             return rows
         if self.batch_multiple is None:

@@ -125,6 +125,8 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
         self.epoch = 0
         self._yielded = 0
         self._loaded = False
+        self._start = 0  # where the current pass started
+        self._received: int | None = None  # batches of this pass a draw-ahead wrapper handed on
         self.layout: str | None = None  # subclasses: layout_digest() of what fixes the batches
 
     # ---- ranks
@@ -167,6 +169,11 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
     def __len__(self) -> int:
         """Batches of the current epoch on this rank."""
 
+    def batches_in_epoch(self, epoch: int) -> int:
+        """Batches of ``epoch`` on this rank (``len()`` is the current epoch's); the
+        sampler's epoch and position do not change."""
+        return len(self.batches(check_non_negative(epoch, "epoch")))
+
     # ---- Sampler protocol
 
     def __iter__(self) -> Iterator[list[int]]:
@@ -179,7 +186,8 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
         # empty pass); any other iteration is a whole pass over the epoch
         start = self._yielded if self._loaded else 0
         self._loaded = False
-        self._yielded = start
+        self._yielded = self._start = start
+        self._received = None
         for batch in batches[start:]:
             self._yielded += 1
             yield batch
@@ -193,7 +201,14 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
         if epoch != self.epoch:
             self._yielded = 0
             self._loaded = False
+            self._received = None
         self.epoch = epoch
+
+    def note_received(self, batches: int) -> None:
+        """A wrapper that draws batches ahead of the loop (accelerate's prepared loader)
+        reports how many of this pass's batches the loop has received: :meth:`state_dict`
+        then saves that position, not the sampler's own count."""
+        self._received = self._start + operator.index(batches)
 
     # ---- checkpointing
 
@@ -202,9 +217,14 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
 
         A ``DataLoader`` with workers draws batches ahead of the training loop;
         pass ``batches_done`` (batches the loop consumed this epoch) to save that
-        position instead of the sampler's own count.
+        position instead of the sampler's own count (a loader prepared by
+        :func:`loaders.integrations.accelerate.prepare_data_loader` reports it itself,
+        see :meth:`note_received`).
         """
-        done = self._yielded if batches_done is None else operator.index(batches_done)
+        if batches_done is not None:
+            done = operator.index(batches_done)
+        else:
+            done = self._yielded if self._received is None else self._received
         if not 0 <= done <= len(self):
             raise ValueError(f"batches_done should be in [0, {len(self)}], but got {done}")
         state = {
@@ -246,6 +266,7 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
             raise ValueError(f"batches_yielded should be in [0, {len(self)}], but got {done}")
         self._yielded = done
         self._loaded = True
+        self._received = None
 
 
 class EpochIndices(torch.utils.data.Sampler):

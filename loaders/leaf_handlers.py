@@ -61,24 +61,29 @@ def collate_mapping(ctx, items: list, spec) -> dict:
     the same key set; the checks are C-level loops (``map(type)``, ``map(itemgetter)``
     and ``map(len)``). Mappings of mixed types are collated when each is a mapping."""
     key = spec.key
+    keys, columns = mapping_columns(items, key)
+    if tuple(keys) != spec.fields:
+        raise Mismatch(key)
+    return {k: ctx.walk(child, column) for k, child, column in zip(keys, spec.children, columns)}
+
+
+def mapping_columns(items: list, key: str = "") -> tuple[list, list]:
+    """``(keys, columns)`` of mapping samples (at the place ``key``): sample 0's keys
+    and, per key, the B values. Raises ``KeyError`` naming the first sample that
+    lacks a key of sample 0 or adds one, ``TypeError`` naming one that is not a
+    mapping (see :func:`collate_mapping`). Exact dicts are read in one native call
+    when the native module is in use."""
     try:
-        keys, columns = mapping_columns(items)
+        return _mapping_columns(items)
     except (KeyError, TypeError, IndexError):
         keys = list(items[0].keys())
         _raise_key_mismatch(items, keys, key)
         raise TypeError(
             f"{_where(key)}: the samples could not be read as mappings with keys {keys}"
         ) from None
-    if tuple(keys) != spec.fields:
-        raise Mismatch(key)
-    return {k: ctx.walk(child, column) for k, child, column in zip(keys, spec.children, columns)}
 
 
-def mapping_columns(items: list) -> tuple[list, list]:
-    """``(keys, columns)`` of mapping samples: sample 0's keys and, per key, the B
-    values. Raises ``KeyError``, ``TypeError`` or ``IndexError`` unless every sample
-    is a mapping with sample 0's key set (see :func:`collate_mapping`). Exact dicts are
-    read in one native call when the native module is in use."""
+def _mapping_columns(items: list) -> tuple[list, list]:
     native = tensor_reader.native_module()
     if native is not None and type(items) is list:
         got = native.dict_columns(items)
@@ -179,7 +184,8 @@ def _shapes(items: list, key: str, refused: str | None) -> np.ndarray:
         if described is not None:
             return described[0]
     if len({(type(x), getattr(x, "dtype", None)) for x in items}) > 1:
-        _raise_mixed(items, type(items[0]), items[0].dtype, key, refused)
+        check_one_dtype(items, key)  # the tensors or arrays (PackedCollate's rule too)
+        _raise_mixed(items, type(items[0]), items[0].dtype, key, refused)  # a list among them
     shape_list = [x.shape for x in items]
     ndim = len(shape_list[0])
     if len({len(s) for s in shape_list}) > 1:
@@ -190,6 +196,31 @@ def _shapes(items: list, key: str, refused: str | None) -> np.ndarray:
         )
     flat = itertools.chain.from_iterable(shape_list)
     return np.fromiter(flat, np.int64, count=len(items) * ndim).reshape(len(items), ndim)
+
+
+def check_one_dtype(items: list, key: str) -> None:
+    """``TypeError`` naming the first tensor or array among ``items`` (one key's values)
+    of another type or dtype than the first one: both collates take one type and dtype
+    per key and promote none (int64 with int32, float32 with float64); lists of numbers
+    are weakly typed and join them when the dtype holds their values.
+
+    >>> check_one_dtype([np.zeros(2, np.int64), [3], np.zeros(1, np.int32)], "input_ids")
+    Traceback (most recent call last):
+    TypeError: key 'input_ids': sample 2 has dtype int32, but sample 0 has dtype int64; ...
+    """
+    typed = [(i, x) for i, x in enumerate(items) if isinstance(x, (torch.Tensor, np.ndarray))]
+    if not typed:
+        return
+    i0, x0 = typed[0]
+    for i, x in typed:
+        if type(x) is not type(x0) or x.dtype != x0.dtype:
+            same = type(x) is type(x0)
+            what = f"dtype {x.dtype}" if same else f"type {type(x).__name__}"
+            want = f"dtype {x0.dtype}" if same else f"type {type(x0).__name__}"
+            raise TypeError(
+                f"{_where(key)}: sample {i} has {what}, but sample {i0} has {want}; "
+                f"every sample's value of one key needs one type and dtype"
+            )
 
 
 def _raise_mixed(items: list, kind: type, dtype, key: str, reason: str | None = None):
@@ -252,6 +283,11 @@ def _number_arrays(items: list, key: str) -> list:
     return [flat[e - n : e] for e, n in zip(ends, lengths)]
 
 
+def _shown(value: int) -> str:
+    """An int for a message: huge ones by their size."""
+    return f"an int of {value.bit_length()} bits" if value.bit_length() > 200 else str(value)
+
+
 def _raise_not_numbers(items: list, key: str):
     """The error for lists NumPy cannot read as one numeric array: the first sample
     holding a non-number, else (numbers all, read as Python objects) the first int
@@ -286,10 +322,30 @@ def _check_float_lists(items: list, key: str) -> None:
             f"{_where(key)}: sample {i} holds ints outside int64, which float64 (the "
             f"batch's dtype) would round; pass them as floats or as one dtype"
         )
+    if all(a.dtype.kind in "biu" for _, a in arrays):  # ints only: uint64 with int64 reads as float64
+        big = next(i for i, a in arrays if a.dtype.kind == "u")
+        small = next(i for i, a in arrays if a.dtype.kind != "u" and a.size)
+        raise TypeError(
+            f"{_where(key)}: sample {big} holds ints that do not fit int64 (e.g. "
+            f"{max(items[big])}) and sample {small} holds ints read as int64: no integer dtype "
+            f"holds both, and float64 would round them; pass every sample as one dtype "
+            f"(e.g. a uint64 array)"
+        )
     try:
         promote_samples([], arrays)
     except TypeError as e:
         raise TypeError(f"{_where(key)}: {e} (the batch is float64: another sample holds floats)") from None
+
+
+def check_ints_fit(items: list, key: str) -> None:
+    """``ValueError`` naming the first of one key's Python ints that int64 (the dtype of
+    a key of ints, in both collates) cannot hold."""
+    big = next((i for i, x in enumerate(items) if type(x) is int and not -(2**63) <= x < 2**63), None)
+    if big is not None:
+        raise ValueError(
+            f"{_where(key)}: sample {big} holds {_shown(items[big])}, which int64 (the dtype of a "
+            f"key of ints) cannot hold; pass it as a float"
+        ) from None
 
 
 def collate_numbers(ctx, items: list, spec) -> torch.Tensor:
@@ -302,9 +358,10 @@ def collate_numbers(ctx, items: list, spec) -> torch.Tensor:
         if isinstance(items[0], float):
             return torch.tensor(items, dtype=torch.float64)
         return torch.tensor(items)
-    except (TypeError, ValueError, RuntimeError):
+    except (TypeError, ValueError, RuntimeError, OverflowError):
         i = next((i for i, x in enumerate(items) if not _is_number(x)), None)
         if i is None:
+            check_ints_fit(items, key)
             raise
         raise TypeError(
             f"{_where(key)}: sample {i} is a {type(items[i]).__name__}, but sample 0 is a number "

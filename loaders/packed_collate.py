@@ -55,7 +55,8 @@ from dyntile.tensor_reader import describe_rows
 
 from .collate_spec import LABEL_KEYS, CollateRules
 from .collate_stats import STATS_KEY, CollateStats, batch_counts
-from .leaf_handlers import mapping_columns
+from .key_names import key_mapping, key_names
+from .leaf_handlers import check_ints_fit, check_one_dtype, mapping_columns
 from .pinning import pinning_available, warn_no_pinning_in_worker
 from .worker_transfer import WorkerBatch
 
@@ -106,12 +107,8 @@ class PackedCollate:
             shapes = shapes.shapes
         self.shapes = check_packing_shapes(shapes)
         self.overflow = check_packing_overflow("extend" if overflow is None else overflow)
-        self.pad_values = dict(pad_values or {})
-        if isinstance(label_keys, str):
-            raise TypeError(
-                f"label_keys should be a sequence of key names, but got the string {label_keys!r}"
-            )
-        self.label_keys = tuple(label_keys)
+        self.pad_values = dict(key_mapping(pad_values, "pad_values", "PackedCollate") or {})
+        self.label_keys = label_keys = key_names(label_keys, "label_keys", "PackedCollate")
         self._fills = CollateRules(pad_values=dict(self.pad_values), label_keys=frozenset(label_keys))
         self.mask_boundary_labels = bool(mask_boundary_labels)
         self.attention_mask = _check_mask(attention_mask, mask_dtype)
@@ -141,6 +138,7 @@ class PackedCollate:
         if len(samples) == 0:
             raise ValueError("PackedCollate needs at least one sample, but got an empty batch")
         tokens, others = _columns(samples)
+        self._check_own_keys(tokens, others)
         if self.flash_attention_kwargs and "attention_mask" in tokens and self.attention_mask is None:
             del tokens["attention_mask"]  # a 2-D mask would send Hugging Face past cu_seq_lens
         sources = {key: _token_source(column, key) for key, column in tokens.items()}
@@ -162,7 +160,7 @@ class PackedCollate:
             "lengths": torch.from_numpy(lengths),
         }
         out.update((k, v) for k, v in computed.items() if k not in out and k not in others)
-        out.update((k, _stack_leaf(column)) for k, column in others.items())
+        out.update((k, _stack_leaf(column, k)) for k, column in others.items())
         if self.attention_mask is not None:  # asked for: it replaces a tokenizer's own mask of ones
             out["attention_mask"] = self._mask(segment_ids)
         if self.flash_attention_kwargs:
@@ -174,6 +172,22 @@ class PackedCollate:
                 for k, v in out.items()
             }
         return out
+
+    def _check_own_keys(self, tokens: dict, others: dict) -> None:
+        """``ValueError`` for a sample key that an output this collate always writes would
+        replace (``packing``; the flash-attention keys and the stats when asked for); the
+        outputs it computes otherwise (``position_ids``...) yield to a sample's own."""
+        written = {"packing"}
+        if self.flash_attention_kwargs:
+            written.update(_FLASH_KEYS)
+        if self.return_stats:
+            written.add(STATS_KEY)
+        clash = sorted(k for k in written if k in tokens or k in others)
+        if clash:
+            raise ValueError(
+                f"the samples have the key {clash[0]!r}, which PackedCollate's output holds "
+                f"(its own, replacing the samples'); rename that key of the samples"
+            )
 
     def _place(self, key: str, src: _Source, packed: PackedBatch, dst: np.ndarray) -> torch.Tensor:
         """One token key's ``[B, T, *rest]`` output: its pad value, then every piece."""
@@ -339,6 +353,7 @@ def _token_source(column: list, key: str) -> _Source:
         if rows is not None:
             shapes, strides, ptrs, _, _ = rows
             return _Source(ptrs, strides.reshape(-1), shapes.reshape(-1), x0.dtype, (), column)
+    check_one_dtype(column, key)  # DynTileCollate's rule: no promotion across samples
     try:
         values, lens = concat_rows(column)
     except (TypeError, ValueError) as e:
@@ -366,9 +381,11 @@ def _common_lengths(sources: dict) -> np.ndarray:
     return np.ascontiguousarray(lengths, dtype=np.int64)
 
 
-def _stack_leaf(values: list):
+def _stack_leaf(values: list, key: str):
     """Per-sample values of a non-token key: a tensor for numbers and 0-d arrays or
-    tensors, else the list as it is (strings, None, mixed)."""
+    tensors, else the list as it is (strings, None, mixed); ints past int64 are refused,
+    as :class:`~loaders.collate.DynTileCollate` refuses them."""
+    check_ints_fit(values, key)
     if all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in values):
         return torch.stack(values)
     if all(

@@ -30,13 +30,9 @@ import operator
 
 import numpy as np
 
-from dyntile.planning.packing import (
-    PackedBatch,
-    check_packing_overflow,
-    check_pool_size,
-    pack_lengths,
-    packing_shapes,
-)
+from dyntile.planning.packing import PackedBatch, pack_into_shapes, packing_shapes
+from dyntile.planning.packing_checks import check_budget, check_packing_overflow, check_pool_size
+from dyntile.planning.packing_cost import RowCost, cost_model
 
 from .epoch_sampler import EpochBatchSampler, layout_digest
 
@@ -53,10 +49,11 @@ class PackingBatchSampler(EpochBatchSampler):
     within segments; ``"dense"``: a ``[B, 1, T, T]`` mask over the whole row), counting
     slots, attention scores and steps (``causal``, ``d_model`` or
     ``attention_weight``, ``step_cost``: see :mod:`dyntile.planning.packing_cost`,
-    whose ``choose_seq_len`` reports the cost), else to the longest sample rounded up
-    to ``multiple``; capped by the budget. Samples longer than ``T`` follow ``overflow``
-    (``"extend"``: a second, longer shape; ``"split"``; ``"error"``: see
-    :mod:`dyntile.overflow`). :attr:`shapes` lists the batch shapes
+    whose ``choose_seq_len`` reports the cost; or all of them as one ``cost``, a
+    :class:`~dyntile.planning.packing_cost.RowCost`, kept as :attr:`cost`), else to
+    the longest sample rounded up to ``multiple``; capped by the budget. Samples longer
+    than ``T`` follow ``overflow`` (``"extend"``: a second, longer shape; ``"split"``;
+    ``"error"``: see :mod:`dyntile.overflow`). :attr:`shapes` lists the batch shapes
     (one or two ``(B, T)``); pass them to the collate. Deterministic per ``seed``
     and epoch (:meth:`set_epoch`); resumable (:meth:`state_dict`);
     ``num_replicas``/``rank`` default to ``torch.distributed``'s, read when iteration
@@ -92,24 +89,24 @@ class PackingBatchSampler(EpochBatchSampler):
         attention_weight: float | None = None,
         step_cost: float | None = None,
         sampler=None,
+        cost: RowCost | None = None,
     ):
         self.lengths = np.asarray(lengths)
         overflow = check_packing_overflow(overflow)
-        self._shape_args = dict(
-            seq_len=seq_len,
+        options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
+        self.cost = cost_model(
+            cost, max_tokens=check_budget(max_tokens, batch_rows), step_cost=step_cost, **options
+        )
+        self.shapes = packing_shapes(
+            self.lengths,
+            seq_len,
             max_tokens=max_tokens,
             batch_rows=batch_rows,
             multiple=multiple,
             overflow=overflow,
             plan=plan,
-            attention=attention,
-            causal=causal,
-            d_model=d_model,
-            attention_weight=attention_weight,
-            step_cost=step_cost,
-        )
-        self.shapes = packing_shapes(self.lengths, **self._shape_args)
-        self._shape_args["seq_len"] = self.shapes[0][1]  # the same shapes, not chosen again every epoch
+            cost=self.cost,
+        )  # chosen once: every epoch packs into these shapes
         if self.lengths.size == 0:
             raise ValueError(f"lengths should be non-empty, but got shape {self.lengths.shape}")
         self.lengths = self.lengths.astype(np.int64)
@@ -139,9 +136,10 @@ class PackingBatchSampler(EpochBatchSampler):
         epoch = self.epoch if epoch is None else operator.index(epoch)
         key = (self.seed, epoch, self.num_replicas)
         if self._cache is None or self._cache[0] != key:
-            packed = pack_lengths(
+            packed = pack_into_shapes(
                 self.lengths,
-                **self._shape_args,
+                self.shapes,
+                overflow=self.overflow,
                 pool_size=self.pool_size,
                 shuffle=self.shuffle,
                 seed=self.seed,
@@ -156,6 +154,10 @@ class PackingBatchSampler(EpochBatchSampler):
         packed = self.packed_batches(epoch)
         R, rank = self.replicas()
         return [b.sample_order.tolist() for b in packed[rank::R]]
+
+    def batches_in_epoch(self, epoch: int) -> int:
+        """Batches of ``epoch`` on this rank (the count varies by epoch with the shuffle)."""
+        return len(self.packed_batches(epoch)) // self.num_replicas
 
     def __len__(self) -> int:
         """Batches of the current epoch on this rank (the same on every rank; may vary by epoch)."""

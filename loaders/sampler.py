@@ -183,6 +183,10 @@ class BucketBatchSampler(EpochBatchSampler):
         rank = self.rank
         return [step[rank].tolist() for step in self.epoch_steps(epoch)]
 
+    def batches_in_epoch(self, epoch: int) -> int:
+        """Batches of ``epoch`` on this rank: the same in every epoch (``len()``)."""
+        return len(self)
+
     def __len__(self) -> int:
         """Batches per epoch on this rank (the same on every rank)."""
         R = self.num_replicas

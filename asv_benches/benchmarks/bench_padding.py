@@ -289,8 +289,8 @@ class PadTensorReader:
         native = tensor_reader.native_module()
         if reader == "native" and native is None:
             raise NotImplementedError("dyntile.cpu.torch_tensors is not built for this torch")
-        self._restore = (tensor_reader, tensor_reader._native)
-        tensor_reader._native = native if reader == "native" else None
+        self._switch = tensor_reader.use_native(reader == "native")
+        self._switch.__enter__()
         b, mean, *row = (int(v) for v in batch.split("x"))
         rng = np.random.default_rng(SEED)
         self.samples = [
@@ -299,8 +299,7 @@ class PadTensorReader:
         ]
 
     def teardown(self, reader, batch):
-        module, value = self._restore
-        module._native = value
+        self._switch.__exit__(None, None, None)
 
     def time_pad_batch(self, reader, batch):
         dyntile.pad_batch(self.samples)

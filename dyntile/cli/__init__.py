@@ -17,4 +17,12 @@ Subcommands (``dyntile --help``):
 
 Plain ``dyntile`` prints help; entry point :func:`dyntile.cli.main.main`. torch is
 imported only inside the subcommands that need it (:mod:`dyntile.cli.torch_import`).
+
+Layers: the command is an application of both ``dyntile`` and ``loaders``, shipped in
+``dyntile`` so that ``dyntile`` and ``python -m dyntile`` run it. ``loaders`` builds on
+``dyntile``, so the command reaches it in one place only: the demo's batching methods
+(:func:`dyntile.cli.methods.build_batching`) import its public names inside the function,
+when a torch-facing command runs. ``import dyntile``, the parser and ``dyntile plan``
+import neither torch nor ``loaders``; from ``dyntile`` the command imports only names a
+module lists in ``__all__`` (``tests/api/test_layering.py`` checks both).
 """

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dyntile.cli.errors import CLIError
+from dyntile.cli.progress import add_progress_argument, progress
 from dyntile.cli.table import format_table
 
 __all__ = ["add_bench_arguments", "run_bench", "median_time"]
@@ -32,6 +33,7 @@ def add_bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeat", type=int, default=5, help="runs per figure, median reported (default 5)")
     p.add_argument("--quick", action="store_true", help="small sizes only (a few seconds)")
     p.add_argument("--seed", type=int, default=0, help="random inputs (default 0)")
+    add_progress_argument(p)
 
 
 def median_time(fn: Callable[[], object], repeat: int) -> float:
@@ -49,31 +51,28 @@ def median_time(fn: Callable[[], object], repeat: int) -> float:
     return float(np.median(times))
 
 
-def _gemm_rows(shapes, repeat: int, rng, torch) -> list[list]:
+def _gemm_row(dtype, shape: tuple[int, int, int], repeat: int, rng, torch) -> list:
     import dyntile
 
-    rows = []
-    for dtype in (np.float32, np.float64):
-        for m, k, n in shapes:
-            a = rng.standard_normal((m, k)).astype(dtype)
-            b = rng.standard_normal((k, n)).astype(dtype)
-            out = np.empty((m, n), dtype)
-            t_dt = median_time(lambda: dyntile.matmul(a, b, out=out), repeat)
-            t_np = median_time(lambda: np.matmul(a, b, out=out), repeat)
-            row = [
-                f"matmul {np.dtype(dtype).name} {m}x{k}x{n}",
-                f"{1e3 * t_dt:.2f}",
-                f"{2e-9 * m * k * n / t_dt:.1f}",
-                f"{t_np / t_dt:.2f}",
-            ]
-            if torch is not None:
-                ta, tb = torch.from_numpy(a), torch.from_numpy(b)
-                row.append(f"{median_time(lambda: torch.matmul(ta, tb), repeat) / t_dt:.2f}")
-            rows.append(row)
-    return rows
+    m, k, n = shape
+    a = rng.standard_normal((m, k)).astype(dtype)
+    b = rng.standard_normal((k, n)).astype(dtype)
+    out = np.empty((m, n), dtype)
+    t_dt = median_time(lambda: dyntile.matmul(a, b, out=out), repeat)
+    t_np = median_time(lambda: np.matmul(a, b, out=out), repeat)
+    row = [
+        f"matmul {np.dtype(dtype).name} {m}x{k}x{n}",
+        f"{1e3 * t_dt:.2f}",
+        f"{2e-9 * m * k * n / t_dt:.1f}",
+        f"{t_np / t_dt:.2f}",
+    ]
+    if torch is not None:
+        ta, tb = torch.from_numpy(a), torch.from_numpy(b)
+        row.append(f"{median_time(lambda: torch.matmul(ta, tb), repeat) / t_dt:.2f}")
+    return row
 
 
-def _collate_rows(batch: int, repeat: int, rng, torch) -> list[list]:
+def _collate_row(batch: int, repeat: int, rng, torch) -> list:
     import dyntile
 
     lengths = np.clip(rng.lognormal(3.2, 1.0, size=batch).astype(np.int64), 1, 1500)
@@ -101,7 +100,7 @@ def _collate_rows(batch: int, repeat: int, rng, torch) -> list[list]:
         t_dt_torch = median_time(lambda: dyntile.pad_batch(tensors, multiple=8), repeat)
         row[1] = f"{1e3 * t_dt_torch:.3f}"
         row.append(f"{median_time(lambda: pad_sequence(tensors, batch_first=True), repeat) / t_dt_torch:.2f}")
-    return [row]
+    return row
 
 
 def run_bench(args: argparse.Namespace, out=None) -> int:
@@ -116,9 +115,13 @@ def run_bench(args: argparse.Namespace, out=None) -> int:
     rng = np.random.default_rng(args.seed)
     shapes = GEMM_SHAPES[:2] if args.quick else GEMM_SHAPES
     headers = ["case", "dyntile ms", "GFLOP/s", "x numpy", "x torch" if torch is not None else ""]
-    rows = _gemm_rows(shapes, args.repeat, rng, torch)
-    rows += _collate_rows(64, args.repeat, rng, torch)
-    rows += _collate_rows(512, args.repeat, rng, torch)
+    # in this order the cases draw their inputs from rng as they always have
+    cases = [(_gemm_row, (dtype, shape)) for dtype in (np.float32, np.float64) for shape in shapes]
+    cases += [(_collate_row, (64,)), (_collate_row, (512,))]
+    rows = [
+        run(*case, args.repeat, rng, torch)
+        for run, case in progress(cases, len(cases), "bench", not args.no_progress)
+    ]
     print(format_table(headers if torch is not None else headers[:-1], rows), file=out)
     print(file=out)
     print(

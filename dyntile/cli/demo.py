@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from dyntile.cli.errors import CLIError
-from dyntile.cli.progress import progress
-from dyntile.cli.sources import describe_lengths, load_corpus
+from dyntile.cli.progress import add_progress_argument, progress
+from dyntile.cli.sources import corpus_from_args, describe_lengths
 from dyntile.cli.table import count, format_table
 
 __all__ = ["LoaderStats", "loader_pass", "run_demo", "add_demo_arguments"]
@@ -139,7 +139,7 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--max-batches", type=int, default=None, help="cap on batches in the loader pass")
     g.add_argument("--plot", metavar="FILE.png", help="write a figure (needs matplotlib)")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    add_progress_argument(g)
 
 
 def _parse_methods(text: str) -> list[str]:
@@ -217,16 +217,7 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     from dyntile.cli.train import train, warm_up_compiler
 
     t_start = time.perf_counter()
-    corpus = load_corpus(
-        args.data,
-        field=args.field,
-        pad_id=args.pad_id,
-        allow_pickle=args.allow_pickle,
-        limit=args.limit,
-        vocab_size=args.vocab_size,
-        seed=args.seed,
-        max_length=args.max_length,
-    )
+    corpus = corpus_from_args(args)
     lengths = corpus.lengths
     if lengths.max() > args.batch_tokens:
         i = int(lengths.argmax())

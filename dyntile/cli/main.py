@@ -14,12 +14,14 @@ from collections.abc import Sequence
 from dyntile import __version__
 from dyntile.cli.errors import CLIError
 
-__all__ = ["main", "build_parser", "MAX_BATCH_TOKENS"]
+__all__ = ["main", "build_parser", "MAX_BATCH_TOKENS", "MAX_SEED"]
 
 #: the largest --batch-tokens: the demo's model has one position embedding row per token of a
 #: batch (2**20 rows of width 64: 256 MiB); budgets past it would allocate gigabytes, and past
 #: int64 they overflow the planned batch sizes
 MAX_BATCH_TOKENS = 2**20
+#: the largest --seed: torch.manual_seed takes 64-bit seeds (NumPy takes any non-negative integer)
+MAX_SEED = 2**64 - 1
 
 _EPILOG = """examples:
   dyntile demo                                  # stdlib docstrings, four batching methods, one table
@@ -134,6 +136,15 @@ def _check_batch_tokens(budget: int | None) -> None:
         )
 
 
+def _check_seed(seed: int) -> None:
+    """``CLIError`` for a ``--seed`` outside what NumPy's and torch's generators take (0..2**64-1)."""
+    if not 0 <= seed <= MAX_SEED:
+        raise CLIError(
+            f"--seed should be a non-negative integer up to {MAX_SEED} (2**64 - 1, the seeds torch "
+            f"takes), but got {seed}"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: parse ``argv`` (default ``sys.argv[1:]``), run, return the exit status."""
     parser = build_parser()
@@ -146,8 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("\nstart with: dyntile demo", file=sys.stdout)
         return 0
     try:
-        if getattr(args, "seed", 0) < 0:
-            raise CLIError(f"--seed should be a non-negative integer, but got {args.seed}")
+        _check_seed(getattr(args, "seed", 0))
         _check_batch_tokens(getattr(args, "batch_tokens", None))
         return _dispatch(args)
     except (CLIError, ValueError) as exc:

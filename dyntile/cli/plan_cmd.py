@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 
 from dyntile.cli.errors import CLIError
-from dyntile.cli.sources import describe_lengths, load_corpus
+from dyntile.cli.progress import add_progress_argument
+from dyntile.cli.sources import corpus_from_args, describe_lengths
 from dyntile.cli.table import count, format_table
 
 __all__ = ["add_plan_arguments", "run_plan", "plan_rows", "packing_lines"]
@@ -29,6 +30,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
         help="model width that weighs attention against the linear layers when packing "
         "(a score costs 1/(6 d_model) of a token's work; default 768)",
     )
+    add_progress_argument(p)
 
 
 def plan_rows(plan, lengths: np.ndarray, batch_tokens: int) -> list[list]:
@@ -99,16 +101,7 @@ def run_plan(args: argparse.Namespace, out=None) -> int:
         raise CLIError(f"--out {args.out}: the folder {Path(args.out).resolve().parent} does not exist")
     import dyntile
 
-    corpus = load_corpus(
-        args.data,
-        field=args.field,
-        pad_id=args.pad_id,
-        allow_pickle=args.allow_pickle,
-        limit=args.limit,
-        vocab_size=args.vocab_size,
-        seed=args.seed,
-        max_length=args.max_length,
-    )
+    corpus = corpus_from_args(args)
     lengths = corpus.lengths
     plan = dyntile.plan_buckets(lengths, max_buckets=args.buckets, multiple=args.multiple, cost=args.cost)
     try:

@@ -10,21 +10,25 @@ Accepted files (by extension):
   (or a single unnamed 1-D array of lengths, as ``np.savez(f, lengths)`` writes);
 * ``.jsonl`` -- one JSON object per line; ``field`` holds a list of token ids or a text.
 
-Every error names the file and, where there is one, the line or sample.
+Text files are read as UTF-8, a byte order mark at the start ignored. Every error names
+the file and, where there is one, the line or sample.
 """
 
 from __future__ import annotations
 
 import json
 import pickle
+import sys
 import zipfile
 import zlib
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 
 from dyntile.cli.corpus import Corpus
 from dyntile.cli.errors import CLIError
+from dyntile.cli.progress import progress
 from dyntile.dtypes import as_int64
 
 __all__ = ["read_corpus", "SUFFIXES"]
@@ -33,9 +37,16 @@ SUFFIXES = (".txt", ".npy", ".npz", ".jsonl")
 
 
 def read_corpus(
-    path, *, field: str | None = None, pad_id: int | None = None, allow_pickle: bool = False, seed: int = 0
+    path,
+    *,
+    field: str | None = None,
+    pad_id: int | None = None,
+    allow_pickle: bool = False,
+    seed: int = 0,
+    show_progress: bool = False,
 ) -> Corpus:
-    """Read ``path`` (see the module doc for formats) into a :class:`Corpus`.
+    """Read ``path`` (see the module doc for formats) into a :class:`Corpus`; ``show_progress``:
+    count the lines of a text file read on stderr (:func:`~dyntile.cli.progress.progress`).
 
     >>> import tempfile, os
     >>> p = os.path.join(tempfile.mkdtemp(), "lengths.txt")
@@ -56,9 +67,9 @@ def read_corpus(
         raise CLIError(f"{name}: a .jsonl file needs --field NAME (the key that holds token ids or text)")
     try:
         if path.suffix == ".txt":
-            return Corpus.from_lengths(_txt_lengths(path), name, seed)
+            return _txt(path, seed, show_progress)
         if path.suffix == ".jsonl":
-            return _jsonl(path, field)
+            return _jsonl(path, field, show_progress)
         if path.suffix == ".npz":
             return _npz(path, seed)
         return _npy(path, pad_id, allow_pickle, seed)
@@ -66,32 +77,48 @@ def read_corpus(
         raise CLIError(f"cannot read {str(path)!r}: {exc}") from None
 
 
-def _txt_lengths(path: Path) -> list[int]:
-    lengths = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+#: a UTF-8 byte order mark (as Windows editors write) is read as no character
+_ENCODING = "utf-8-sig"
+
+
+def _txt(path: Path, seed: int, show: bool) -> Corpus:
+    lengths, lines = [], []
+    # closed on an error too, so that the count line comes before the error
+    with (
+        path.open(encoding=_ENCODING) as fh,
+        closing(progress(fh, None, f"reading {path.name}", show)) as read,
+    ):
+        for lineno, line in enumerate(read, 1):
             text = line.strip()
             if not text:
                 continue
             try:
                 lengths.append(int(text))
             except ValueError:
+                digits = text.lstrip("+-").replace("_", "")
+                if digits.isdigit() and len(digits) > sys.get_int_max_str_digits():
+                    raise CLIError(
+                        f"{path.name}: line {lineno}: a length of {len(digits)} digits; lengths should be "
+                        f"below 2**63"
+                    ) from None
                 raise CLIError(
                     f"{path.name}: line {lineno} is not an integer length: {text[:40]!r}"
                 ) from None
-    return lengths
+            lines.append(lineno)
+    return Corpus.from_lengths(lengths, path.name, seed, lines=lines)
 
 
-def _jsonl(path: Path, field: str) -> Corpus:
-    values = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+def _jsonl(path: Path, field: str, show: bool) -> Corpus:
+    values, lines = [], []
+    # closed on an error too, so that the count line comes before the error
+    with (
+        path.open(encoding=_ENCODING) as fh,
+        closing(progress(fh, None, f"reading {path.name}", show)) as read,
+    ):
+        for lineno, line in enumerate(read, 1):
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise CLIError(f"{path.name}: line {lineno} is not valid JSON ({exc.msg})") from None
+            record = _json_line(line, lineno, path)
             if not isinstance(record, dict) or field not in record:
                 keys = sorted(record) if isinstance(record, dict) else type(record).__name__
                 raise CLIError(f"{path.name}: line {lineno} has no field {field!r} (found {keys})")
@@ -102,14 +129,33 @@ def _jsonl(path: Path, field: str) -> Corpus:
                     f"or a string, but got {type(value).__name__}"
                 )
             values.append(value)
+            lines.append(lineno)
     if not values:
         raise CLIError(f"{path.name}: no records")
     kinds = {type(v) for v in values}
     if kinds == {str}:
         return Corpus.from_texts(values, path.name)
     if kinds == {list}:
-        return Corpus.from_sequences(values, path.name)
+        return Corpus.from_sequences(values, path.name, lines=lines)
     raise CLIError(f"{path.name}: field {field!r} mixes strings and lists; use one kind for every line")
+
+
+def _json_line(line: str, lineno: int, path: Path):
+    """One line of a .jsonl file parsed, or a ``CLIError`` naming the file and the line."""
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise CLIError(f"{path.name}: line {lineno} is not valid JSON ({exc.msg})") from None
+    except RecursionError:  # the parser recurses once per level of nesting
+        raise CLIError(
+            f"{path.name}: line {lineno} is nested too deeply to read; token ids should be a flat "
+            f"list such as [5, 17, 3]"
+        ) from None
+    except ValueError:  # an integer past Python's int-digits limit
+        raise CLIError(
+            f"{path.name}: line {lineno} holds a number of more than {sys.get_int_max_str_digits()} "
+            f"digits; token ids should be below 2**20"
+        ) from None
 
 
 #: how a zip archive (an .npz) begins: its first entry, or the end record of an empty one

@@ -47,11 +47,14 @@ def _docstrings_of(tree: ast.AST) -> Iterator[str]:
         stack.extend(reversed(children))
 
 
-def stdlib_docstrings(limit: int | None = None, root: Path | None = None) -> list[str]:
+def stdlib_docstrings(
+    limit: int | None = None, root: Path | None = None, show_progress: bool = False
+) -> list[str]:
     """Non-empty docstrings of the standard library, in file then source order.
 
     ``limit`` stops after that many docstrings (the walk stops early too). Files that
-    do not parse (a few templates) are skipped. Nothing is cached.
+    do not parse (a few templates) are skipped. Nothing is cached. ``show_progress``: count
+    the files read on stderr (:func:`~dyntile.cli.progress.progress`).
 
     >>> docs = stdlib_docstrings(limit=5)
     >>> len(docs), all(isinstance(d, str) and d for d in docs)
@@ -59,8 +62,12 @@ def stdlib_docstrings(limit: int | None = None, root: Path | None = None) -> lis
     """
     if limit is not None and limit < 1:
         raise ValueError(f"limit should be a positive number of docstrings, but got {limit}")
+    from dyntile.cli.progress import progress
+
+    files = list(stdlib_files(root))
     docs: list[str] = []
-    for path in stdlib_files(root):
+    # with a limit the walk stops early, at a file not known in advance
+    for path in progress(files, None if limit else len(files), "reading stdlib files", show_progress):
         try:
             tree = ast.parse(path.read_bytes(), filename=str(path))
         except (SyntaxError, ValueError, UnicodeDecodeError, OSError):

@@ -61,16 +61,23 @@ accepts is refused for its number of ranks.
 from __future__ import annotations
 
 import dataclasses
-import operator
 
 import numpy as np
 
-from dyntile.dtypes import as_int64
-from dyntile.overflow import PACKING_OVERFLOWS, PACKING_RENAMED, check_overflow
-from dyntile.shapes import check_multiple, round_up
+from dyntile.planning.packed_shapes import shapes_for
+from dyntile.planning.packing_checks import (
+    as_lengths,
+    check_budget,
+    check_packing_overflow,
+    check_packing_shapes,
+    check_pool_size,
+)
+from dyntile.planning.packing_cost import RowCost, choose_seq_len, cost_model
+from dyntile.shapes import as_index, check_multiple
 
 __all__ = [
     "pack_lengths",
+    "pack_into_shapes",
     "pack_rows",
     "packing_shapes",
     "pack_checked_rows",
@@ -144,65 +151,6 @@ class PackedBatch:
         )
 
 
-# --------------------------------------------------------------------------- validation
-
-
-def _as_index(value, name: str) -> int:
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(
-            f"{name} should be an integer, but got {value!r} of type {type(value).__name__}"
-        ) from None
-
-
-def _as_lengths(lengths) -> np.ndarray:
-    arr = np.asarray(lengths)
-    if arr.size == 0 and arr.dtype == np.float64:
-        arr = arr.astype(np.int64)
-    if arr.dtype == object or not np.issubdtype(arr.dtype, np.integer):
-        raise TypeError(f"lengths should be non-negative integers, but got an array of dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"lengths should have shape (n,), but got shape {arr.shape}")
-    arr = as_int64(arr)
-    neg = np.flatnonzero(arr < 0)
-    if neg.size:
-        raise ValueError(f"lengths should be non-negative integers, but got lengths[{neg[0]}]={arr[neg[0]]}")
-    return arr
-
-
-def check_packing_overflow(overflow) -> str:
-    """``overflow`` as one of :data:`~dyntile.overflow.PACKING_OVERFLOWS`."""
-    return check_overflow(overflow, PACKING_OVERFLOWS, PACKING_RENAMED)
-
-
-def check_pool_size(pool_size) -> int | None:
-    """``pool_size`` as a positive ``int``, or ``None`` (one pool)."""
-    if pool_size is None:
-        return None
-    if isinstance(pool_size, bool):
-        raise TypeError(f"pool_size should be a positive integer or None, but got {pool_size!r}")
-    n = _as_index(pool_size, "pool_size")
-    if n < 1:
-        raise ValueError(f"pool_size should be a positive integer or None, but got {n}")
-    return n
-
-
-def check_packing_shapes(shapes) -> tuple[tuple[int, int], ...]:
-    """``shapes`` as one or two ``(B, T)`` pairs of ints, the second with longer rows."""
-    try:
-        out = tuple((_as_index(b, "batch_rows"), _as_index(t, "seq_len")) for b, t in shapes)
-    except (TypeError, ValueError) as e:
-        raise ValueError(
-            f"shapes should be one or two pairs (B, T) of positive integers, but got {shapes!r}"
-        ) from e
-    if not 1 <= len(out) <= 2 or any(b < 1 or t < 1 for b, t in out):
-        raise ValueError(f"shapes should be one or two pairs (B, T) of positive integers, but got {shapes!r}")
-    if len(out) == 2 and out[1][1] <= out[0][1]:
-        raise ValueError(f"the second shape should have longer rows than the first, but got shapes={out}")
-    return out
-
-
 # --------------------------------------------------------------------------- shapes
 
 
@@ -220,14 +168,17 @@ def packing_shapes(
     d_model: int | None = None,
     attention_weight: float | None = None,
     step_cost: float | None = None,
+    cost: RowCost | None = None,
 ) -> tuple[tuple[int, int], ...]:
     """The batch shapes ``((B, T),)`` or ``((B, T), (B2, T2))`` that packing ``lengths`` uses.
 
     ``T``: ``seq_len`` (must be a multiple of ``multiple``), else the largest
     boundary of ``plan``, else (with ``max_tokens`` and no ``batch_rows``) the row
     length of least cost for the model's ``attention``, see
-    :func:`dyntile.planning.packing_cost.choose_seq_len` (the cost options are only
-    used there), else the longest sample rounded up to ``multiple``; capped by
+    :func:`dyntile.planning.packing_cost.choose_seq_len` (the cost: a
+    :class:`~dyntile.planning.packing_cost.RowCost` as ``cost``, or the options
+    ``attention`` to ``step_cost`` of :func:`~dyntile.planning.packing_cost.row_cost`;
+    only used there), else the longest sample rounded up to ``multiple``; capped by
     ``max_tokens``. ``B``: ``batch_rows``, else ``max_tokens // T``. A second shape
     appears only with ``overflow="extend"`` and samples longer than ``T``.
     Errors name the sample that does not fit.
@@ -237,111 +188,15 @@ def packing_shapes(
     >>> packing_shapes([3, 17, 40], 16, max_tokens=128)
     ((8, 16), (3, 40))
     """
-    from dyntile.planning.packing_cost import choose_seq_len, row_cost
-
-    L = _as_lengths(lengths)
+    L = as_lengths(lengths)
     m = check_multiple(multiple)
     overflow = check_packing_overflow(overflow)
-    budget = _check_budget(max_tokens, batch_rows)
-    cost = dict(
-        attention=attention,
-        causal=causal,
-        d_model=d_model,
-        attention_weight=attention_weight,
-        step_cost=step_cost,
-    )
+    budget = check_budget(max_tokens, batch_rows)
+    options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
+    model = cost_model(cost, max_tokens=budget, step_cost=step_cost, **options)
     if seq_len is None and plan is None and batch_rows is None:
-        return choose_seq_len(L, max_tokens=budget, multiple=m, overflow=overflow, **cost).shapes
-    row_cost(**cost, max_tokens=budget)  # unused with these shapes, but refused when malformed
-    return _shapes_for(L, seq_len, budget, batch_rows, m, overflow, plan)
-
-
-def _check_budget(max_tokens, batch_rows) -> int | None:
-    """``max_tokens`` as a positive ``int`` (``None`` when only ``batch_rows`` is given)."""
-    if max_tokens is None and batch_rows is None:
-        raise ValueError("packing needs a token budget: pass max_tokens (tokens per batch) or batch_rows")
-    budget = None if max_tokens is None else _as_index(max_tokens, "max_tokens")
-    if budget is not None and budget < 1:
-        raise ValueError(f"max_tokens should be a positive integer, but got {budget}")
-    return budget
-
-
-def _shapes_for(
-    L: np.ndarray, seq_len: int | None, budget: int | None, batch_rows, m: int, overflow: str, plan=None
-) -> tuple[tuple[int, int], ...]:
-    """:func:`packing_shapes` for validated ``L``, ``m`` and ``overflow`` and a given ``seq_len``
-    (``None``: the plan's largest boundary, else the longest sample's rule)."""
-    longest = int(L.max()) if L.size else 0
-    if seq_len is not None:
-        T = _as_index(seq_len, "seq_len")
-        if T < 1 or T % m:
-            raise ValueError(f"seq_len should be a positive multiple of multiple={m}, but got seq_len={T}")
-    else:
-        if plan is not None:
-            if plan.ndim != 1:
-                raise ValueError(
-                    f"packing needs a one-axis plan (token lengths), but got a plan of {plan.ndim} axes"
-                )
-            T = round_up(plan.max_sizes[0], m)
-        else:
-            T = _default_seq_len(L, longest, m, budget, batch_rows)
-        if budget is not None and T > budget:
-            T = budget // m * m
-            if T == 0:
-                raise ValueError(f"max_tokens={budget} is smaller than one row of multiple={m} tokens")
-    if batch_rows is not None:
-        B = _as_index(batch_rows, "batch_rows")
-        if B < 1:
-            raise ValueError(f"batch_rows should be a positive integer, but got {B}")
-        if budget is not None and B * T > budget:
-            raise ValueError(f"batch_rows={B} rows of seq_len={T} tokens exceed max_tokens={budget}")
-    else:
-        B = budget // T
-        if B < 1:
-            raise ValueError(f"max_tokens={budget} is smaller than one row of seq_len={T} tokens")
-    if longest <= T:
-        return ((B, T),)
-    i = int(np.argmax(L))
-    if overflow == "error":
-        raise ValueError(
-            f"sample {i} has length {longest}, longer than seq_len={T}; pass a larger seq_len, "
-            f"or overflow='extend' or 'split'"
-        )
-    if overflow == "split":
-        if -(-longest // T) > B:
-            raise ValueError(
-                f"sample {i} of length {longest} needs {-(-longest // T)} rows of seq_len={T} "
-                f"after splitting, more than the {B} rows of one batch; raise max_tokens"
-            )
-        return ((B, T),)
-    T2 = round_up(longest, m)
-    B2 = (budget if budget is not None else B * T) // T2
-    if B2 < 1:
-        raise ValueError(
-            f"sample {i} of length {longest} needs a row of {T2} tokens, more than the token "
-            f"budget of one batch ({budget if budget is not None else B * T}); raise max_tokens, "
-            f"or pass overflow='split'"
-        )
-    return ((B, T), (B2, T2))
-
-
-def _default_seq_len(L: np.ndarray, longest: int, m: int, budget: int | None, batch_rows) -> int:
-    """Shortest ``T >= longest`` (multiple of ``m``) whose whole batches waste (nearly) the least.
-
-    Packing fills rows almost completely, so the padding that is left is mostly the
-    last batch's empty rows: ``ceil(rows / B) * B * T - tokens`` with
-    ``rows ~ tokens / (0.99 T)``. Candidates run from ``round_up(longest, m)`` up to
-    twice that (at most 256 of them), within the budget.
-    """
-    T0 = max(round_up(longest, m), m)
-    if budget is None or batch_rows is not None or T0 > budget:
-        return T0
-    tokens = int(L.sum())
-    T = np.arange(T0, min(2 * T0, budget) + 1, m, dtype=np.int64)[:256]
-    B = budget // T
-    rows = np.ceil(tokens / (0.99 * T)).astype(np.int64)
-    slots = -(-rows // B) * B * T
-    return int(T[np.flatnonzero(slots <= slots.min() * 1.002)[0]])  # the shortest near-best T
+        return choose_seq_len(L, max_tokens=budget, multiple=m, overflow=overflow, cost=model).shapes
+    return shapes_for(L, seq_len, budget, batch_rows, m, overflow, plan)
 
 
 # --------------------------------------------------------------------------- packer
@@ -523,12 +378,14 @@ def pack_lengths(
     d_model: int | None = None,
     attention_weight: float | None = None,
     step_cost: float | None = None,
+    cost: RowCost | None = None,
 ) -> list[PackedBatch]:
     """Pack every sample of an epoch into ``[B, T]`` batches (``[B2, T2]`` for long ones).
 
     ``lengths`` int ``(n,)``: tokens per sample. Shapes come from
     :func:`packing_shapes` (same arguments: without ``seq_len``, ``plan`` or
-    ``batch_rows``, the row length of least cost for ``attention``). Returns the
+    ``batch_rows``, the row length of least cost for ``attention``, or for ``cost``;
+    :func:`pack_into_shapes` packs into shapes chosen beforehand). Returns the
     epoch's batches in step order: with ``num_replicas=R``, batch ``k`` is rank
     ``k % R``'s batch at step ``k // R``, and the ``R`` batches of a step share one shape. Every sample
     appears in one batch (in several rows of it when split), apart from at most
@@ -540,29 +397,73 @@ def pack_lengths(
     >>> [b.shape for b in batches], sum(b.num_tokens for b in batches)
     ([(2, 8), (2, 8)], 24)
     """
-    from dyntile.cpu.packing import best_fit
-
-    L = _as_lengths(lengths)
+    L = as_lengths(lengths)
     overflow = check_packing_overflow(overflow)
+    budget = check_budget(max_tokens, batch_rows)
+    options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
+    model = cost_model(cost, max_tokens=budget, step_cost=step_cost, **options)
     shapes = packing_shapes(
         L,
         seq_len,
-        max_tokens=max_tokens,
+        max_tokens=budget,
         batch_rows=batch_rows,
         multiple=multiple,
         overflow=overflow,
         plan=plan,
-        attention=attention,
-        causal=causal,
-        d_model=d_model,
-        attention_weight=attention_weight,
-        step_cost=step_cost,
+        cost=model,
     )
-    R = _as_index(num_replicas, "num_replicas")
+    return _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas)
+
+
+def pack_into_shapes(
+    lengths,
+    shapes,
+    *,
+    overflow: str = "extend",
+    pool_size: int | None = None,
+    shuffle: bool = True,
+    seed: int = 0,
+    epoch: int = 0,
+    num_replicas: int = 1,
+) -> list[PackedBatch]:
+    """:func:`pack_lengths` into shapes fixed beforehand, such as a stream's.
+
+    ``shapes``: one or two ``(B, T)`` (:func:`check_packing_shapes`); the second,
+    longer row is for samples longer than ``T`` (``overflow="extend"``) and may be
+    longer than any of these ``lengths`` need, so that every window of a stream
+    packs into the same two shapes. ``ValueError`` naming a sample that fits no shape.
+
+    >>> [b.shape for b in pack_into_shapes([7, 6, 30, 5], [(2, 8), (1, 32)], shuffle=False)]
+    [(2, 8), (2, 8), (1, 32)]
+    """
+    L = as_lengths(lengths)
+    shapes = check_packing_shapes(shapes)
+    overflow = check_packing_overflow(overflow)
+    (B, T), T_max = shapes[0], shapes[-1][1]
+    longest = int(L.max(initial=0))
+    if (
+        longest > T
+        and not (overflow == "split" and -(-longest // T) <= B)
+        and not (overflow == "extend" and longest <= T_max)
+    ):
+        i = int(np.argmax(L))
+        raise ValueError(
+            f"sample {i} of length {longest} fits none of shapes={shapes} (overflow={overflow!r})"
+        )
+    if overflow != "extend":
+        shapes = shapes[:1]
+    return _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas)
+
+
+def _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas) -> list[PackedBatch]:
+    """The packer proper: validated ``L``, ``shapes`` and ``overflow``, checked here: the rest."""
+    from dyntile.cpu.packing import best_fit
+
+    R = as_index(num_replicas, "num_replicas")
     if R < 1:
         raise ValueError(f"num_replicas should be a positive integer, but got {R}")
     pool_size = check_pool_size(pool_size)
-    seed, epoch = _as_index(seed, "seed"), _as_index(epoch, "epoch")
+    seed, epoch = as_index(seed, "seed"), as_index(epoch, "epoch")
     if seed < 0 or epoch < 0:
         raise ValueError(
             f"seed and epoch should be non-negative integers, but got seed={seed}, epoch={epoch}"
@@ -661,7 +562,7 @@ def pack_rows(lengths, shapes, *, overflow: str = "extend") -> PackedBatch:
     ([0, 0, 1, 1], [0, 6, 0, 5])
     """
     return pack_checked_rows(
-        _as_lengths(lengths), check_packing_shapes(shapes), check_packing_overflow(overflow)
+        as_lengths(lengths), check_packing_shapes(shapes), check_packing_overflow(overflow)
     )
 
 

@@ -53,13 +53,16 @@ import numbers
 
 import numpy as np
 
-from dyntile.planning.packing import _as_index, _as_lengths, _shapes_for, check_packing_overflow
-from dyntile.shapes import check_multiple, round_up
+from dyntile.planning.packed_shapes import shapes_for
+from dyntile.planning.packing_checks import as_lengths, check_packing_overflow
+from dyntile.shapes import as_index, check_multiple, round_up
 
 __all__ = [
     "choose_seq_len",
     "row_cost",
     "RowCost",
+    "cost_model",
+    "format_shapes",
     "SeqLenChoice",
     "CandidateCost",
     "ATTENTIONS",
@@ -88,6 +91,16 @@ class RowCost:
     causal: bool
     attention_weight: float
     step_cost: float
+
+    def __post_init__(self):
+        if not isinstance(self.attention, str) or self.attention not in ATTENTIONS:
+            raise ValueError(f"attention should be one of {ATTENTIONS}, but got {self.attention!r}")
+        if not isinstance(self.causal, (bool, np.bool_)):
+            got = f"{self.causal!r} of type {type(self.causal).__name__}"
+            raise TypeError(f"causal should be True or False, but got {got}")
+        object.__setattr__(self, "causal", bool(self.causal))
+        object.__setattr__(self, "attention_weight", _as_weight(self.attention_weight, "attention_weight"))
+        object.__setattr__(self, "step_cost", _as_weight(self.step_cost, "step_cost"))
 
     def describe(self) -> str:
         """One line: which attention, the weight of a score and of a step."""
@@ -126,7 +139,7 @@ def row_cost(
     default; ``step_cost`` (a number ``>= 0``, slot units per step), by default
     ``max_tokens / 16`` (0 without ``max_tokens``).
     """
-    if not isinstance(attention, str) or attention not in ATTENTIONS:
+    if not isinstance(attention, str) or attention not in ATTENTIONS:  # named before d_model's errors
         raise ValueError(f"attention should be one of {ATTENTIONS}, but got {attention!r}")
     if not isinstance(causal, (bool, np.bool_)):
         raise TypeError(f"causal should be True or False, but got {causal!r} of type {type(causal).__name__}")
@@ -138,17 +151,44 @@ def row_cost(
     if attention_weight is None:
         if isinstance(d_model, (bool, np.bool_)):
             raise TypeError(f"d_model should be a positive integer, but got {d_model!r}")
-        d = DEFAULT_D_MODEL if d_model is None else _as_index(d_model, "d_model")
+        d = DEFAULT_D_MODEL if d_model is None else as_index(d_model, "d_model")
         if d < 1:
             raise ValueError(f"d_model should be a positive integer, but got {d}")
         weight = 1.0 / (6 * d)
     else:
-        weight = _as_weight(attention_weight, "attention_weight")
+        weight = attention_weight
     if step_cost is None:
         step = STEP_COST_SHARE * max_tokens if max_tokens is not None else 0.0
     else:
-        step = _as_weight(step_cost, "step_cost")
-    return RowCost(attention, bool(causal), weight, step)
+        step = step_cost
+    return RowCost(attention, causal, weight, step)
+
+
+#: the options of :func:`row_cost` and their defaults: what ``cost=`` stands for
+COST_OPTIONS = dict(attention="varlen", causal=True, d_model=None, attention_weight=None, step_cost=None)
+
+
+def cost_model(cost: RowCost | None = None, *, max_tokens: int | None = None, **options) -> RowCost:
+    """The :class:`RowCost` a packing function uses: ``cost`` when given (then the
+    ``options`` of :func:`row_cost` stay at their defaults), else ``row_cost(**options,
+    max_tokens=max_tokens)``. A public function calls it once and passes the value down.
+
+    >>> cost_model(attention="dense", d_model=64, max_tokens=2048).describe()
+    'dense attention, 1/384 slot per score, 128 slots per step'
+    >>> cost_model(row_cost("dense"), attention="dense")
+    Traceback (most recent call last):
+    ValueError: pass cost or its options, not both, but got cost and attention
+    """
+    if cost is None:
+        return row_cost(**options, max_tokens=max_tokens)
+    if not isinstance(cost, RowCost):
+        raise TypeError(
+            f"cost should be a RowCost (see row_cost), but got {cost!r} of type {type(cost).__name__}"
+        )
+    given = [k for k, v in options.items() if not (v is COST_OPTIONS[k] or v == COST_OPTIONS[k])]
+    if given:
+        raise ValueError(f"pass cost or its options, not both, but got cost and {', '.join(given)}")
+    return cost
 
 
 # --------------------------------------------------------------------------- results
@@ -253,13 +293,14 @@ def choose_seq_len(
     d_model: int | None = None,
     attention_weight: float | None = None,
     step_cost: float | None = None,
+    cost: RowCost | None = None,
 ) -> SeqLenChoice:
     """The packing shapes of least cost for ``lengths`` under a budget of ``max_tokens`` per batch.
 
     ``lengths`` int ``(n,)``: tokens per sample. ``overflow``: what samples longer
     than ``T`` do (``"extend"``, ``"split"``, ``"error"``, as in
-    :func:`dyntile.planning.packing.pack_lengths`); the cost options are those of
-    :func:`row_cost`. Returns a :class:`SeqLenChoice`; ``.shapes`` is what
+    :func:`dyntile.planning.packing.pack_lengths`); the cost: ``cost`` (a
+    :class:`RowCost`) or the options of :func:`row_cost`. Returns a :class:`SeqLenChoice`; ``.shapes`` is what
     ``packing_shapes``, ``pack_lengths`` and ``PackingBatchSampler`` use by default.
     Deterministic (no seed: the shapes stay the same every epoch).
 
@@ -272,28 +313,22 @@ def choose_seq_len(
     >>> c.longest.shapes, round(c.longest.cost / c.cost, 2)           # the longest-sample rule
     (((1, 1168),), 1.23)
     """
-    L = _as_lengths(lengths)
+    L = as_lengths(lengths)
     m = check_multiple(multiple)
     overflow = check_packing_overflow(overflow)
     if max_tokens is None:
         raise ValueError("choose_seq_len needs a token budget: pass max_tokens (tokens per batch)")
-    budget = _as_index(max_tokens, "max_tokens")
+    budget = as_index(max_tokens, "max_tokens")
     if budget < 1:
         raise ValueError(f"max_tokens should be a positive integer, but got {budget}")
-    model = row_cost(
-        attention,
-        causal=causal,
-        d_model=d_model,
-        attention_weight=attention_weight,
-        step_cost=step_cost,
-        max_tokens=budget,
-    )
-    rule = _shapes_for(L, None, budget, None, m, overflow)  # the longest-sample rule; raises its errors
+    options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
+    model = cost_model(cost, max_tokens=budget, step_cost=step_cost, **options)
+    rule = shapes_for(L, None, budget, None, m, overflow)  # the longest-sample rule; raises its errors
     epoch = _Epoch(L)
     candidates = []
     for T in _candidate_lengths(epoch, m, budget, rule[0][1], overflow):
         try:
-            shapes = rule if T == rule[0][1] else _shapes_for(L, T, budget, None, m, overflow)
+            shapes = rule if T == rule[0][1] else shapes_for(L, T, budget, None, m, overflow)
         except ValueError:  # split samples over one batch's rows, or overflow="error"
             continue
         candidates.append(_cost_of(epoch, shapes, overflow, model))

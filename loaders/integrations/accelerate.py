@@ -10,11 +10,19 @@ that gradient accumulation reads, ``set_epoch`` on every pass) and then turns th
 shard into a pass-through, as Hugging Face's Trainer does for its own rank-aware
 batch sampler. ``split_batches`` and ``dispatch_batches`` cut every batch across
 processes, so they are refused.
+
+The prepared loader counts passes (``iteration``) and sets that epoch on the sampler
+at the start of every pass, and it draws one batch ahead of the loop to know the
+last one. So :func:`prepare_data_loader` keeps the two in step: the loader's pass
+counter *is* the sampler's epoch (``sampler.set_epoch``, ``loader.set_epoch`` and
+``sampler.load_state_dict`` all move both; a whole pass moves both to the next
+epoch), and the sampler's :meth:`~loaders.epoch_sampler.EpochBatchSampler.state_dict`
+saves the batches the loop received, not those drawn ahead.
 """
 
 from __future__ import annotations
 
-from accelerate.data_loader import BatchSamplerShard
+from accelerate.data_loader import BatchSamplerShard, DataLoaderShard
 
 from ..epoch_sampler import EpochBatchSampler
 
@@ -76,4 +84,29 @@ def prepare_data_loader(accelerator, loader, **kwargs):
                 f"torch.distributed, which accelerate starts)"
             )
         shard.num_processes, shard.process_index = 1, 0  # every batch of this rank's sampler, in order
+    if type(prepared) is DataLoaderShard:
+        prepared._dyntile_sampler = sampler
+        # DataLoaderShard's __class__ is a read-only property (it reports DataLoader): the
+        # instance's own class is set through object's slot
+        object.__dict__["__class__"].__set__(prepared, _SamplerDataLoaderShard)
     return prepared
+
+
+class _SamplerDataLoaderShard(DataLoaderShard):
+    """accelerate's ``DataLoaderShard`` in step with its dyntile sampler: its pass counter
+    is the sampler's epoch, and the sampler's position is the batches the loop received."""
+
+    @property
+    def iteration(self) -> int:
+        return self._dyntile_sampler.epoch
+
+    @iteration.setter
+    def iteration(self, epoch: int) -> None:
+        if "_dyntile_sampler" in self.__dict__:  # DataLoaderShard.__init__ sets it before the sampler
+            self._dyntile_sampler.set_epoch(epoch)
+
+    def __iter__(self):
+        sampler = self._dyntile_sampler
+        for received, batch in enumerate(super().__iter__(), 1):
+            sampler.note_received(received)
+            yield batch

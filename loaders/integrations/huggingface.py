@@ -8,9 +8,18 @@ puts the sampler in as the loader's ``batch_sampler``, prepares the loader with
 :func:`loaders.integrations.accelerate.prepare_data_loader` (batches kept whole over
 ``torchrun`` ranks) and sets the epoch; :class:`SamplerEpochCallback` sets it for a
 ``Trainer`` whose own ``get_train_dataloader`` returns a plain ``DataLoader``.
+
+The ``Trainer`` sizes every epoch, and ``max_steps``, from the loader's ``len()`` at
+the start (epoch 0's). A packing epoch's batch count varies with the shuffle, so
+:class:`DynTileTrainer` counts each epoch's own batches
+(:meth:`~loaders.epoch_sampler.EpochBatchSampler.batches_in_epoch`): every batch of
+every epoch trains, and ``max_steps`` (the learning-rate schedule's length) is the
+exact sum.
 """
 
 from __future__ import annotations
+
+import math
 
 from torch.utils.data import DataLoader
 from transformers import Trainer, TrainerCallback
@@ -87,6 +96,60 @@ class DynTileTrainer(Trainer):
         self.train_batch_sampler = train_batch_sampler
         super().__init__(*args, **kwargs)
         self.add_callback(SamplerEpochCallback)
+
+    # ---- epochs of varying length: each counted on its own
+
+    def _update_steps(self, sampler: EpochBatchSampler, epoch: int) -> tuple[int, int]:
+        """``(batches, optimizer steps)`` of ``epoch``, as the ``Trainer`` counts steps."""
+        batches = sampler.batches_in_epoch(epoch)
+        return batches, max(math.ceil(batches / self.args.gradient_accumulation_steps), 1)
+
+    def set_initial_training_values(self, args, dataloader):
+        """The ``Trainer``'s counts, with ``max_steps`` the exact sum of the epochs'
+        optimizer steps (``num_train_epochs`` given), or enough epochs to reach it
+        (``max_steps`` given)."""
+        values = list(super().set_initial_training_values(args, dataloader))
+        sampler = self._sized_sampler = dyntile_sampler(dataloader)
+        if sampler is None:
+            return tuple(values)
+        if args.max_steps > 0:  # epochs until the steps are reached
+            epochs, done = 0, 0
+            while done < args.max_steps:
+                done += self._update_steps(sampler, epochs)[1]
+                epochs += 1
+            values[0] = epochs
+        else:
+            whole, part = divmod(args.num_train_epochs, 1)
+            steps = [self._update_steps(sampler, e)[1] for e in range(math.ceil(args.num_train_epochs))]
+            values[6] = sum(steps[: int(whole)]) + (math.ceil(part * steps[-1]) if part else 0)
+        return tuple(values)
+
+    def _init_training_state(self, max_steps, per_epoch, *args, **kwargs):
+        """The ``Trainer``'s state; on resume, the epoch and batch reached counted over
+        the epochs' own lengths."""
+        epochs, in_epoch = super()._init_training_state(max_steps, per_epoch, *args, **kwargs)
+        sampler = getattr(self, "_sized_sampler", None)  # the loader's, from set_initial_training_values
+        if sampler is None or self.state.global_step == 0:
+            return epochs, in_epoch
+        epochs, left = 0, self.state.global_step
+        while left >= self._update_steps(sampler, epochs)[1]:
+            left -= self._update_steps(sampler, epochs)[1]
+            epochs += 1
+        in_epoch = 0 if self.args.ignore_data_skip else left * self.args.gradient_accumulation_steps
+        return epochs, in_epoch
+
+    def _run_epoch(self, *, epoch, train_dataloader, steps_in_epoch, num_update_steps_per_epoch, **kwargs):
+        """One epoch of the ``Trainer``, sized by this epoch's own batch count."""
+        sampler = dyntile_sampler(train_dataloader)
+        if sampler is not None:
+            steps_in_epoch, num_update_steps_per_epoch = self._update_steps(sampler, epoch)
+        return super()._run_epoch(
+            epoch=epoch,
+            train_dataloader=train_dataloader,
+            steps_in_epoch=steps_in_epoch,
+            num_update_steps_per_epoch=num_update_steps_per_epoch,
+            **kwargs,
+        )
 
     def _get_train_sampler(self, *args, **kwargs):
         if self.train_batch_sampler is not None:

@@ -14,18 +14,17 @@ from dyntile.cpu import pad as _pad  # noqa: E402
 from dyntile.padding import pad_rows  # noqa: E402
 
 native = tensor_reader.native_reader()
+native_module_before = tensor_reader.native_module()
 needs_native = pytest.mark.skipif(native is None, reason="dyntile.cpu.torch_tensors not built for this torch")
 
 
 @pytest.fixture(params=["native", "bindings"])
-def route(request, monkeypatch):
+def route(request):
     """Run a test once with the native reader (when built) and once without it."""
-    if request.param == "native":
-        if native is None:
-            pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
-    else:
-        monkeypatch.setattr(tensor_reader, "_native", None)
-    return request.param
+    if request.param == "native" and native is None:
+        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+    with tensor_reader.use_native(request.param == "native"):
+        yield request.param
 
 
 def test_ci_builds_the_native_reader():
@@ -44,14 +43,14 @@ def test_a_build_from_other_sources_is_not_used(monkeypatch):
     install keeps after a pull, is set aside (the Python route runs), never called with
     functions it lacks; the status says to rebuild."""
     torch_tensors = pytest.importorskip("dyntile.cpu.torch_tensors")
-    monkeypatch.setattr(tensor_reader, "_native", tensor_reader._UNSET)
     monkeypatch.setattr(torch_tensors, "api", tensor_reader.NATIVE_API - 1)
-    assert tensor_reader.native_module() is None
-    status = tensor_reader.native_status()
-    assert status.startswith("not used: built from other sources") and "rebuild" in status
     from loaders import DynTileCollate
 
-    out = DynTileCollate()([{"ids": [1, 2], "label": 3}, {"ids": [4], "label": 5}])  # the Python route
+    with tensor_reader.use_native():  # judged afresh: the module found is from other sources
+        assert tensor_reader.native_module() is None
+        status = tensor_reader.native_status()
+        assert status.startswith("not used: built from other sources") and "rebuild" in status
+        out = DynTileCollate()([{"ids": [1, 2], "label": 3}, {"ids": [4], "label": 5}])  # the Python route
     assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [4, 0, 0, 0, 0, 0, 0, 0]] and out[
         "label"
     ].tolist() == [3, 5]
@@ -147,20 +146,21 @@ def test_native_refuses_complex_and_checks_its_buffers():
 def test_reader_is_refused_under_another_torch_version(monkeypatch):
     pytest.importorskip("dyntile.cpu.torch_tensors")
     assert tensor_reader.native_status().startswith("in use")
-    monkeypatch.setattr(tensor_reader, "_native", tensor_reader._UNSET)
     monkeypatch.setattr(torch, "__version__", "0.0.0-other")
-    assert tensor_reader.native_reader() is None
-    assert (
-        "built for torch 2" in tensor_reader.native_status()
-        and "0.0.0-other" in tensor_reader.native_status()
-    )
+    with tensor_reader.use_native():  # judged afresh, under the other version
+        assert tensor_reader.native_reader() is None
+        assert (
+            "built for torch 2" in tensor_reader.native_status()
+            and "0.0.0-other" in tensor_reader.native_status()
+        )
 
 
-def test_status_when_switched_off(monkeypatch):
+def test_status_when_switched_off():
     pytest.importorskip("dyntile.cpu.torch_tensors")
-    monkeypatch.setattr(tensor_reader, "_native", None)
-    assert tensor_reader.native_module() is None
-    assert tensor_reader.native_status().startswith("switched off")
+    with tensor_reader.use_native(False):
+        assert tensor_reader.native_module() is None
+        assert tensor_reader.native_status().startswith("switched off")
+    assert tensor_reader.native_module() is native_module_before  # the choice comes back
 
 
 def test_status_without_the_module(monkeypatch):
@@ -168,11 +168,11 @@ def test_status_without_the_module(monkeypatch):
 
     import dyntile.cpu
 
-    monkeypatch.setattr(tensor_reader, "_native", tensor_reader._UNSET)
     monkeypatch.setitem(sys.modules, "dyntile.cpu.torch_tensors", None)  # import fails
     monkeypatch.delattr(dyntile.cpu, "torch_tensors", raising=False)
-    assert tensor_reader.native_reader() is None
-    assert tensor_reader.native_status().startswith("not built")
+    with tensor_reader.use_native():  # judged afresh, without the module
+        assert tensor_reader.native_reader() is None
+        assert tensor_reader.native_status().startswith("not built")
 
 
 def test_pad_batch_and_pad_rows_equal_a_reference_on_both_routes(route):

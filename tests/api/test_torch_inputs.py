@@ -228,9 +228,15 @@ def test_float8_and_bfloat16_fills_are_checked():
     with pytest.raises(ValueError, match="no infinity"):
         dt.pad_jagged(torch.zeros(1, dtype=torch.float8_e4m3fn), [1], fill=float("inf"), multiple=2)
     assert dt.tile(x8, (1, 2), fill=448).float().tolist() == [[[[0.0, 448.0]]]]
-    assert dt.tile(x8, (1, 2), fill=449).float().tolist() == [
-        [[[0.0, 448.0]]]
-    ]  # rounds to 448, as float16's 65519
+    assert dt.tile(x8, (1, 2), fill=2.5).float().tolist() == [[[[0.0, 2.5]]]]
+    for dtype, fill, stored in ((torch.float8_e4m3fn, 449, 448.0), (torch.float8_e4m3fn, -100, -96.0)):
+        with pytest.raises(ValueError, match=rf"fill={fill} cannot be stored exactly .* would be {stored}"):
+            dt.tile(torch.zeros(1, 1, dtype=dtype), (1, 2), fill=fill)  # an integral fill: never rounded
+    with pytest.raises(ValueError, match="fill=65519 cannot be stored exactly in float16"):
+        dt.tile(torch.zeros(1, 1, dtype=torch.float16), (1, 2), fill=65519)
+    assert dt.tile(bf := torch.zeros(1, 1, dtype=torch.bfloat16), (1, 2), fill=0.1).tolist()[0][0][0][1] == (
+        torch.tensor(0.1).to(torch.bfloat16).item()  # a fraction rounds, as a cast does
+    )
     with pytest.raises(ValueError, match="overflows"):
         dt.tile(x8, (1, 2), fill=464)  # rounds past it
     bf = torch.zeros(1, 1, dtype=torch.bfloat16)

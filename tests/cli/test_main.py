@@ -3,7 +3,6 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +10,8 @@ import pytest
 import dyntile
 from dyntile.cli.errors import CLIError
 from dyntile.cli.main import main
+from shared_data import shared_data_path
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 SMALL = [
     "--limit",
     "300",
@@ -71,9 +70,7 @@ def test_demo_figures_follow_the_data(capsys, table, tmp_path):
 
 
 def test_demo_reads_the_shared_real_lengths(capsys, table):
-    path = SHARED / "lengths_cpython_docstrings.npy"
-    if not path.exists():
-        pytest.skip(f"shared data not found at {path}")
+    path = shared_data_path("lengths_cpython_docstrings.npy")
     out = _demo(capsys, "--no-compile", "--data", str(path), "--methods", "packing", "--limit", "8604")
     assert "lengths_cpython_docstrings.npy (lengths only" in out
     packing = table(out)["dyntile packing"]
@@ -177,6 +174,24 @@ BAD_INPUTS = {
         ["plan"],
         "the largest is 100000003 (sequence 0); renumber",
     ),
+    "a deeply nested .jsonl line": (
+        "n.jsonl",
+        lambda t: b'{"ids": [1]}\n{"ids": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+        ["plan", "--field", "ids"],
+        "line 2 is nested too deeply to read; token ids should be a flat list",
+    ),
+    "a 5,000-digit id": (
+        "d.jsonl",
+        lambda t: b'{"ids": [1]}\n{"ids": [' + b"7" * 5000 + b"]}\n",
+        ["demo", "--no-compile", "--field", "ids", "--data"],
+        "line 2 holds a number of more than 4300 digits",
+    ),
+    "an empty id list": (
+        "e.jsonl",
+        lambda t: b'{"ids": [1]}\n\n{"ids": []}\n',
+        ["plan", "--field", "ids"],
+        "line 3 holds no token ids",
+    ),
     "float offsets": (
         "f.npz",
         lambda t: _npz_bytes(t, ids=np.arange(10), offsets=np.array([0, 5.5, 10])),
@@ -190,7 +205,7 @@ BAD_INPUTS = {
 def test_bad_files_exit_2_with_one_line_naming_the_file(case, capsys, tmp_path):
     name, make, command, message = BAD_INPUTS[case]
     (tmp_path / name).write_bytes(make(tmp_path))
-    rc = main([*command, str(tmp_path / name)])
+    rc = main([command[0], "--no-progress", *command[1:], str(tmp_path / name)])  # stderr: the error alone
     err = capsys.readouterr().err
     assert rc == 2, err
     assert err.count("\n") == 1 and err.startswith(f"dyntile: error: {name}: ") and message in err, err
@@ -205,6 +220,24 @@ def test_batch_tokens_out_of_range_are_named(command, capsys):
             f"dyntile: error: --batch-tokens should be a positive number of tokens up to "
             f"1048576 (2**20), but got {budget}\n"
         ), err
+
+
+@pytest.mark.parametrize("command", ["plan", "demo", "bench"])
+def test_seed_out_of_range_is_named_with_the_range(command, capsys):
+    for seed in ("99999999999999999999", str(2**64), "-1"):
+        rc = main([command, "--seed", seed, "--limit", "20"][: 3 if command == "bench" else 5])
+        err = capsys.readouterr().err
+        assert rc == 2 and err == (
+            "dyntile: error: --seed should be a non-negative integer up to 18446744073709551615 "
+            f"(2**64 - 1, the seeds torch takes), but got {seed}\n"
+        ), err
+
+
+def test_the_largest_seed_runs(capsys, table):
+    rows = table(
+        _demo(capsys, "--no-compile", "--seed", str(2**64 - 1), "--limit", "40", "--methods", "packing")
+    )
+    assert int(rows["dyntile packing"]["steps"]) >= 1
 
 
 def test_plan_prints_and_saves_a_loadable_plan(capsys, tmp_path):

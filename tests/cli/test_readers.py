@@ -65,7 +65,10 @@ def test_jsonl_ids_and_text(tmp_path):
     "name, content, kwargs, message",
     [
         ("l.txt", "3\n4\nfive\n", {}, "line 3 is not an integer length: 'five'"),
-        ("l.txt", "3\n-2\n", {}, r"lengths\[1\]=-2"),
+        ("l.txt", "3\n\n-2\n", {}, "l.txt: lengths should be positive integers, but got -2 at line 3"),
+        ("l.txt", "3\n" + "9" * 5000 + "\n", {}, "l.txt: line 2: a length of 5000 digits; lengths should be"),
+        ("l.txt", "3\n\n" + "9" * 30 + "\n", {}, r"below 2\*\*63, but line 3 is 9{30}$"),
+        ("l.txt", f"3\n{2**63}\n", {}, r"below 2\*\*63, but line 2 is 9223372036854775808$"),
         ("l.txt", "\n\n", {}, "non-empty"),
         ("d.jsonl", '{"ids": [1]}\n{"other": [2]}\n', {"field": "ids"}, "line 2 has no field 'ids'"),
         ("d.jsonl", '{"ids": [1]}\nnot json\n', {"field": "ids"}, "line 2 is not valid JSON"),
@@ -73,9 +76,44 @@ def test_jsonl_ids_and_text(tmp_path):
         ("d.jsonl", '{"ids": [1]}\n{"ids": "a"}\n', {"field": "ids"}, "mixes strings and lists"),
         ("d.jsonl", '{"ids": [1, -4]}\n', {"field": "ids"}, "non-negative"),
         ("d.jsonl", '{"ids": [1, 2.5]}\n', {"field": "ids"}, "integer token ids"),
+        ("d.jsonl", '{"ids": [1]}\n\n{"ids": []}\n', {"field": "ids"}, "d.jsonl: line 3 holds no token ids"),
+        ("d.jsonl", '\n{"ids": [[1, 2]]}\n', {"field": "ids"}, "d.jsonl: line 2 should be a 1-D list"),
+        ("d.jsonl", '{"ids": [1]}\n{"ids": [1, -4]}\n', {"field": "ids"}, "but line 2 holds -4"),
+        (
+            "d.jsonl",
+            '{"ids": [1]}\n\n{"ids": [1, ' + "9" * 5000 + "]}\n",
+            {"field": "ids"},
+            "d.jsonl: line 3 holds a number of more than 4300 digits; token ids should be below 2",
+        ),
+        (
+            "d.jsonl",
+            '{"ids": [3, ' + "9" * 30 + "]}\n",
+            {"field": "ids"},
+            "below 1048576 .*line 1 holds 9{30}$",
+        ),
+        ("d.jsonl", '{"ids": [1, 2]}\n{"ids": [2000000]}\n', {"field": "ids"}, r"is 2000000 \(line 2\)"),
+        (
+            "d.jsonl",
+            '{"ids": [1]}\n{"ids": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+            {"field": "ids"},
+            "d.jsonl: line 2 is nested too deeply to read; token ids should be a flat list",
+        ),
+        (
+            "d.jsonl",
+            '{"ids": [1], "meta": ' + "[" * 100_000 + "]" * 100_000 + "}\n",
+            {"field": "ids"},
+            "d.jsonl: line 1 is nested too deeply",
+        ),
+        (
+            "d.jsonl",
+            '{"ids": [1]}\n{"ids": ' + "[" * 200 + "1" + "]" * 200 + "}\n",
+            {"field": "ids"},
+            "line 2",
+        ),
         ("d.jsonl", '{"ids": [1]}\n', {}, "needs --field"),
         ("x.csv", "1\n", {}, "unknown extension '.csv'"),
     ],
+    ids=lambda v: v[:48] if isinstance(v, str) else None,
 )
 def test_bad_files_give_clear_errors(tmp_path, name, content, kwargs, message):
     p = tmp_path / name
@@ -125,3 +163,16 @@ def test_damaged_archives_and_pickles_name_the_file(tmp_path):
     (tmp_path / "o.npy").write_bytes((tmp_path / "o.npy").read_bytes()[:-20])
     with pytest.raises(CLIError, match="cannot read o.npy: its pickled objects are damaged"):
         read_corpus(tmp_path / "o.npy", allow_pickle=True)
+
+
+def test_a_utf8_byte_order_mark_is_read_as_nothing(tmp_path):
+    (tmp_path / "l.txt").write_text("3\n17\n", encoding="utf-8-sig")
+    assert read_corpus(tmp_path / "l.txt").lengths.tolist() == [3, 17]
+    (tmp_path / "d.jsonl").write_text('{"ids": [4, 5]}\n', encoding="utf-8-sig")
+    assert read_corpus(tmp_path / "d.jsonl", field="ids").lengths.tolist() == [2]
+
+
+def test_sequences_without_lines_are_named_by_index(tmp_path):
+    np.save(tmp_path / "p.npy", np.array([[5, 6], [0, 0]]))  # row 1 is all padding
+    with pytest.raises(CLIError, match="p.npy: sequence 1 holds no token ids"):
+        read_corpus(tmp_path / "p.npy", pad_id=0)

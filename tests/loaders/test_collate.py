@@ -342,7 +342,7 @@ def test_overflow_policies():
     )  # a sample, not a key
     grow = DynTileCollate(plan, overflow="extend")
     assert grow(samples)["ids"].shape == (2, 24)
-    assert grow.plan.boundaries == (8, 16, 24) and grow.stats.plan_extensions == 1
+    assert grow.plan.boundaries == (8, 16) and grow.stats.plan_extensions == 1  # the plan stays
 
 
 @pytest.mark.parametrize(
@@ -475,18 +475,6 @@ def test_pickle_round_trip():
     samples = [{"input_ids": torch.arange(n), "labels": torch.arange(n)} for n in (3, 9, 1)]
     c2 = pickle.loads(pickle.dumps(c))
     assert_same(c(samples), c2(samples))
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only fallback")
-def test_pin_memory_without_cuda_warns_once_and_still_collates(monkeypatch):
-    monkeypatch.setattr("loaders.pinning._WARNED", False)
-    with pytest.warns(RuntimeWarning, match="pinned memory needs CUDA"):
-        c = DynTileCollate(pin_memory=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        DynTileCollate(pin_memory=True)  # once per process
-    out = c([{"ids": [1, 2]}, {"ids": [3]}])
-    assert out["ids"].tolist() == [[1, 2, 0, 0, 0, 0, 0, 0], [3, 0, 0, 0, 0, 0, 0, 0]]
 
 
 # ------------------------------------------------------------------ real tokens
@@ -685,26 +673,30 @@ def test_pin_memory_skipped_in_a_worker_with_one_warning(monkeypatch):
         test_batch_padding_reaches_every_leaf,
     ],
 )
-def test_tensor_leaves_without_the_native_reader(test, monkeypatch):
+def test_tensor_leaves_without_the_native_reader(test):
     """The same answers when tensors are read through torch's bindings (a build without
     dyntile.cpu.torch_tensors, or another torch version)."""
     from dyntile import tensor_reader
 
-    monkeypatch.setattr(tensor_reader, "_native", None)
-    test()
-    for samples, exc, msg in [
-        (
-            [{"a": torch.ones(2)}, {"a": torch.ones(3, dtype=torch.float64)}],
-            TypeError,
-            "key 'a': sample 1 has dtype torch.float64",
-        ),
-        ([{"a": torch.ones(2, 1)}, {"a": torch.ones(2)}], ValueError, r"key 'a': sample 1 has shape \(2,\)"),
-    ]:
-        with pytest.raises(exc, match=msg):
-            DynTileCollate()(samples)
+    with tensor_reader.use_native(False):
+        test()
+        for samples, exc, msg in [
+            (
+                [{"a": torch.ones(2)}, {"a": torch.ones(3, dtype=torch.float64)}],
+                TypeError,
+                "key 'a': sample 1 has dtype torch.float64",
+            ),
+            (
+                [{"a": torch.ones(2, 1)}, {"a": torch.ones(2)}],
+                ValueError,
+                r"key 'a': sample 1 has shape \(2,\)",
+            ),
+        ]:
+            with pytest.raises(exc, match=msg):
+                DynTileCollate()(samples)
 
 
-def test_tensor_leaves_of_every_kind_match_the_bindings_route(monkeypatch):
+def test_tensor_leaves_of_every_kind_match_the_bindings_route():
     """2-D and 3-D tensor leaves (views, offsets, bf16) collate the same with and
     without the native reader."""
     from dyntile import tensor_reader
@@ -718,9 +710,8 @@ def test_tensor_leaves_of_every_kind_match_the_bindings_route(monkeypatch):
     ]  # 3-D, bf16
     for samples in batches:
         fast = DynTileCollate(multiple=4, axes=(-2, -1) if samples[0]["x"].dim() > 2 else None)(samples)
-        monkeypatch.setattr(tensor_reader, "_native", None)
-        slow = DynTileCollate(multiple=4, axes=(-2, -1) if samples[0]["x"].dim() > 2 else None)(samples)
-        monkeypatch.undo()
+        with tensor_reader.use_native(False):
+            slow = DynTileCollate(multiple=4, axes=(-2, -1) if samples[0]["x"].dim() > 2 else None)(samples)
         assert fast.keys() == slow.keys()
         for k in fast:
             assert torch.equal(fast[k], slow[k]), k
@@ -737,14 +728,16 @@ def _no_python_executor(monkeypatch):
 
 
 @pytest.mark.parametrize("route", ["native", "bindings", "walk"])
-def test_equal_rows_that_require_grad_keep_their_grad_fn(route, monkeypatch):
+def test_equal_rows_that_require_grad_keep_their_grad_fn(route, request):
     """1-D tensors of one length that require grad are stacked as default_collate
     stacks them: the batch records autograd (0-d tensors already did); gradients reach
     every sample. Rows of other lengths are padded, as pad_batch pads them (detached)."""
     from dyntile import tensor_reader
 
     if route == "bindings":
-        monkeypatch.setattr(tensor_reader, "_native", None)
+        switch = tensor_reader.use_native(False)
+        switch.__enter__()
+        request.addfinalizer(lambda: switch.__exit__(None, None, None))
     leaves = [torch.arange(3.0, requires_grad=True), torch.ones(3), torch.full((3,), 2.0, requires_grad=True)]
     collate = DynTileCollate()
     run = (lambda s: _walk_only(collate, s)) if route == "walk" else collate
@@ -826,9 +819,7 @@ def test_flat_rows_route_equals_the_walk(
     padding, mask and lengths keys and dtype) and the numbers' kinds."""
     from dyntile import tensor_reader
 
-    with pytest.MonkeyPatch.context() as mp:
-        if not native:
-            mp.setattr(tensor_reader, "_native", None)
+    with tensor_reader.use_native(native):
         _flat_rows_case(
             lengths,
             equal,
@@ -1156,18 +1147,23 @@ def test_bucket_rows_are_read_only_and_pickle():
     assert_same_batch(clone(batch), rows(batch))
 
 
-def test_an_extended_plan_reaches_the_native_route(monkeypatch):
-    """overflow='extend' grows the plan; later batches up to the new boundary still
-    take the one-call route, padded to it."""
+def test_an_extended_batch_is_padded_by_the_plan_and_its_own_sizes(monkeypatch):
+    """overflow='extend' pads a batch over the plan to its longest sample rounded up to
+    ``multiple``, whatever came before (36 tokens: 40, after a batch of 50 too); the plan
+    stays, and batches within it still take the one-call route."""
     from dyntile import tensor_reader
 
-    collate = DynTileCollate(BucketPlan((8,)), pad_values={"a": 0}, overflow="extend")
-    assert collate([{"a": list(range(20))}, {"a": [1]}])["a"].shape == (2, 24)  # extended: (8,) -> (8, 24)
-    assert collate.plan.boundaries == (8, 24)
+    collate = DynTileCollate(BucketPlan((8, 32)), pad_values={"a": 0}, overflow="extend")
+
+    def width(n):
+        return collate([{"a": list(range(n))}, {"a": [1]}])["a"].shape[1]
+
+    assert [width(n) for n in (36, 50, 36, 20)] == [40, 56, 40, 32]
+    assert collate.plan.boundaries == (8, 32) and collate.stats.plan_extensions == 3
     if tensor_reader.native_module() is not None:
         _no_python_executor(monkeypatch)
     out = collate([{"a": list(range(12))}, {"a": [1]}])
-    assert out["a"].shape == (2, 24) and out["lengths"].tolist() == [12, 1]
+    assert out["a"].shape == (2, 32) and out["lengths"].tolist() == [12, 1]
 
 
 @pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from dyntile.planning.packing import pack_rows
+from loaders import DynTileCollate
 from loaders.packed_collate import PackedCollate, collate_packed
 from loaders.packing_sampler import PackingBatchSampler
 
@@ -90,10 +91,14 @@ def test_dicts_of_tensors_arrays_and_lists_give_one_result():
             if isinstance(v, torch.Tensor):
                 assert v.dtype == out[k].dtype and torch.equal(v, out[k]), k
         assert out["max_seqlen"] == outs[0]["max_seqlen"] and out["packing"].same_as(outs[0]["packing"])
-    # a tensor of another dtype in one sample promotes; another length is named
+    # a tensor of another dtype in one sample is refused, as DynTileCollate refuses it (no
+    # promotion); another length is named
     mixed = [dict(d) for d in as_torch]
     mixed[2]["input_ids"] = mixed[2]["input_ids"].to(torch.int32)
-    assert collate_packed(mixed, [(6, 8)])["input_ids"].dtype == torch.int64
+    for collate in (functools.partial(collate_packed, shapes=[(6, 8)]), DynTileCollate()):
+        with pytest.raises(TypeError, match="key 'input_ids': sample 2 has dtype torch.int32, but sample 0"):
+            collate(mixed)
+    mixed[2]["input_ids"] = mixed[2]["input_ids"].long()
     mixed[4]["labels"] = mixed[4]["labels"][:-1]
     with pytest.raises(ValueError, match="sample 4: token keys should have one length"):
         collate_packed(mixed, [(6, 8)])
@@ -105,11 +110,13 @@ def test_inputs_of_every_kind():
     base = np.arange(40, dtype=np.int32)
     samples = [
         base[::3][:5],  # non-contiguous numpy
-        torch.arange(100, 104, dtype=torch.int32),
+        np.arange(100, 104, dtype=np.int32),
         [7, 8, 9],  # list
         np.zeros(0, np.int32),
     ]  # zero-size
     out = collate_packed(samples, [(2, 8)])
+    with pytest.raises(TypeError, match="sample 1 has type Tensor, but sample 0 has type ndarray"):
+        collate_packed([samples[0], torch.from_numpy(samples[1])], [(2, 8)])  # one type per key
     # lists are weakly typed, as in pad_batch and DynTileCollate: small ints join int32 arrays
     assert out["input_ids"].dtype == torch.int32
     as_np = [np.asarray(s, dtype=np.int64) for s in samples]
@@ -340,7 +347,7 @@ def test_counts_stats_and_returns_them_on_request():
             ValueError,
             r"attention_mask should be one of \(None, 'block', 'additive'\)",
         ),
-        ({"label_keys": "labels"}, TypeError, "label_keys should be a sequence of key names"),
+        ({"label_keys": "labels"}, TypeError, "label_keys should be a collection of key names"),
         ({"worker_transfer": "pipe"}, ValueError, "worker_transfer should be 'one_buffer' or 'torch'"),
         ({"overflow": "truncate"}, ValueError, "which does not apply here"),
     ],
@@ -350,14 +357,6 @@ def test_bad_options(kw, exc, match):
         PackedCollate([(2, 8)], **kw)
     with pytest.raises(ValueError, match="shapes should be one or two pairs"):
         PackedCollate([(2, 0)])
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the warning of a machine without CUDA")
-def test_pin_memory_without_cuda_warns_and_allocates_ordinary_memory(monkeypatch):
-    monkeypatch.setattr("loaders.pinning._WARNED", False)  # once per process
-    with pytest.warns(RuntimeWarning, match="pinned memory needs CUDA"):
-        collate = PackedCollate([(2, 8)], pin_memory=True)
-    assert not collate([[1, 2]])["input_ids"].is_pinned()
 
 
 def test_batches_cross_from_workers_whole():

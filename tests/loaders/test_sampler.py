@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,8 +12,7 @@ from hypothesis import strategies as st
 from dyntile.planning import BucketPlan, plan_buckets
 from loaders.distributed import resolve_replicas
 from loaders.sampler import BucketBatchSampler
-
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+from shared_data import load_shared
 
 
 def random_lengths(n, seed=0):
@@ -213,10 +211,7 @@ def test_multi_axis_plan():
 
 
 def test_achieved_padding_equals_plan_optimum_on_real_lengths():
-    path = DATA / "lengths_cpython_docstrings.npy"
-    if not path.exists():
-        pytest.skip(f"real data not found at {path}")
-    L = np.load(path)
+    L = load_shared("lengths_cpython_docstrings.npy")
     for k in (2, 8):
         plan = plan_buckets(L, max_buckets=k)
         s = BucketBatchSampler(L, plan, max_tokens=16384)

@@ -11,7 +11,6 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.utils.data import DistributedSampler, RandomSampler  # noqa: E402
 
-import loaders.distributed as distributed  # noqa: E402
 from loaders import BucketBatchSampler, PackingBatchSampler  # noqa: E402
 
 LENGTHS = np.random.default_rng(3).integers(1, 120, 301)
@@ -43,13 +42,25 @@ def test_sampler_argument_gives_the_ranks(make):
         make(sampler=RandomSampler(range(len(LENGTHS))))
 
 
+def fake_process_group(monkeypatch) -> dict:
+    """torch.distributed as the samplers read it, without starting a group: set
+    ``group["ranks"] = (world, rank)`` for init_process_group, clear it for none."""
+    import torch.distributed as dist
+
+    group = {}
+    monkeypatch.setattr(dist, "is_available", lambda: True)
+    monkeypatch.setattr(dist, "is_initialized", lambda: "ranks" in group)
+    monkeypatch.setattr(dist, "get_world_size", lambda *a, **k: group["ranks"][0])
+    monkeypatch.setattr(dist, "get_rank", lambda *a, **k: group["ranks"][1])
+    return group
+
+
 @pytest.fixture
 def launched(monkeypatch):
     """A process under a 2-process launcher (WORLD_SIZE=2) before its process group starts;
     ``start(world, rank)`` then stands for init_process_group."""
     monkeypatch.setenv("WORLD_SIZE", "2")
-    group = {}
-    monkeypatch.setattr(distributed, "_from_torch_distributed", lambda: group.get("ranks"))
+    group = fake_process_group(monkeypatch)
     return lambda world, rank: group.update(ranks=(world, rank))
 
 
@@ -69,8 +80,7 @@ def test_ranks_are_read_when_needed(make, launched):
 def test_a_single_process_answer_is_not_kept(monkeypatch):
     """Without a launcher the sampler is one process until a group starts: taken
     before then, its length does not go stale."""
-    group = {}
-    monkeypatch.setattr(distributed, "_from_torch_distributed", lambda: group.get("ranks"))
+    group = fake_process_group(monkeypatch)
     s = bucket()
     single = len(s)
     group["ranks"] = (2, 0)

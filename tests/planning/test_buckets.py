@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,8 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dyntile.planning import BucketPlan, plan_buckets
-
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+from shared_data import load_shared
 
 
 def brute_force_cost(lengths, k, multiple, p):
@@ -190,10 +188,7 @@ def test_multi_axis_matches_brute_force_when_it_can():
 
 
 def test_image_shapes_plan():
-    path = DATA / "image_shapes_py_bundled.npy"
-    if not path.exists():
-        pytest.skip(f"real data not found at {path}")
-    hw = np.load(path)[:, :2]
+    hw = load_shared("image_shapes_py_bundled.npy")[:, :2]
     plan = plan_buckets(hw, max_buckets=4, multiple=32)
     assert plan.ndim == 2
     assert all(b[-1] >= m for b, m in zip(plan.boundaries, hw.max(axis=0)))
@@ -201,10 +196,7 @@ def test_image_shapes_plan():
 
 
 def test_real_docstring_lengths():
-    path = DATA / "lengths_cpython_docstrings.npy"
-    if not path.exists():
-        pytest.skip(f"real data not found at {path}")
-    L = np.load(path)
+    L = load_shared("lengths_cpython_docstrings.npy")
     one = plan_buckets(L, max_buckets=1).padding_ratio(L)
     eight = plan_buckets(L, max_buckets=8).padding_ratio(L)
     assert one > 0.9  # everything padded to the longest docstring

@@ -1,16 +1,12 @@
 """pack_lengths / pack_rows / packing_shapes against slow references and invariants."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dyntile.planning.packing import PackedBatch, pack_lengths, pack_rows, packing_shapes
-
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
-
+from shared_data import load_shared
 
 # --------------------------------------------------------------------------- references
 
@@ -333,10 +329,7 @@ def test_pack_rows_pieces_lie_back_to_back(L, T, overflow):
 
 
 def test_real_lengths_padding_and_shapes():
-    path = DATA / "lengths_cpython_docstrings.npy"
-    if not path.exists():
-        pytest.skip(f"real data not found at {path}")
-    L = np.load(path)
+    L = load_shared("lengths_cpython_docstrings.npy")
     for seq_len, n_shapes in ((1600, 1), (None, 2)):  # the longest sample's T; the T of least cost
         batches = pack_lengths(L, seq_len, max_tokens=8192, seed=0)
         shapes = packing_shapes(L, seq_len, max_tokens=8192)

@@ -1,7 +1,6 @@
 """choose_seq_len: the packed row length of least cost, against the real packer's epochs."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,15 +10,11 @@ from hypothesis import strategies as st
 from dyntile.planning import BucketPlan, packing_cost
 from dyntile.planning.packing import pack_lengths, packing_shapes
 from dyntile.planning.packing_cost import choose_seq_len, row_cost
-
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+from shared_data import load_shared
 
 
 def docstring_lengths():
-    path = DATA / "lengths_cpython_docstrings.npy"
-    if not path.exists():
-        pytest.skip(f"real data not found at {path}")
-    return np.load(path)
+    return load_shared("lengths_cpython_docstrings.npy")
 
 
 def lognormal_lengths(n=5000, seed=0):

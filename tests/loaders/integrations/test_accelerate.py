@@ -69,7 +69,7 @@ def test_one_process_and_other_loaders_are_prepared_as_accelerate_does():
     accelerator = Accelerator(cpu=True)
     sampler = BucketBatchSampler(LENGTHS, max_tokens=600, seed=2)
     prepared = prepare_data_loader(accelerator, DataLoader(range(len(LENGTHS)), batch_sampler=sampler))
-    assert [b.tolist() for b in prepared] == list(sampler)
+    assert [b.tolist() for b in prepared] == sampler.batches(0)
     plain = prepare_data_loader(accelerator, DataLoader(range(10), batch_size=4))
     assert dyntile_sampler(plain) is None and len(plain) == 3
 
@@ -79,3 +79,33 @@ def test_dyntile_sampler_looks_through_wrappers():
     wrapped = SimpleNamespace(batch_sampler=SkipBatchSampler(BatchSamplerShard(sampler), 2))
     assert dyntile_sampler(wrapped) is sampler
     assert dyntile_sampler(None) is None and dyntile_sampler(DataLoader(range(3))) is None
+
+
+def prepared_packing(workers=0):
+    sampler = PackingBatchSampler(LENGTHS, max_tokens=600, seed=4)
+    loader = DataLoader(range(len(LENGTHS)), batch_sampler=sampler, collate_fn=list, num_workers=workers)
+    return sampler, prepare_data_loader(Accelerator(cpu=True), loader)
+
+
+def test_the_loader_pass_counter_is_the_sampler_epoch():
+    sampler, prepared = prepared_packing()
+    sampler.set_epoch(3)
+    assert list(prepared) == sampler.batches(3)  # not epoch 0's
+    assert sampler.epoch == 4 and list(prepared) == sampler.batches(4)  # a whole pass: the next epoch
+    prepared.set_epoch(1)  # as Hugging Face's Trainer calls it
+    assert sampler.epoch == 1 and list(prepared) == sampler.batches(1)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resume_continues_at_the_batch_the_loop_received(workers):
+    sampler, prepared = prepared_packing(workers)
+    sampler.set_epoch(2)
+    batches = iter(prepared)
+    received = [next(batches) for _ in range(3)]  # the loader has drawn a batch (or more) ahead
+    state = sampler.state_dict()
+    assert state["epoch"] == 2 and state["batches_yielded"] == 3
+    del batches
+    sampler, prepared = prepared_packing(workers)  # a new process
+    sampler.load_state_dict(state)
+    assert received + list(prepared) == sampler.batches(2)  # the saved epoch, from its batch 3
+    assert list(prepared) == sampler.batches(3)
