@@ -135,10 +135,11 @@ class DictSpec:
     mask_from: int
     want: int
     left: bool
-    bits: dict = dataclasses.field(default_factory=dict)  # (key index, dtype) -> fill bits, or None
 
     def __post_init__(self):
-        self.flags = tuple((r.row, r.always, r.align) for r in self.rules)  # read per batch
+        # read per batch: each key's flags, and its fill bits by dtype (None: not holdable)
+        self.flags = tuple((r.row, r.always, r.align) for r in self.rules)
+        self.bits = tuple({} for _ in self.rules)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, DictSpec) and (
@@ -155,14 +156,14 @@ class DictSpec:
     def fill_bits(self, j: int, dtype) -> int | None:
         """The fill bits of key ``j`` in ``dtype`` (a torch dtype; ``None``: int64 lists), or
         ``None`` when the writer cannot hold it (the Python executor names the fill)."""
-        got = self.bits.get((j, dtype), _UNSET)
+        got = self.bits[j].get(dtype, _UNSET)
         if got is _UNSET:
             carrier = native_row_dtype([] if dtype is None else torch.empty(0, dtype=dtype))
             try:
                 got = None if carrier is None else kernel_fill_bits(self.rules[j].fill, *carrier)
             except (TypeError, ValueError):
                 got = None
-            self.bits[j, dtype] = got
+            self.bits[j][dtype] = got
         return got
 
 
@@ -247,7 +248,7 @@ def layout_batch(spec: DictSpec, read: tuple) -> BatchLayout | None:
         if not row:
             return None
         T = -(-longest // m) * m if m else size_of(longest)
-        b = bits_of.get((j, dtype), _UNSET)
+        b = bits_of[j].get(dtype, _UNSET)
         if b is _UNSET:
             b = spec.fill_bits(j, dtype)
         if T < 0 or b is None or T * B * (8 if dtype is None else dtype.itemsize) > ONE_THREAD_BYTES:
@@ -303,9 +304,7 @@ def run_layout(samples: list, spec: DictSpec) -> tuple | None:
     layout = layout_batch(spec, (len(samples), keys))
     if layout is None:
         return None
-    written = native.write_dicts(
-        read, layout.widths, layout.dtypes, layout.bits, layout.mark, layout.want, layout.left
-    )
+    written = native.write_dicts(read, *layout[:6])  # widths, dtypes, bits, mark, want, left
     if written is None:
         return None
     out, mask, lengths = written

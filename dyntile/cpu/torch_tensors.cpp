@@ -196,7 +196,7 @@ class Scratch {
 // p[0:len) = c. A padded row's runs are mostly short (a few elements of padding, a mask
 // row of tens of bytes): those are stored inline, in overlapping 8-byte words, where a
 // memset call per run cost more than the stores.
-inline void fill_bytes(char* p, unsigned char c, size_t len) {
+[[gnu::always_inline]] inline void fill_bytes(char* p, unsigned char c, size_t len) {
   if (len >= 64) {
     std::memset(p, c, len);
     return;
@@ -211,7 +211,7 @@ inline void fill_bytes(char* p, unsigned char c, size_t len) {
 }
 
 template <typename T>
-inline void fill_elems(char* dst, int64_t n, uint64_t bits) {
+[[gnu::always_inline]] inline void fill_elems(char* dst, int64_t n, uint64_t bits) {
   if (n <= 0) return;   // dst may be null then (an empty tensor's data)
   if (bits == 0) {
     fill_bytes(dst, 0, static_cast<size_t>(n) * sizeof(T));
@@ -221,7 +221,7 @@ inline void fill_elems(char* dst, int64_t n, uint64_t bits) {
   for (int64_t j = 0; j < n; j++) std::memcpy(dst + j * sizeof(T), &v, sizeof(T));
 }
 
-inline void fill_width(char* dst, int64_t n, uint64_t bits, int64_t width) {
+[[gnu::always_inline]] inline void fill_width(char* dst, int64_t n, uint64_t bits, int64_t width) {
   switch (width) {
     case 1: fill_elems<uint8_t>(dst, n, bits); break;
     case 2: fill_elems<uint16_t>(dst, n, bits); break;
@@ -597,8 +597,9 @@ bool as_read(PyObject* const* items, Py_ssize_t n, const KeyRead& k) {
 }
 
 // the (B, T) batch of one row key, each row at its side and padded with fill_bits; false
-// (out undefined) when an element of a list is not an exact int in int64
-bool write_rows(PyObject* const* items, Py_ssize_t n, const KeyRead& k, int64_t T, uint64_t bits, bool left,
+// (out undefined) when an element of a list is not an exact int in int64. A function of its
+// own (not inlined into write_dicts): the int reading loop compiles tighter here
+[[gnu::noinline]] bool write_rows(PyObject* const* items, Py_ssize_t n, const KeyRead& k, int64_t T, uint64_t bits, bool left,
                 at::Tensor& out) {
   const Rows& rows = k.rows;
   // at::detail::empty_cpu: the CPU kernel of torch.empty, without the dispatcher's trip
