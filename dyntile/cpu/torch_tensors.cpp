@@ -588,9 +588,10 @@ bool as_read(PyObject* const* items, Py_ssize_t n, const KeyRead& k) {
       if (PyList_GET_SIZE(items[i]) != k.rows.lens[i]) return false;
       continue;
     }
-    const at::Tensor& t = THPVariable_Unpack(items[i]);   // its pointer, size and stride as read
-    if (t.dim() != 1 || t.sizes()[0] != k.rows.lens[i] || t.scalar_type() != k.dtype ||
-        static_cast<const char*>(t.const_data_ptr()) != k.rows.ptrs[i] || t.strides()[0] * k.rows.width != k.rows.steps[i])
+    // its rank, length and data pointer as read (a resize or a new storage changes one)
+    const at::Tensor& t = THPVariable_Unpack(items[i]);
+    if (t.dim() != 1 || t.sizes()[0] != k.rows.lens[i] ||
+        static_cast<const char*>(t.const_data_ptr()) != k.rows.ptrs[i])
       return false;
   }
   return true;

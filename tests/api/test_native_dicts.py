@@ -11,23 +11,12 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 from dyntile import tensor_reader  # noqa: E402
-from reference import pad_reference  # noqa: E402
+from reference import pad_reference, torch_real_dtypes  # noqa: E402
 
 native = tensor_reader.native_module()
 pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu.torch_tensors not built for this torch")
 
-DTYPES = [
-    torch.bool,
-    torch.uint8,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-]
+DTYPES = torch_real_dtypes()
 
 
 def _rows(kind, sizes, dtype, rng):
