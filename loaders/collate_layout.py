@@ -102,7 +102,9 @@ def widens(align: bool, length: int, mark_length: int | None, mark_width: int) -
 
 def counted(padded: list, widened: list) -> list:
     """The order the counts (and the stats' shapes) list keys in: the padded keys in key
-    order, then the widened ones (widening waits for the mask key).
+    order, then the widened ones (widening waits for the mask key). :func:`layout_batch`
+    builds its shapes in this order as it goes, and the Python executor counts its
+    leaves as it pads them, the widened ones last.
 
     >>> counted(["ids"], ["labels"])
     ['ids', 'labels']
@@ -231,12 +233,12 @@ def layout_batch(spec: DictSpec, read: tuple) -> BatchLayout | None:
     ((8,), 0, 4, 16, [('ids', (2, 8))])
     """
     B, keys = read
-    size_of, flags, bits_of = spec.size_of, spec.flags, spec.bits
+    size_of, flags, bits_of, names = spec.size_of, spec.flags, spec.bits, spec.keys
     m = size_of.m if type(size_of) is _Multiple else 0
     widths, dtypes, bits = [], [], []
-    padded, stacked = [], None
-    real = 0
-    for j, (kind, dtype, longest, total, grad) in enumerate(keys):
+    padded, stacked, shapes = [], None, []  # shapes: see counted
+    real = total = 0
+    for j, (kind, dtype, longest, rows_total, grad) in enumerate(keys):
         row, always, align = flags[j]
         if kind > TENSOR_ROWS:  # numbers
             if row or grad:  # a row key of the plan holds numbers; torch.stack records autograd
@@ -253,7 +255,7 @@ def layout_batch(spec: DictSpec, read: tuple) -> BatchLayout | None:
             b = spec.fill_bits(j, dtype)
         if T < 0 or b is None or T * B * (8 if dtype is None else dtype.itemsize) > ONE_THREAD_BYTES:
             return None
-        if stacks(always, B, longest, total):
+        if stacks(always, B, longest, rows_total):
             if grad:
                 return None
             T = longest
@@ -262,14 +264,15 @@ def layout_batch(spec: DictSpec, read: tuple) -> BatchLayout | None:
             stacked.append(j)
         else:
             padded.append(j)
-            real += total
+            shapes.append((names[j], (B, T)))
+            real += rows_total
+            total += B * T
         widths.append(T)
-        dtypes.append(torch.int64 if dtype is None else dtype)
+        dtypes.append(_INT64 if dtype is None else dtype)
         bits.append(b)
     mark = mask_of(padded, None if spec.mask_from < 0 else spec.mask_from)
     if mark is None:
         return _new(BatchLayout, (tuple(widths), tuple(dtypes), tuple(bits), -1, 0, spec.left, 0, 0, []))
-    widened = []
     if stacked is not None:
         _, _, m_longest, m_total, _ = keys[mark]
         mark_length = m_longest if m_longest * B == m_total else None
@@ -277,18 +280,15 @@ def layout_batch(spec: DictSpec, read: tuple) -> BatchLayout | None:
         for j in stacked:
             if widens(flags[j][2], keys[j][2], mark_length, width):
                 widths[j] = width
-                widened.append(j)
+                shapes.append((names[j], (B, width)))  # after the padded keys: see counted
                 real += keys[j][3]
-    names = spec.keys
-    shapes = [(names[j], (B, widths[j])) for j in counted(padded, widened)]
-    total = B * sum([shape[1] for _, shape in shapes])
-    return _new(
-        BatchLayout,
-        (tuple(widths), tuple(dtypes), tuple(bits), mark, spec.want, spec.left, real, total, shapes),
-    )
+                total += B * width
+    layout = (tuple(widths), tuple(dtypes), tuple(bits), mark, spec.want, spec.left, real, total, shapes)
+    return _new(BatchLayout, layout)
 
 
 _new = tuple.__new__
+_INT64 = torch.int64
 
 
 def run_layout(samples: list, spec: DictSpec) -> tuple | None:
