@@ -551,16 +551,30 @@ PyObject* read_dicts(PyObject*, PyObject* args) {
   }
   PyObject* info = PyTuple_New(nk);
   if (info == nullptr) return nullptr;
-  for (Py_ssize_t j = 0; j < nk; j++) {
+  for (Py_ssize_t j = 0; j < nk; j++) {   // (tuples built item by item: Py_BuildValue parses its format)
     const KeyRead& k = r->key[j];
     const bool typed = k.kind == TENSOR_ROWS || k.kind == TENSOR_SCALARS;
     PyObject* dtype = typed ? reinterpret_cast<PyObject*>(torch::getTHPDtype(k.dtype)) : Py_None;
-    PyObject* item = Py_BuildValue("(iOLLO)", k.kind, dtype, static_cast<long long>(k.rows.longest),
-                                   static_cast<long long>(k.rows.total), k.rows.grad ? Py_True : Py_False);
-    if (item == nullptr) {
+    PyObject* item = PyTuple_New(5);
+    PyObject* kind = PyLong_FromLong(k.kind);
+    PyObject* longest = PyLong_FromLongLong(k.rows.longest);
+    PyObject* total = PyLong_FromLongLong(k.rows.total);
+    if (item == nullptr || kind == nullptr || longest == nullptr || total == nullptr) {
+      Py_XDECREF(item);
+      Py_XDECREF(kind);
+      Py_XDECREF(longest);
+      Py_XDECREF(total);
       Py_DECREF(info);
       return nullptr;
     }
+    Py_INCREF(dtype);
+    PyObject* grad = k.rows.grad ? Py_True : Py_False;
+    Py_INCREF(grad);
+    PyTuple_SET_ITEM(item, 0, kind);
+    PyTuple_SET_ITEM(item, 1, dtype);
+    PyTuple_SET_ITEM(item, 2, longest);
+    PyTuple_SET_ITEM(item, 3, total);
+    PyTuple_SET_ITEM(item, 4, grad);
     PyTuple_SET_ITEM(info, j, item);
   }
   PyObject* capsule = PyCapsule_New(r.get(), READ_CAPSULE, free_read);
@@ -569,7 +583,15 @@ PyObject* read_dicts(PyObject*, PyObject* args) {
     return nullptr;
   }
   r.release();
-  return Py_BuildValue("NN", capsule, info);
+  PyObject* both = PyTuple_New(2);
+  if (both == nullptr) {
+    Py_DECREF(capsule);
+    Py_DECREF(info);
+    return nullptr;
+  }
+  PyTuple_SET_ITEM(both, 0, capsule);
+  PyTuple_SET_ITEM(both, 1, info);
+  return both;
 }
 
 // true when a key's values are still as read (nothing between the two calls resized a list
@@ -730,7 +752,20 @@ PyObject* write_dicts(PyObject*, PyObject* args) {
       return nullptr;
     }
   }
-  return Py_BuildValue("NNN", out, wrap(mask), wrap(lengths));
+  PyObject* got = PyTuple_New(3);
+  PyObject* m = wrap(mask);
+  PyObject* l = wrap(lengths);
+  if (got == nullptr || m == nullptr || l == nullptr) {
+    Py_XDECREF(got);
+    Py_XDECREF(m);
+    Py_XDECREF(l);
+    Py_DECREF(out);
+    return nullptr;
+  }
+  PyTuple_SET_ITEM(got, 0, out);
+  PyTuple_SET_ITEM(got, 1, m);
+  PyTuple_SET_ITEM(got, 2, l);
+  return got;
 }
 
 // The C API must never see a C++ exception (it would end the process): out of memory is
