@@ -5,7 +5,6 @@ Public API (NumPy-style; NumPy arrays, lists, torch tensors and CUDA device arra
     batch, lengths = dyntile.pad_batch(arrays, multiple=8)   # ragged list -> (B, *shape)
     y = dyntile.pad_to(x, shape)                             # one array -> shape
     batch, lengths, longest, total = dyntile.pad_rows(rows)  # 1-D rows, one call (a collate's)
-    rows_t = dyntile.pad_rows_torch(rows, lengths=True, mask=True)  # natively into torch (None without it)
     values, lengths = dyntile.concat_rows(samples)           # samples -> rows back to back
     batch, lengths = dyntile.pad_jagged(values, lengths)     # rows back to back -> (B, T)
     t = dyntile.tile(x, (8, 128))                            # (..., M, N) -> (..., gm, gn, 8, 128)
@@ -40,7 +39,6 @@ _EXPORTS = {
     "pad_batch": "dyntile.padding",
     "pad_to": "dyntile.padding",
     "pad_rows": "dyntile.padding",
-    "pad_rows_torch": "dyntile.padding",
     "pad_jagged": "dyntile.jagged",
     "concat_rows": "dyntile.jagged",
     "padding_mask": "dyntile.masks",

@@ -34,11 +34,10 @@ from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.dtypes import check_round_trip, promote_samples
 from dyntile.fill import check_fill, fill_bits, fill_key, kernel_fill_bits
 from dyntile.planning.buckets import BucketPlan
-from dyntile.threads import PARALLEL_COPY_BYTES as _PARALLEL_COPY_BYTES
 from dyntile.threads import copy_threads
 
 # the native row helpers are shared with loaders' collates, not part of the top-level API
-__all__ = ["pad_batch", "pad_to", "pad_rows", "pad_rows_torch", "native_row_dtype", "native_row_layout"]
+__all__ = ["pad_batch", "pad_to", "pad_rows", "native_row_dtype", "native_row_layout"]
 
 
 _SIDES = {"right": False, "left": True}
@@ -449,16 +448,16 @@ def _pad_tensors(samples, multiple, axes, shape, plan, fill, left, out):
     return batch, torch.from_numpy(lengths)
 
 
-#: (dtype, token, fill key, multiple's type, multiple or plan boundaries) -> (fill bits, size_of,
-#: native layout): what the one-call row routes (:func:`_pad_token_rows`,
-#: :func:`_pad_number_lists`, :func:`pad_rows_torch`) would otherwise work out again for every batch
+#: (dtype, token, fill key, multiple's type, multiple or plan boundaries) -> (fill bits,
+#: size_of): what the one-call row routes (:func:`_pad_token_rows`,
+#: :func:`_pad_number_lists`) would otherwise work out again for every batch
 _ROW_SETUP: dict = {}
 
 
 def _row_setup(dt: np.dtype, token, multiple, plan, fill):
-    """``(fill bits, size_of, layout)`` for rows of ``dt`` (``token``: a torch-only
-    dtype it carries): ``size_of(longest)`` gives the padded length, ``layout`` is
-    :func:`native_row_layout`'s. ``None`` for dtypes the kernels do not move."""
+    """``(fill bits, size_of)`` for rows of ``dt`` (``token``: a torch-only dtype it
+    carries): ``size_of(longest)`` gives the padded length. ``None`` for dtypes the
+    kernels do not move."""
     if plan is not None and type(plan) is not BucketPlan and not isinstance(plan, BucketPlan):
         return None  # a plan of the protocol only: the general path asks its round_up
     key = (
@@ -478,10 +477,10 @@ def _row_setup(dt: np.dtype, token, multiple, plan, fill):
     if bits is None:
         setup = None
     elif plan is not None:
-        setup = (bits, _plan_rows(plan), native_row_layout(1, plan))
+        setup = (bits, _plan_rows(plan))
     else:
         m = _shapes.check_multiple(multiple)
-        setup = (bits, lambda n: -(-n // m) * m, native_row_layout(m, None))
+        setup = (bits, lambda n: -(-n // m) * m)
     if key is not None:
         if len(_ROW_SETUP) >= 256:
             _ROW_SETUP.clear()
@@ -508,8 +507,8 @@ def native_row_dtype(x0):
 
 
 def native_row_layout(multiple: int, plan=None):
-    """How the native row kernels (:func:`pad_rows_torch`, and the collate's route)
-    take the padded length: ``(multiple, None)`` without a plan (the longest row
+    """How the collate's native route (:mod:`loaders.collate_layout`) takes the padded
+    length of rows: ``(multiple, None)`` without a plan (the longest row
     rounded up to ``multiple``), ``(1, boundaries as int64)`` with a one-axis plan (the
     smallest boundary ``>=`` it); ``None`` for a plan they cannot take (more axes, a
     boundary past int64)."""
@@ -568,58 +567,6 @@ def pad_rows(samples: list, *, multiple: int = 8, plan=None, fill=0, side: str =
     return None
 
 
-def pad_rows_torch(
-    samples: list,
-    *,
-    multiple: int = 8,
-    plan=None,
-    fill=0,
-    side: str = "right",
-    lengths: bool = False,
-    mask: bool = False,
-):
-    """:func:`pad_rows` straight into new torch tensors, natively, in one call:
-    ``(batch, lengths, mask, longest, total)``.
-
-    ``batch`` is the ``(B, T)`` torch tensor :func:`pad_rows` gives (int64 for lists
-    of ints, else the rows' dtype); with ``lengths=True`` an int64 ``(B,)`` tensor of
-    the row lengths, with ``mask=True`` a bool ``(B, T)`` tensor, true on the data
-    (else ``None`` in their places). ``None`` when the native module
-    (:mod:`dyntile.tensor_reader`) is not in use, and for any batch but exact lists of
-    exact ints in int64 or plain dense 1-D CPU tensors of one dtype (not complex),
-    small enough for one thread to copy, and not over the plan: :func:`pad_rows`
-    then takes it (or :func:`pad_batch` explains it). No torch is imported here: a
-    caller has it loaded.
-
-    >>> import torch
-    >>> rows = [[1, 2, 3], [4]]
-    >>> batch, lengths, mask, longest, total = pad_rows_torch(rows, multiple=4, lengths=True, mask=True)
-    >>> batch.tolist(), lengths.tolist(), mask[1].tolist()
-    ([[1, 2, 3, 0], [4, 0, 0, 0]], [3, 1], [True, False, False, False])
-    """
-    left = _SIDES.get(side) if type(side) is str else None
-    if left is None:
-        left = _check_side(side)  # raises, naming what is accepted
-    if plan is not None:
-        check_plan(plan)
-    native = tensor_reader.native_module()
-    if native is None or type(samples) is not list or not samples:
-        return None
-    kind = native_row_dtype(samples[0])
-    if kind is None:
-        return None
-    try:
-        setup = _row_setup(*kind, multiple, plan, fill)
-    except (TypeError, ValueError):  # a fill that does not fit: pad_batch names it
-        return None
-    if setup is None or setup[2] is None:
-        return None
-    bits, _, (m, bounds) = setup
-    return native.pad_rows(
-        samples, m, bounds, bits, left, (1 if lengths else 0) | (2 if mask else 0), _PARALLEL_COPY_BYTES - 1
-    )
-
-
 def _pad_token_rows(samples, multiple, plan, fill, left):
     """1-D CPU tensors (token ids, labels), the hot case of a collate: ``(batch,
     lengths, longest, total)`` as :func:`pad_rows` gives them.
@@ -638,7 +585,7 @@ def _pad_token_rows(samples, multiple, plan, fill, left):
     setup = _row_setup(dt, token, multiple, plan, fill)
     if setup is None:
         return None
-    bits, size_of, _ = setup
+    bits, size_of = setup
     native = tensor_reader.describe_rows(samples)
     if native is not None:
         shapes, strides, ptrs, longest, total = native

@@ -8,9 +8,9 @@ against the running torch (``pip install --no-build-isolation`` with torch
 installed; see ``setup.py``), :func:`describe_tensors` reads them natively, one
 call per batch; else, or for anything but plain dense CPU tensors, it reads them
 through the bindings (:func:`dyntile.cpu.pad.describe_tensors`). Both give the same
-answer. The same module also pads 1-D rows straight into new torch tensors
-(:func:`dyntile.padding.pad_rows_torch`) and reads the columns of a batch of dicts
-(:func:`loaders.leaf_handlers.mapping_columns`); :func:`native_module` hands it out.
+answer. The same module also reads the columns of a batch of dicts
+(:func:`loaders.leaf_handlers.mapping_columns`), and reads a batch of flat dicts and
+writes it by a layout (:mod:`loaders.collate_layout`); :func:`native_module` hands it out.
 Imported only once a torch tensor is seen: importing dyntile imports no torch.
 """
 
@@ -36,12 +36,12 @@ __all__ = [
 
 _UNSET = object()
 _native = _UNSET
-NATIVE_API = 4  # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
+NATIVE_API = 5  # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
 
 
 def native_module():
-    """The native module :mod:`dyntile.cpu.torch_tensors` (``describe``, ``pad_rows``,
-    ``dict_columns``), or ``None`` when it was not built or was built for another torch
+    """The native module :mod:`dyntile.cpu.torch_tensors` (``describe``, ``dict_columns``,
+    ``read_dicts``, ``write_dicts``), or ``None`` when it was not built or was built for another torch
     version (its layout of tensors may differ), or torch is not loaded yet."""
     global _native
     if _native is _UNSET:

@@ -1,9 +1,9 @@
 """``DynTileCollate``: a ``collate_fn`` that pads ragged leaves to planned shapes.
 
 A batch is planned once per structure (:func:`loaders.collate_spec.plan_batch`, cached
-by the samples' key signature) and run by one of two executors of that plan: the native
-one for flat dicts of rows and numbers (``collate_dicts`` of
-:mod:`dyntile.cpu.torch_tensors`), the Python one for every plan
+by the samples' key signature) and run by one of two executors of that plan: for flat
+dicts of rows and numbers the native reader and writer, each batch laid out in between by
+:func:`loaders.collate_layout.layout_batch`; the Python executor for every plan
 (:mod:`loaders.collate_python`). A batch that does not match its plan is planned again.
 The option reference is the README's section on ``DynTileCollate``.
 """
@@ -177,26 +177,20 @@ class DynTileCollate:
         return out
 
     def _collate(self, samples: Sequence) -> Any:
-        """The batch of ``samples``: by the last plan when the native executor takes it,
-        else by this structure's plan, planned again when the batch does not match it."""
+        """The batch of ``samples``: by the native route of the last plan when it takes the
+        batch, else by the plan of this structure (the Python executor when the native
+        route leaves the batch, planned again only when it does not match the plan)."""
         if len(samples) == 0:
             raise ValueError("DynTileCollate needs at least one sample, but got an empty batch")
         last = self._last
-        if last is not None and last.run_native is not None and type(samples) is list:
+        listed = type(samples) is list
+        if last is not None and last.run_native is not None and listed:
             got = last.run_native(samples, last.native)
             if got is not None:
                 return self._finish(*got)
-        return self._collate_planned(samples, last)
-
-    def _collate_planned(self, samples: Sequence, last) -> Any:
-        """The batch by this structure's plan: cached, or planned again when the last plan
-        was native and the batch did not match it (the Python executor when it still does not)."""
-        if last is not None and last.native is not None:
-            spec = self._plan(samples[0])
-        else:
-            spec = self._plans.get(signature(samples[0])) or self._plan(samples[0])
+        spec = self._plans.get(signature(samples[0])) or self._plan(samples[0])
         object.__setattr__(self, "_last", spec)
-        if spec.native is not None and type(samples) is list and (last is None or spec.native != last.native):
+        if spec is not last and spec.run_native is not None and listed:
             got = spec.run_native(samples, spec.native)
             if got is not None:
                 return self._finish(*got)

@@ -19,6 +19,7 @@ from dyntile import tensor_reader
 from dyntile.masks import padding_mask
 from dyntile.padding import pad_batch, pad_rows
 
+from .collate_layout import mask_of, stacks, widens
 from .collate_spec import MAP, CollateRules, LeafSpec, Mismatch, NodeSpec, join_key, kind_of
 from .leaf_handlers import HANDLERS
 
@@ -130,7 +131,8 @@ class PythonBatch:
             return
         length, width = mark
         for k, leaf in zip(root.fields, root.children):
-            if self.even.get(leaf.key) == length and width != length:
+            even = self.even.get(leaf.key)
+            if even is not None and widens(True, even, length, width):  # self.even holds aligned keys only
                 out[k] = self._widen(out[k], width, leaf.key)
 
     def mark(self, B: int) -> tuple | None:
@@ -180,7 +182,7 @@ class PythonBatch:
         shape = tuple(batch.shape)
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
-        if longest * len(items) == total and not spec.always:  # one length: the samples, stacked
+        if stacks(spec.always, len(items), longest, total):  # one length: the samples, stacked
             return self.stacked(items, spec, _stacked_rows(batch, longest, r.side, items))
         self._note(key, lengths, (0,), shape, total)
         return batch
@@ -321,7 +323,7 @@ class PythonBatch:
         if not self.padded:
             return None
         mask_from = self.rules.mask_from
-        leaf = self.padded.get(mask_from) if mask_from is not None else next(iter(self.padded.values()))
+        leaf = self.padded.get(mask_of(self.padded, mask_from))
         if leaf is None:
             raise KeyError(
                 f"mask_from={mask_from!r} is not a padded leaf of this batch; "

@@ -5,13 +5,13 @@ decision made from them: a key's fill, whether it is a declared sequence, the ax
 sizes it is padded to, the rows of a padded batch. :func:`plan_batch` reads sample 0's
 structure and returns a :class:`BatchSpec`: a tree of :class:`NodeSpec` (dicts, tuples,
 namedtuples) over :class:`LeafSpec` (row sequences, tensors, number columns, kept lists),
-and for flat dicts of rows and numbers the :data:`NativeSpec` tuple that the native
-executor (``collate_dicts`` of :mod:`dyntile.cpu.torch_tensors`) runs as it is.
+and for flat dicts of rows and numbers the :class:`~loaders.collate_layout.DictSpec` that
+the native reader and writer run, each batch laid out by
+:func:`~loaders.collate_layout.layout_batch`.
 
-Both executors run a spec and make no decision of their own: the native one reports a
-batch that does not match it by returning ``None``; the Python one
-(:mod:`loaders.collate_python`) raises :class:`Mismatch` when sample 0 is not of the
-spec's structure. Either way the collate plans the batch again.
+A batch that the native route leaves (``None``) goes to the Python executor
+(:mod:`loaders.collate_python`) under the same plan; it raises :class:`Mismatch` when
+sample 0 is not of the spec's structure, and the collate then plans the batch again.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import numpy as np
 import torch
 
 from dyntile import tensor_reader
-from dyntile.fill import kernel_fill_bits
 from dyntile.padding import native_row_dtype, native_row_layout
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import normalize_axis
-from dyntile.threads import PARALLEL_COPY_BYTES
+
+from .collate_layout import DictSpec, KeyRule, run_layout, size_of_rows
 
 __all__ = [
     "IGNORE_INDEX",
@@ -59,12 +59,6 @@ TOKEN_KEYS = frozenset(
 ROWS, ARRAY, NUMBERS, NP_SCALARS, KEEP = "rows", "array", "numbers", "np_scalars", "keep"
 # structure kinds
 MAP, SEQ, NAMEDTUPLE = "map", "seq", "namedtuple"
-
-# the native executor's key codes (torch_tensors.cpp KeyKind) and flags
-_ROW_LIST, _ROW_TENSOR, _INT, _FLOAT, _BOOL, _TENSOR_0D = range(6)
-_ALWAYS, _ALIGN = 8, 16
-_NUMBER_CODES = {int: _INT, float: _FLOAT, bool: _BOOL}
-_ONE_THREAD_BYTES = PARALLEL_COPY_BYTES - 1  # larger copies go to the threaded kernels of pad_rows
 
 
 class Mismatch(Exception):
@@ -218,19 +212,15 @@ class NodeSpec:
     cls: type | None = None
 
 
-#: ``(keys, codes, dtypes, fill_bits, multiple, bounds, left, mark, want, max_bytes, tensor_type)``:
-#: per key its code (kind | _ALWAYS | _ALIGN), the dtype its tensors must have, its fill's bits;
-#: mark: the index of the mask_from key or -1 (the first padded key); want: 1 lengths, 2 mask
-NativeSpec = tuple
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class BatchSpec:
-    """The plan of a batch: the spec of its samples, the native executor's tuple and the
-    native executor itself (both ``None`` when only the Python executor runs it)."""
+    """The plan of a batch: the spec of its samples, the native route's
+    :class:`~loaders.collate_layout.DictSpec` and the native route itself
+    (:func:`~loaders.collate_layout.run_layout`; both ``None`` when only the Python
+    executor runs it)."""
 
     root: LeafSpec | NodeSpec
-    native: NativeSpec | None = None
+    native: DictSpec | None = None
     run_native: Callable | None = None
 
 
@@ -300,8 +290,8 @@ def signature(sample) -> tuple:
 def plan_batch(rules: CollateRules, sample) -> BatchSpec:
     """The spec of batches whose samples are like ``sample`` (sample 0)."""
     root = plan_value(rules, sample, "", top=True)
-    native = native_spec(rules, root, sample)
-    return BatchSpec(root, native, None if native is None else tensor_reader.native_module().collate_dicts)
+    native = dict_spec(rules, root, sample)
+    return BatchSpec(root, native, None if native is None else run_layout)
 
 
 def plan_value(rules: CollateRules, value, key: str, top: bool = False) -> LeafSpec | NodeSpec:
@@ -333,55 +323,46 @@ def _is_row(spec) -> bool:
     return isinstance(spec, LeafSpec) and spec.ndim == 1
 
 
-def native_spec(rules: CollateRules, root, sample) -> NativeSpec | None:
-    """The native executor's tuple for ``root``, or ``None`` unless it is a flat dict of
-    str keys whose values it takes (row sequences and number columns, at least one row
-    key, ``mask_from`` among them) under options it takes."""
+def dict_spec(rules: CollateRules, root, sample) -> DictSpec | None:
+    """The native route's :class:`~loaders.collate_layout.DictSpec` for ``root``, or
+    ``None`` unless it is a flat dict of str keys whose values the native reader takes
+    (row sequences and number columns, at least one row key, ``mask_from`` among them)
+    under options the writer takes."""
     layout = rules.native_layout
     flat = type(sample) is dict and isinstance(root, NodeSpec) and root.kind == MAP
     if layout is None or tensor_reader.native_module() is None or not flat:
         return None
-    keys = _native_keys(rules, root, sample)
-    if keys is None:
-        return None
-    codes, dtypes, bits = keys
-    rows = [i for i, c in enumerate(codes) if c & 7 in (_ROW_LIST, _ROW_TENSOR)]
-    mark = root.fields.index(rules.mask_from) if rules.mask_from in root.fields else -1
-    if not rows or (rules.mask_from is not None and mark not in rows):
-        return None  # numbers alone, or mask_from no row key: the Python executor collates or names them
-    want = (1 if rules.lengths_key is not None else 0) | (2 if rules.mask_key is not None else 0)
-    left = rules.side == "left"
-    return (root.fields, codes, dtypes, bits, *layout, left, mark, want, _ONE_THREAD_BYTES, torch.Tensor)
-
-
-def _native_keys(rules: CollateRules, root: NodeSpec, sample: dict) -> tuple | None:
-    """``(codes, dtypes, fill bits)`` of every key of a flat dict, or ``None`` if one is not native."""
-    got = []
+    keys = []
     for k, leaf in zip(root.fields, root.children):
-        code = _native_code(rules, leaf, sample[k]) if type(k) is str and isinstance(leaf, LeafSpec) else None
-        if code is None:
+        row = _native_row(leaf, sample[k]) if type(k) is str and isinstance(leaf, LeafSpec) else None
+        if row is None:
             return None
-        got.append(code)
-    return tuple(zip(*got))
+        keys.append(KeyRule(k, row, leaf.always, leaf.align, rules.fill_for(leaf.key)))
+    mark = root.fields.index(rules.mask_from) if rules.mask_from in root.fields else -1
+    if not any(k.row for k in keys) or (rules.mask_from is not None and (mark < 0 or not keys[mark].row)):
+        return None  # numbers alone, or mask_from no row key: the Python executor collates or names them
+    spec = DictSpec(
+        root.fields,
+        tuple(keys),
+        size_of_rows(*layout),
+        mark,
+        (1 if rules.lengths_key is not None else 0) | (2 if rules.mask_key is not None else 0),
+        rules.side == "left",
+    )
+    for j, (k, v0) in enumerate(zip(keys, sample.values())):
+        if k.row and spec.fill_bits(j, None if type(v0) is list else v0.dtype) is None:
+            return None  # a fill the dtype cannot hold: the Python executor names it
+    return spec
 
 
-def _native_code(rules: CollateRules, leaf: LeafSpec, v0) -> tuple | None:
-    """``(code, dtype, fill bits)`` of one key for the native executor, or ``None``."""
+def _native_row(leaf: LeafSpec, v0) -> bool | None:
+    """Whether one key is a row key (``True``) or a number key (``False``) of the native
+    reader, judged by sample 0's value; ``None`` for values it does not read."""
     cls = type(v0)
-    if leaf.kind == NUMBERS and cls in _NUMBER_CODES:
-        return _NUMBER_CODES[cls], None, 0
+    if leaf.kind == NUMBERS and cls in (int, float, bool):
+        return False
     if cls is torch.Tensor and v0.dim() == 0:
-        return _TENSOR_0D, v0.dtype, 0
+        return False
     if not ((cls is list and (not v0 or type(v0[0]) is int)) or (cls is torch.Tensor and v0.dim() == 1)):
         return None
-    carrier = native_row_dtype(v0)
-    if carrier is None:
-        return None
-    try:
-        bits = kernel_fill_bits(rules.fill_for(leaf.key), *carrier)
-    except (TypeError, ValueError):  # a fill that does not fit: the Python executor names it
-        return None
-    if bits is None:
-        return None
-    flags = (_ALWAYS if leaf.always else 0) | (_ALIGN if leaf.align else 0)
-    return (_ROW_LIST if cls is list else _ROW_TENSOR) | flags, None if cls is list else v0.dtype, int(bits)
+    return True if native_row_dtype(v0) is not None else None

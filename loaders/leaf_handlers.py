@@ -28,6 +28,7 @@ import torch
 from dyntile import tensor_reader
 from dyntile.dtypes import promote_samples
 
+from .collate_layout import NUMBER_DTYPES
 from .collate_spec import (
     ARRAY,
     KEEP,
@@ -350,12 +351,10 @@ def check_ints_fit(items: list, key: str) -> None:
 def collate_numbers(ctx, items: list, spec) -> torch.Tensor:
     """Python numbers -> a ``(B,)`` tensor: float64 for floats, int64 for ints (as ``default_collate``)."""
     key = spec.key
-    native = tensor_reader.native_module()
-    if native is not None and type(items) is list:
-        out = native.stack_numbers(items)  # numbers of one kind, without torch.tensor's per-item parsing
-        if out is not None:
-            return out
+    dtype = NUMBER_DTYPES.get(type(items[0]))
     try:
+        if dtype is not None and list(map(type, items)).count(type(items[0])) == len(items):
+            return torch.tensor(items, dtype=dtype)  # numbers of one kind: the layout's dtypes
         if isinstance(items[0], float):
             return torch.tensor(items, dtype=torch.float64)
         return torch.tensor(items)

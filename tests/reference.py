@@ -3,6 +3,25 @@
 import numpy as np
 
 
+def torch_real_dtypes() -> list:
+    """The real torch dtypes the copy kernels move (bool, the ints, the floats; bfloat16
+    as its bits), in one list for every test that sweeps them."""
+    import torch
+
+    return [
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.float16,
+        torch.bfloat16,
+        torch.float32,
+        torch.float64,
+    ]
+
+
 def pad_reference(arrays, target, fill, left, dtype):
     """Pad each array into ``target`` (per-sample shape) with plain NumPy slicing."""
     out = np.full((len(arrays),) + tuple(target), fill, dtype=dtype)

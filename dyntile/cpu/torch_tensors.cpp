@@ -1,8 +1,8 @@
 // The native bridge to torch: read a list of CPU torch tensors' sizes, byte strides and
-// data pointers in one call (describe), and pad 1-D rows straight into new torch tensors
-// (pad_rows, with the columns of a batch of dicts: dict_columns), and run a collate's plan
-// of a batch of flat dicts of rows and numbers (collate_dicts: the spec comes from
-// loaders/collate_spec.py; this executes it and decides nothing).
+// data pointers in one call (describe), the columns of a batch of dicts (dict_columns),
+// and a batch of flat dicts of rows and numbers in one pass (read_dicts), then write it
+// into new torch tensors by a layout decided in Python (write_dicts: the layout comes
+// from loaders/collate_layout.py; this reads and writes and decides nothing).
 //
 // The Python route (dyntile/cpu/pad.pyx: describe_tensors) pays torch's binding for
 // every attribute of every sample (t.dtype, t.shape, t.stride(), t.data_ptr()), which is
@@ -32,6 +32,7 @@
 #include <c10/core/Layout.h>
 #include <c10/core/TensorImpl.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "pylong_read.h"
@@ -44,7 +45,7 @@
 // module of its own NATIVE_API only, so that a build left from older sources (an
 // editable install after a pull) is not used rather than failing. Bump both with any
 // new function or changed signature.
-#define DYNTILE_NATIVE_API 4
+#define DYNTILE_NATIVE_API 5
 
 namespace {
 
@@ -156,8 +157,7 @@ PyObject* describe(PyObject*, PyObject* args) {
   return Py_BuildValue("nL", refused, static_cast<long long>(elements));
 }
 
-// ---- pad_rows: B 1-D rows (exact lists of exact ints, or plain 1-D CPU tensors of one
-// dtype) -> new torch tensors, the batch, its lengths and its mask, in one call.
+// ---- rows: B 1-D rows (exact lists of exact ints, or plain 1-D CPU tensors of one dtype)
 
 // Scratch memory of one call: a bump allocator over a block on the stack, spilling to the
 // heap past it (a batch of 64 rows of 2 keys fits in the block). One call's small arrays cost
@@ -181,6 +181,11 @@ class Scratch {
     heap_.push_back(std::move(block));                // (a throw here frees the block)
     return reinterpret_cast<T*>(heap_.back().get());
   }
+  // forget every block taken (the spilled ones are freed): the scratch of another call
+  void reset() {
+    used_ = 0;
+    heap_.clear();
+  }
 
  private:
   alignas(16) char local_[8192];
@@ -191,7 +196,7 @@ class Scratch {
 // p[0:len) = c. A padded row's runs are mostly short (a few elements of padding, a mask
 // row of tens of bytes): those are stored inline, in overlapping 8-byte words, where a
 // memset call per run cost more than the stores.
-inline void fill_bytes(char* p, unsigned char c, size_t len) {
+[[gnu::always_inline]] inline void fill_bytes(char* p, unsigned char c, size_t len) {
   if (len >= 64) {
     std::memset(p, c, len);
     return;
@@ -206,7 +211,7 @@ inline void fill_bytes(char* p, unsigned char c, size_t len) {
 }
 
 template <typename T>
-inline void fill_elems(char* dst, int64_t n, uint64_t bits) {
+[[gnu::always_inline]] inline void fill_elems(char* dst, int64_t n, uint64_t bits) {
   if (n <= 0) return;   // dst may be null then (an empty tensor's data)
   if (bits == 0) {
     fill_bytes(dst, 0, static_cast<size_t>(n) * sizeof(T));
@@ -216,7 +221,7 @@ inline void fill_elems(char* dst, int64_t n, uint64_t bits) {
   for (int64_t j = 0; j < n; j++) std::memcpy(dst + j * sizeof(T), &v, sizeof(T));
 }
 
-inline void fill_width(char* dst, int64_t n, uint64_t bits, int64_t width) {
+[[gnu::always_inline]] inline void fill_width(char* dst, int64_t n, uint64_t bits, int64_t width) {
   switch (width) {
     case 1: fill_elems<uint8_t>(dst, n, bits); break;
     case 2: fill_elems<uint16_t>(dst, n, bits); break;
@@ -244,7 +249,7 @@ void copy_row(char* dst, const char* src, int64_t n, int64_t stride, int64_t wid
   }
 }
 
-// what pass 1 of pad_rows learnt of each row (arrays in the call's Scratch)
+// what read_dicts learnt of each row of a key (arrays in the call's Scratch)
 struct Rows {
   int64_t* lens = nullptr;
   const char** ptrs = nullptr;      // tensors: data pointers
@@ -300,133 +305,10 @@ bool read_rows(PyObject* const* items, Py_ssize_t n, Rows& rows, Scratch& scratc
   return true;
 }
 
-// the padded length: longest rounded up to `multiple`, or the smallest of the ascending
-// `bounds` >= it; -1 when it is over the last bound (the caller's plan decides)
-int64_t padded_length(int64_t longest, int64_t multiple, const int64_t* bounds, Py_ssize_t nbounds) {
-  if (nbounds == 0) {
-    const int64_t r = longest % multiple;
-    if (r == 0) return longest;
-    return longest > INT64_MAX - (multiple - r) ? -1 : longest + (multiple - r);
-  }
-  const int64_t* hit = std::lower_bound(bounds, bounds + nbounds, longest);
-  return hit == bounds + nbounds ? -1 : *hit;
-}
-
-// How rows are padded: to a multiple or to the bounds, on which side, up to how many bytes
-struct Layout {
-  int64_t multiple = 1;
-  Buffer bounds;
-  Py_ssize_t nbounds = 0;
-  bool left = false;
-  int64_t max_bytes = 0;
-  // parse multiple, bounds (None or int64 buffer) and max_bytes; false with an error set
-  bool take(long long m, PyObject* bounds_obj, int side, long long most) {
-    if (m < 1) {
-      PyErr_Format(PyExc_ValueError, "multiple should be >= 1, but got %lld", m);
-      return false;
-    }
-    multiple = m;
-    left = side != 0;
-    max_bytes = most;
-    if (bounds_obj == Py_None) return true;
-    if (PyObject_GetBuffer(bounds_obj, &bounds.view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) != 0) return false;
-    bounds.held = true;
-    const char* f = bounds.view.format == nullptr ? "B" : bounds.view.format;
-    if (*f == '<' || *f == '=' || *f == '@') f++;
-    const bool int64 = bounds.view.itemsize == 8 && (f[0] == 'q' || f[0] == 'l') && f[1] == '\0';
-    nbounds = int64 ? bounds.view.len / 8 : 0;
-    const int64_t* b = bounds.data();
-    bool ascending = nbounds > 0;
-    for (Py_ssize_t i = 1; ascending && i < nbounds; i++) ascending = b[i - 1] < b[i];
-    if (!ascending) {
-      PyErr_SetString(PyExc_ValueError, "bounds should be a non-empty buffer of int64 boundaries, ascending");
-      return false;
-    }
-    return true;
-  }
-};
-
-// One padded leaf: the batch, and when asked its lengths and mask (undefined otherwise)
-struct Padded {
-  at::Tensor batch, lengths, mask;
-};
-
-// pass 2: the (B, T) batch of rows read by read_rows, each padded with fill_bits; want: 1
-// lengths, 2 mask. false (nothing made) when T is over the plan or the batch over max_bytes,
-// or an element of a list is not an exact int in int64. No Python object is made from pass 1
-// to the end of this, so no Python code runs and the rows read in pass 1 are unchanged.
-bool pad_read_rows(PyObject* const* items, Py_ssize_t n, const Rows& rows, const Layout& lay, uint64_t bits,
-                   int want, Padded& out) {
-  const int64_t T = padded_length(rows.longest, lay.multiple, lay.bounds.data(), lay.nbounds);
-  if (T < 0 || T > (lay.max_bytes / rows.width) / n) return false;   // over the plan, or a copy for threads
-  // at::detail::empty_cpu: the CPU kernel of torch.empty, without the dispatcher's trip
-  // to it (every byte is written below)
-  out.batch = at::detail::empty_cpu({n, T}, rows.dtype);
-  char* dst = static_cast<char*>(out.batch.data_ptr());
-  const int64_t w = rows.width;
-  const bool left = lay.left;
-  for (Py_ssize_t i = 0; i < n; i++, dst += T * w) {
-    const int64_t m = rows.lens[i];
-    const int64_t lo = left ? T - m : 0;
-    fill_width(dst, lo, bits, w);
-    fill_width(dst + (lo + m) * w, T - lo - m, bits, w);
-    if (rows.lists) {
-      int64_t* row = reinterpret_cast<int64_t*>(dst) + lo;
-      if (dt_read_int_items(dt_list_items(items[i]), m, row) != m) return false;
-    } else {
-      copy_row(dst + lo * w, rows.ptrs[i], m, rows.steps[i], w);
-    }
-  }
-  if (want & 1) {
-    out.lengths = at::detail::empty_cpu({n}, at::kLong);
-    std::memcpy(out.lengths.data_ptr(), rows.lens, static_cast<size_t>(n) * 8);
-  }
-  if (want & 2) {
-    out.mask = at::detail::empty_cpu({n, T}, at::kBool);
-    char* p = static_cast<char*>(out.mask.data_ptr());
-    for (Py_ssize_t i = 0; T > 0 && i < n; i++, p += T) {   // T == 0: no data pointer to write to
-      const int64_t m = rows.lens[i];
-      fill_bytes(p, left ? 0 : 1, static_cast<size_t>(left ? T - m : m));
-      fill_bytes(p + (left ? T - m : m), left ? 1 : 0, static_cast<size_t>(left ? m : T - m));
-    }
-  }
-  return true;
-}
-
 // a new reference to t's Python tensor, or to None when t is undefined
 PyObject* wrap(at::Tensor& t) {
   if (!t.defined()) Py_RETURN_NONE;
   return THPVariable_Wrap(std::move(t));
-}
-
-// pad_rows(column, multiple, bounds, fill_bits, left, want, max_bytes)
-//   -> None | (batch, lengths | None, mask | None, longest, total)
-PyObject* pad_rows(PyObject*, PyObject* args) {
-  PyObject *column, *bounds_obj;
-  long long multiple, max_bytes;
-  unsigned long long bits;
-  int left, want;
-  if (!PyArg_ParseTuple(args, "O!LOKpiL", &PyList_Type, &column, &multiple, &bounds_obj, &bits, &left, &want,
-                        &max_bytes))
-    return nullptr;
-  Layout lay;
-  if (!lay.take(multiple, bounds_obj, left, max_bytes)) return nullptr;
-  const Py_ssize_t n = PyList_GET_SIZE(column);
-  if (n == 0) Py_RETURN_NONE;
-  PyObject* const* items = dt_list_items(column);
-  try {
-    Scratch scratch;
-    Rows rows;
-    Padded out;
-    if (!read_rows(items, n, rows, scratch) || !pad_read_rows(items, n, rows, lay, bits, want, out))
-      Py_RETURN_NONE;
-    return Py_BuildValue("NNNLL", wrap(out.batch), wrap(out.lengths), wrap(out.mask),
-                         static_cast<long long>(rows.longest), static_cast<long long>(rows.total));
-  } catch (const std::bad_alloc&) {
-    return PyErr_NoMemory();
-  } catch (const std::exception&) {  // c10::Error from an unusual tensor: refuse it, never raise
-    Py_RETURN_NONE;
-  }
 }
 
 // ---- dict_columns: a batch of exact dicts with one key set -> (keys, one list per key)
@@ -484,76 +366,6 @@ PyObject* dict_columns(PyObject*, PyObject* args) {
   return Py_BuildValue("NN", keys, columns);
 }
 
-// ---- collate_dicts: the whole of a collate's commonest batch, flat dicts of 1-D rows
-
-// The values a collate stacks into a (B,) tensor: Python numbers, exact ints (int64),
-// floats (float64) and bools (bool), as default_collate makes them from a batch of one
-// kind; and 0-d tensors (a dataset's torch.tensor(label)), of their dtype.
-enum class ScalarKind : uint8_t { none, int64, float64, boolean, tensor };
-
-ScalarKind scalar_kind(PyObject* v) {
-  if (PyLong_CheckExact(v)) return ScalarKind::int64;
-  if (PyFloat_CheckExact(v)) return ScalarKind::float64;
-  if (PyBool_Check(v)) return ScalarKind::boolean;
-  return ScalarKind::none;
-}
-
-// out = the (B,) tensor of the B 0-d tensors items: plain CPU tensors of exactly sample
-// 0's type and of `dtype`, none requiring grad (torch.stack would keep the graph); false
-// (out undefined) for anything else: the Python executor decides
-bool read_tensor_scalars(PyObject* const* items, Py_ssize_t n, c10::ScalarType dtype, at::Tensor& out) {
-  PyTypeObject* type = Py_TYPE(items[0]);
-  for (Py_ssize_t i = 0; i < n; i++) {
-    if (!THPVariable_CheckExact(items[i]) || Py_TYPE(items[i]) != type) return false;
-    const at::Tensor& t = THPVariable_Unpack(items[i]);
-    if (!plain_cpu(t) || t.dim() != 0 || t.scalar_type() != dtype || t.requires_grad() ||
-        t.const_data_ptr() == nullptr)
-      return false;
-  }
-  at::Tensor t = at::detail::empty_cpu({n}, dtype);
-  const size_t w = t.element_size();
-  char* d = static_cast<char*>(t.data_ptr());
-  for (Py_ssize_t i = 0; i < n; i++, d += w) std::memcpy(d, THPVariable_Unpack(items[i]).const_data_ptr(), w);
-  out = std::move(t);
-  return true;
-}
-
-// out = the (B,) tensor of the B numbers items, all of `kind` (an int in int64); false
-// (out undefined) for a batch of mixed kinds or an int past int64: the Python executor decides
-bool read_scalars(PyObject* const* items, Py_ssize_t n, ScalarKind kind, at::Tensor& out) {
-  for (Py_ssize_t i = 0; i < n; i++)
-    if (scalar_kind(items[i]) != kind) return false;
-  const c10::ScalarType dtype = kind == ScalarKind::int64     ? at::kLong
-                                : kind == ScalarKind::float64 ? at::kDouble
-                                                              : at::kBool;
-  at::Tensor t = at::detail::empty_cpu({n}, dtype);
-  if (kind == ScalarKind::int64) {
-    if (dt_read_int_items(items, n, static_cast<int64_t*>(t.data_ptr())) != n) return false;
-  } else if (kind == ScalarKind::float64) {
-    double* d = static_cast<double*>(t.data_ptr());
-    for (Py_ssize_t i = 0; i < n; i++) d[i] = PyFloat_AS_DOUBLE(items[i]);
-  } else {
-    bool* d = static_cast<bool*>(t.data_ptr());
-    for (Py_ssize_t i = 0; i < n; i++) d[i] = items[i] == Py_True;
-  }
-  out = std::move(t);
-  return true;
-}
-
-// stack_numbers(items) -> None | tensor: B Python numbers of one kind (exact ints in int64,
-// floats or bools) -> their (B,) int64, float64 or bool tensor, as torch.tensor(items) makes
-// it, without torch.tensor's per-item parsing; None for anything else
-PyObject* stack_numbers(PyObject*, PyObject* args) {
-  PyObject* items;
-  if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return nullptr;
-  const Py_ssize_t n = PyList_GET_SIZE(items);
-  if (n == 0) Py_RETURN_NONE;
-  const ScalarKind kind = scalar_kind(PyList_GET_ITEM(items, 0));
-  at::Tensor t;
-  if (kind == ScalarKind::none || !read_scalars(dt_list_items(items), n, kind, t)) Py_RETURN_NONE;
-  return wrap(t);
-}
-
 // first_requiring_grad(items) -> the index of the first tensor of the list that requires
 // grad, or -1 (other objects are skipped), without a trip through torch's bindings per tensor
 PyObject* first_requiring_grad(PyObject*, PyObject* args) {
@@ -567,63 +379,73 @@ PyObject* first_requiring_grad(PyObject*, PyObject* args) {
   return PyLong_FromSsize_t(-1);
 }
 
-// strong references (at most `capacity`, in the call's Scratch), released on scope exit
-class Refs {
- public:
-  Refs(Scratch& scratch, size_t capacity) : objs_(scratch.take<PyObject*>(capacity)), capacity_(capacity) {}
-  Refs(const Refs&) = delete;
-  Refs& operator=(const Refs&) = delete;
-  ~Refs() {
-    for (size_t i = 0; i < count_; i++) Py_DECREF(objs_[i]);
+// ---- read_dicts / write_dicts: a batch of flat dicts, read in one pass and written by a layout
+//
+// The reader reports what each key's values are (kind, dtype, longest row, total, grad) and
+// decides nothing; the caller (loaders/collate_layout.py: layout_batch) decides each key's
+// width, dtype and fill, and where the mask and lengths come from; the writer carries that
+// out. Between the two calls the read holds a reference to every value it read.
+
+// What the reader sees of one key's B values (module constants of the same names)
+enum KeyKind : int { LIST_ROWS = 0, TENSOR_ROWS = 1, INTS = 2, FLOATS = 3, BOOLS = 4, TENSOR_SCALARS = 5 };
+
+struct KeyRead {
+  int kind = LIST_ROWS;
+  Rows rows;                                   // row kinds: lengths, pointers, strides
+  c10::ScalarType dtype = c10::ScalarType::Long;
+};
+
+// One batch as read_dicts read it (the capsule's pointer): alive until the capsule goes
+struct DictRead {
+  Py_ssize_t n = 0, nk = 0;
+  PyObject* keys = nullptr;                    // the spec's keys tuple (held)
+  PyObject** values = nullptr;                 // values[j * n + i], each held
+  KeyRead* key = nullptr;
+  Scratch scratch;
+  std::vector<PyObject*> held;
+  ~DictRead() {
+    for (PyObject* o : held) Py_DECREF(o);
   }
   PyObject* hold(PyObject* o) {
-    if (count_ == capacity_) throw std::logic_error("collate_dicts: more references than it counted");
     Py_INCREF(o);
-    objs_[count_++] = o;
+    held.push_back(o);
     return o;
   }
-
- private:
-  PyObject** objs_;
-  size_t capacity_, count_ = 0;
 };
 
-// One key of a collate spec (loaders/collate_spec.py NativeSpec): the kind of its values,
-// the padding flags, the dtype its tensors must have and the fill's bit pattern.
-enum KeyKind : long { ROW_LIST = 0, ROW_TENSOR = 1, NUM_INT = 2, NUM_FLOAT = 3, NUM_BOOL = 4, TENSOR_0D = 5 };
-constexpr long KIND_BITS = 7, ALWAYS = 8, ALIGN = 16;
+constexpr const char* READ_CAPSULE = "dyntile.DictRead";
 
-struct KeySpec {
-  long kind = ROW_LIST;
-  bool always = false, align = false;
-  c10::ScalarType dtype = c10::ScalarType::Long;
-  uint64_t bits = 0;
-  bool rows() const { return kind == ROW_LIST || kind == ROW_TENSOR; }
+// One DictRead kept for the next batch (under the GIL): a batch's read costs no allocation
+// of its scratch block, whose free would make the next batch's large allocations
+// consolidate the allocator's bins
+DictRead* spare_read = nullptr;
+
+DictRead* take_read() {
+  DictRead* r = spare_read;
+  spare_read = nullptr;
+  return r != nullptr ? r : new DictRead();
+}
+
+// A read is done with: its references released (before it is the spare again: a value's
+// finalizer may read a batch itself), then kept as the spare or freed
+void release_read(DictRead* r) {
+  for (PyObject* o : r->held) Py_DECREF(o);
+  r->held.clear();   // keeps its capacity
+  r->scratch.reset();
+  if (spare_read == nullptr) {
+    spare_read = r;
+  } else {
+    delete r;
+  }
+}
+
+struct ReleaseRead {
+  void operator()(DictRead* r) const { release_read(r); }
 };
 
-// parse the per-key tuples of a spec; false with an error set when they are malformed
-bool take_key_specs(PyObject* codes, PyObject* dtypes, PyObject* bits, Py_ssize_t nk, KeySpec* out) {
-  if (PyTuple_GET_SIZE(codes) != nk || PyTuple_GET_SIZE(dtypes) != nk || PyTuple_GET_SIZE(bits) != nk) {
-    PyErr_SetString(PyExc_ValueError, "collate_dicts: a spec needs one code, dtype and fill per key");
-    return false;
-  }
-  for (Py_ssize_t j = 0; j < nk; j++) {
-    const long code = PyLong_AsLong(PyTuple_GET_ITEM(codes, j));
-    const unsigned long long b = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(bits, j));
-    if (PyErr_Occurred()) return false;
-    PyObject* dt = PyTuple_GET_ITEM(dtypes, j);
-    out[j].kind = code & KIND_BITS;
-    out[j].always = (code & ALWAYS) != 0;
-    out[j].align = (code & ALIGN) != 0;
-    out[j].bits = b;
-    const bool typed = out[j].kind == ROW_TENSOR || out[j].kind == TENSOR_0D;
-    if (out[j].kind > TENSOR_0D || typed != THPDtype_Check(dt)) {
-      PyErr_SetString(PyExc_ValueError, "collate_dicts: a key code out of range, or a dtype not fitting it");
-      return false;
-    }
-    if (typed) out[j].dtype = reinterpret_cast<THPDtype*>(dt)->scalar_type;
-  }
-  return true;
+void free_read(PyObject* capsule) {
+  DictRead* r = static_cast<DictRead*>(PyCapsule_GetPointer(capsule, READ_CAPSULE));
+  if (r != nullptr) release_read(r);
 }
 
 // equal exact str keys compare without running Python code
@@ -631,174 +453,319 @@ inline bool same_key(PyObject* k, PyObject* want) {
   return k == want || (PyUnicode_CheckExact(k) && PyUnicode_Compare(k, want) == 0);
 }
 
-// Read the B samples' values of the spec's keys into values[j * n + i]. Sample 0 must hold
-// the keys in the spec's order (the output follows it). Samples whose entries come in that
-// order are walked, which makes no object and runs no Python code, so what is read stays
-// alive and unchanged without references of our own; a key elsewhere is looked up, and a
-// lookup may run Python code (a colliding key's __eq__) that changes the batch: from the
-// first lookup on, every sample read and every value is held. 1: read; 0: the batch does
-// not match; -1: an error is set.
-int read_values(PyObject* samples, PyObject* const* keys, Py_ssize_t nk, PyObject** values, Refs& refs,
-                Scratch& scratch) {
-  const Py_ssize_t n = PyList_GET_SIZE(samples);
-  PyObject** dicts = scratch.take<PyObject*>(n);
-  bool holding = false;
+// Read the B samples' values of `keys` into r.values, holding each. Sample 0 must hold the
+// keys in their order (the output follows it); other samples are walked when their
+// entries come in that order, else looked up (a lookup may run a colliding key's __eq__,
+// which may change the batch: the list is read afresh at each sample and what is read is
+// held). 1: read; 0: the batch is not exact dicts of these keys; -1: an error is set.
+int read_values(PyObject* samples, DictRead& r) {
+  PyObject* const* keys = &PyTuple_GET_ITEM(r.keys, 0);
+  const Py_ssize_t n = r.n, nk = r.nk;
   for (Py_ssize_t i = 0; i < n; i++) {
     if (i >= PyList_GET_SIZE(samples)) return 0;
-    PyObject* d = PyList_GET_ITEM(samples, i);
+    PyObject* d = r.hold(PyList_GET_ITEM(samples, i));
     if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != nk) return 0;
-    dicts[i] = d;
     Py_ssize_t pos = 0, j = 0;
     PyObject *k, *v;
-    while (j < nk && PyDict_Next(d, &pos, &k, &v) && same_key(k, keys[j])) values[j++ * n + i] = v;
+    while (j < nk && PyDict_Next(d, &pos, &k, &v) && same_key(k, keys[j])) r.values[j++ * n + i] = r.hold(v);
     if (j < nk && i == 0) return 0;
-    if (j < nk && !holding) {   // the first lookup: hold the samples before this one first
-      for (Py_ssize_t s = 0; s < i; s++) {
-        refs.hold(dicts[s]);
-        for (Py_ssize_t jj = 0; jj < nk; jj++) refs.hold(values[jj * n + s]);
-      }
-      holding = true;
-    }
-    if (!holding) continue;
-    refs.hold(d);
-    for (Py_ssize_t jj = 0; jj < j; jj++) refs.hold(values[jj * n + i]);
     for (; j < nk; j++) {
       v = PyDict_GetItemWithError(d, keys[j]);
       if (v == nullptr) return PyErr_Occurred() ? -1 : 0;   // an error raised by a key's __eq__ goes up
-      values[j * n + i] = refs.hold(v);
+      r.values[j * n + i] = r.hold(v);
     }
   }
   return 1;
 }
 
-// collate_dicts(samples, spec) -> None | (out, mask | None, lengths | None, real, total, shapes)
-//   spec = (keys, codes, dtypes, fill_bits, multiple, bounds, left, mark, want, max_bytes, tensor_type)
-PyObject* collate_dicts(PyObject*, PyObject* args) {
-  PyObject *samples, *keys_obj, *codes, *dtypes, *bits_obj, *bounds_obj, *tensor_type;
-  long long multiple, max_bytes, mark_arg;
-  int left, want;
-  if (!PyArg_ParseTuple(args, "O!(O!O!O!O!LOpLiLO)", &PyList_Type, &samples, &PyTuple_Type, &keys_obj,
-                        &PyTuple_Type, &codes, &PyTuple_Type, &dtypes, &PyTuple_Type, &bits_obj, &multiple,
-                        &bounds_obj, &left, &mark_arg, &want, &max_bytes, &tensor_type))
-    return nullptr;
-  Layout lay;
-  if (!lay.take(multiple, bounds_obj, left, max_bytes)) return nullptr;
-  const Py_ssize_t n = PyList_GET_SIZE(samples);
-  const Py_ssize_t nk = PyTuple_GET_SIZE(keys_obj);
+// the kind of a Python number (exact int, float or bool), or -1
+inline int number_kind(PyObject* v) {
+  if (PyLong_CheckExact(v)) return INTS;
+  if (PyFloat_CheckExact(v)) return FLOATS;
+  if (PyBool_Check(v)) return BOOLS;
+  return -1;
+}
+
+// What one key's values are: true with k filled, false when the writer cannot take them
+// (mixed kinds, another tensor type or dtype, a rank other than 1 for rows or 0 for scalars)
+bool read_key(PyObject* const* items, Py_ssize_t n, KeyRead& k, Scratch& scratch) {
+  PyObject* v0 = items[0];
+  if (PyList_CheckExact(v0)) {
+    k.kind = LIST_ROWS;
+    return read_rows(items, n, k.rows, scratch);
+  }
+  const int number = number_kind(v0);
+  if (number >= 0) {
+    k.kind = number;
+    for (Py_ssize_t i = 0; i < n; i++)
+      if (number_kind(items[i]) != number) return false;
+    return true;
+  }
+  if (Py_TYPE(v0) != reinterpret_cast<PyTypeObject*>(THPVariableClass)) return false;   // exactly torch.Tensor
+  const at::Tensor& t0 = THPVariable_Unpack(v0);
+  if (t0.dim() == 1) {
+    k.kind = TENSOR_ROWS;
+    if (!read_rows(items, n, k.rows, scratch)) return false;
+    k.dtype = k.rows.dtype;
+    return true;
+  }
+  if (t0.dim() != 0) return false;
+  k.kind = TENSOR_SCALARS;
+  k.dtype = t0.scalar_type();
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (Py_TYPE(items[i]) != Py_TYPE(v0)) return false;
+    const at::Tensor& t = THPVariable_Unpack(items[i]);
+    if (!plain_cpu(t) || t.dim() != 0 || t.scalar_type() != k.dtype || t.const_data_ptr() == nullptr) return false;
+    k.rows.grad = k.rows.grad || t.requires_grad();
+  }
+  return true;
+}
+
+// read_dicts(samples, keys) -> None | (read, ((kind, dtype | None, longest, total, grad), ...))
+PyObject* read_dicts(PyObject*, PyObject* args) {
+  PyObject *samples, *keys;
+  if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &samples, &PyTuple_Type, &keys)) return nullptr;
+  const Py_ssize_t n = PyList_GET_SIZE(samples), nk = PyTuple_GET_SIZE(keys);
   if (n == 0 || nk == 0) Py_RETURN_NONE;
-  Scratch scratch;
-  KeySpec* spec = scratch.take<KeySpec>(nk);
-  if (!take_key_specs(codes, dtypes, bits_obj, nk, spec)) return nullptr;
-  PyObject* const* keys = &PyTuple_GET_ITEM(keys_obj, 0);
-  Refs refs(scratch, static_cast<size_t>(n * (nk + 1)));
-  PyObject** values = scratch.take<PyObject*>(nk * n);
-  const int got = read_values(samples, keys, nk, values, refs, scratch);
+  std::unique_ptr<DictRead, ReleaseRead> r(take_read());
+  r->n = n;
+  r->nk = nk;
+  r->held.reserve(static_cast<size_t>(n * (nk + 1) + 1));
+  r->keys = r->hold(keys);
+  r->values = r->scratch.take<PyObject*>(n * nk);
+  r->key = r->scratch.take<KeyRead>(nk);
+  const int got = read_values(samples, *r);
   if (got <= 0) {
     if (got < 0) return nullptr;
     Py_RETURN_NONE;
   }
-  Padded padded_local[4];                    // the usual 1-4 keys: no allocation
-  std::vector<Padded> padded_more(nk > 4 ? nk : 0);
-  Padded* padded = nk > 4 ? padded_more.data() : padded_local;
-  Rows* rows = scratch.take<Rows>(nk);
-  bool* stacked = scratch.take<bool>(nk);   // a row key stacked as it is: one length, not a sequence
-  bool* widened = scratch.take<bool>(nk);   // an aligned row key of one length given the mask key's width
-  Layout exact;                             // a stacked key's: its rows' one length
-  exact.max_bytes = lay.max_bytes;
-  Py_ssize_t mark = mark_arg;               // the key of the mask and lengths (-1: the first padded)
-  if (mark >= nk || (mark >= 0 && !spec[mark].rows())) Py_RETURN_NONE;
   try {
-    // from here to the wrapping no Python object is made: no Python code runs
     for (Py_ssize_t j = 0; j < nk; j++) {
-      PyObject* const* items = &values[j * n];
-      stacked[j] = widened[j] = false;
-      const KeySpec& k = spec[j];
-      if (!k.rows()) {
-        const bool ok = k.kind == TENSOR_0D ? read_tensor_scalars(items, n, k.dtype, padded[j].batch)
-                        : read_scalars(items, n, k.kind == NUM_INT     ? ScalarKind::int64
-                                                 : k.kind == NUM_FLOAT ? ScalarKind::float64
-                                                                       : ScalarKind::boolean,
-                                       padded[j].batch);
-        if (!ok) Py_RETURN_NONE;
-        continue;
-      }
-      rows[j] = Rows{};
-      if ((k.kind == ROW_LIST) != PyList_CheckExact(items[0])) Py_RETURN_NONE;
-      const bool tensor_of_type = reinterpret_cast<PyObject*>(Py_TYPE(items[0])) == tensor_type;
-      if (k.kind == ROW_TENSOR && !tensor_of_type) Py_RETURN_NONE;
-      if (!read_rows(items, n, rows[j], scratch) || (k.kind == ROW_TENSOR && rows[j].dtype != k.dtype))
-        Py_RETURN_NONE;
-      // one length and no sequence: stacked, unless over the plan (whose overflow rule the
-      // Python executor applies) or requiring grad (stacked there by torch.stack, which
-      // records autograd)
-      if (rows[j].longest * n == rows[j].total && !k.always) {
-        if (padded_length(rows[j].longest, lay.multiple, lay.bounds.data(), lay.nbounds) < 0 || rows[j].grad)
-          Py_RETURN_NONE;
-        stacked[j] = true;
-      }
-    }
-    if (mark >= 0 && stacked[mark]) Py_RETURN_NONE;
-    for (Py_ssize_t j = 0; mark < 0 && j < nk; j++)
-      if (spec[j].rows() && !stacked[j]) mark = j;
-    // a stacked row key aligned with the mask's key, whose rows all have its one length,
-    // takes the mask's width: every sequence of a sample ends up one width
-    const bool mark_even = mark >= 0 && rows[mark].longest * n == rows[mark].total &&
-                           padded_length(rows[mark].longest, lay.multiple, lay.bounds.data(), lay.nbounds) !=
-                               rows[mark].longest;
-    for (Py_ssize_t j = 0; mark_even && j < nk; j++)
-      if (stacked[j] && spec[j].align && rows[j].longest == rows[mark].longest) {
-        stacked[j] = false;
-        widened[j] = true;
-      }
-    for (Py_ssize_t j = 0; j < nk; j++) {
-      if (!spec[j].rows()) continue;
-      const int asked = j == mark ? want : 0;
-      const Layout& to = stacked[j] ? exact : lay;
-      if (!pad_read_rows(&values[j * n], n, rows[j], to, spec[j].bits, asked, padded[j]))
-        Py_RETURN_NONE;
+      r->key[j] = KeyRead{};
+      if (!read_key(&r->values[j * n], n, r->key[j], r->scratch)) Py_RETURN_NONE;
     }
   } catch (const std::bad_alloc&) {
     return PyErr_NoMemory();
-  } catch (const std::exception&) {  // c10::Error from an unusual tensor: the Python executor decides
+  } catch (const std::exception&) {  // c10::Error from an unusual tensor: the writer does not take it
     Py_RETURN_NONE;
   }
-  Py_ssize_t npadded = 0;   // the padded keys, which the counts and shapes are of
-  for (Py_ssize_t j = 0; j < nk; j++) npadded += spec[j].rows() && !stacked[j];
-  PyObject* out = PyDict_New();
-  PyObject* shapes = PyList_New(npadded);
-  if (out == nullptr || shapes == nullptr) {
-    Py_XDECREF(out);
-    Py_XDECREF(shapes);
+  PyObject* info = PyTuple_New(nk);
+  if (info == nullptr) return nullptr;
+  for (Py_ssize_t j = 0; j < nk; j++) {   // (tuples built item by item: Py_BuildValue parses its format)
+    const KeyRead& k = r->key[j];
+    const bool typed = k.kind == TENSOR_ROWS || k.kind == TENSOR_SCALARS;
+    PyObject* dtype = typed ? reinterpret_cast<PyObject*>(torch::getTHPDtype(k.dtype)) : Py_None;
+    PyObject* item = PyTuple_New(5);
+    PyObject* kind = PyLong_FromLong(k.kind);
+    PyObject* longest = PyLong_FromLongLong(k.rows.longest);
+    PyObject* total = PyLong_FromLongLong(k.rows.total);
+    if (item == nullptr || kind == nullptr || longest == nullptr || total == nullptr) {
+      Py_XDECREF(item);
+      Py_XDECREF(kind);
+      Py_XDECREF(longest);
+      Py_XDECREF(total);
+      Py_DECREF(info);
+      return nullptr;
+    }
+    Py_INCREF(dtype);
+    PyObject* grad = k.rows.grad ? Py_True : Py_False;
+    Py_INCREF(grad);
+    PyTuple_SET_ITEM(item, 0, kind);
+    PyTuple_SET_ITEM(item, 1, dtype);
+    PyTuple_SET_ITEM(item, 2, longest);
+    PyTuple_SET_ITEM(item, 3, total);
+    PyTuple_SET_ITEM(item, 4, grad);
+    PyTuple_SET_ITEM(info, j, item);
+  }
+  PyObject* capsule = PyCapsule_New(r.get(), READ_CAPSULE, free_read);
+  if (capsule == nullptr) {
+    Py_DECREF(info);
     return nullptr;
   }
-  long long real = 0, total = 0;
-  bool ok = true;
-  // the shapes of the padded keys in key order, then those of the widened ones (as the
-  // Python executor counts them: it widens once every key is collated)
-  for (int pass = 0, r = 0; pass < 2 && ok; pass++) {
-    for (Py_ssize_t j = 0; j < nk && ok; j++) {
-      if (!spec[j].rows() || stacked[j] || widened[j] != (pass == 1)) continue;
-      const int64_t T = padded[j].batch.size(1);
-      real += rows[j].total;
-      total += static_cast<long long>(n) * T;
-      PyObject* shape = Py_BuildValue("(O(nL))", keys[j], n, static_cast<long long>(T));
-      ok = shape != nullptr;
-      if (ok) PyList_SET_ITEM(shapes, r++, shape);
+  r.release();
+  PyObject* both = PyTuple_New(2);
+  if (both == nullptr) {
+    Py_DECREF(capsule);
+    Py_DECREF(info);
+    return nullptr;
+  }
+  PyTuple_SET_ITEM(both, 0, capsule);
+  PyTuple_SET_ITEM(both, 1, info);
+  return both;
+}
+
+// true when a key's values are still as read (nothing between the two calls resized a list
+// or swapped a tensor's storage)
+bool as_read(PyObject* const* items, Py_ssize_t n, const KeyRead& k) {
+  if (k.kind == TENSOR_SCALARS) {
+    for (Py_ssize_t i = 0; i < n; i++) {
+      const at::Tensor& t = THPVariable_Unpack(items[i]);
+      if (t.dim() != 0 || t.scalar_type() != k.dtype || !plain_cpu(t) || t.const_data_ptr() == nullptr) return false;
+    }
+    return true;
+  }
+  if (k.kind > TENSOR_ROWS) return true;   // Python numbers: immutable
+  for (Py_ssize_t i = 0; i < n; i++) {
+    if (k.kind == LIST_ROWS) {
+      if (PyList_GET_SIZE(items[i]) != k.rows.lens[i]) return false;
+      continue;
+    }
+    // its rank, length and data pointer as read (a resize or a new storage changes one)
+    const at::Tensor& t = THPVariable_Unpack(items[i]);
+    if (t.dim() != 1 || t.sizes()[0] != k.rows.lens[i] ||
+        static_cast<const char*>(t.const_data_ptr()) != k.rows.ptrs[i])
+      return false;
+  }
+  return true;
+}
+
+// the (B, T) batch of one row key, each row at its side and padded with fill_bits; false
+// (out undefined) when an element of a list is not an exact int in int64. A function of its
+// own (not inlined into write_dicts): the int reading loop compiles tighter here
+[[gnu::noinline]] bool write_rows(PyObject* const* items, Py_ssize_t n, const KeyRead& k, int64_t T, uint64_t bits, bool left,
+                at::Tensor& out) {
+  const Rows& rows = k.rows;
+  // at::detail::empty_cpu: the CPU kernel of torch.empty, without the dispatcher's trip
+  // to it (every byte is written below)
+  at::Tensor batch = at::detail::empty_cpu({n, T}, rows.dtype);
+  char* dst = static_cast<char*>(batch.data_ptr());
+  const int64_t w = rows.width;
+  for (Py_ssize_t i = 0; i < n; i++, dst += T * w) {
+    const int64_t m = rows.lens[i];
+    const int64_t lo = left ? T - m : 0;
+    fill_width(dst, lo, bits, w);
+    fill_width(dst + (lo + m) * w, T - lo - m, bits, w);
+    if (rows.lists) {
+      if (dt_read_int_items(dt_list_items(items[i]), m, reinterpret_cast<int64_t*>(dst) + lo) != m) return false;
+    } else {
+      copy_row(dst + lo * w, rows.ptrs[i], m, rows.steps[i], w);
     }
   }
-  for (Py_ssize_t j = 0; j < nk && ok; j++) {
-    PyObject* batch = wrap(padded[j].batch);
-    ok = batch != nullptr && PyDict_SetItem(out, keys[j], batch) == 0;
-    Py_XDECREF(batch);
+  out = std::move(batch);
+  return true;
+}
+
+// the (B,) tensor of one number key (Python numbers of one kind, or 0-d tensors)
+at::Tensor write_numbers(PyObject* const* items, Py_ssize_t n, const KeyRead& k, c10::ScalarType dtype) {
+  at::Tensor t = at::detail::empty_cpu({n}, dtype);
+  char* d = static_cast<char*>(t.data_ptr());
+  if (k.kind == TENSOR_SCALARS) {
+    const size_t w = t.element_size();
+    for (Py_ssize_t i = 0; i < n; i++) std::memcpy(d + i * w, THPVariable_Unpack(items[i]).const_data_ptr(), w);
+  } else if (k.kind == INTS) {
+    // exact ints past int64 were not refused by the read: the caller checks the count
+    if (dt_read_int_items(items, n, reinterpret_cast<int64_t*>(d)) != n) return at::Tensor();
+  } else if (k.kind == FLOATS) {
+    for (Py_ssize_t i = 0; i < n; i++) reinterpret_cast<double*>(d)[i] = PyFloat_AS_DOUBLE(items[i]);
+  } else {
+    for (Py_ssize_t i = 0; i < n; i++) reinterpret_cast<bool*>(d)[i] = items[i] == Py_True;
   }
-  if (!ok) {
-    Py_DECREF(out);
-    Py_DECREF(shapes);
+  return t;
+}
+
+// the dtype a key of this read is written in: the rows' own for tensors, int64 for lists of
+// ints, the Python numbers' as the layout names it (the writer writes only these)
+bool writable(const KeyRead& k, c10::ScalarType dtype) {
+  switch (k.kind) {
+    case LIST_ROWS: return dtype == at::kLong;
+    case TENSOR_ROWS: case TENSOR_SCALARS: return dtype == k.dtype;
+    case INTS: return dtype == at::kLong;
+    case FLOATS: return dtype == at::kDouble;
+    default: return dtype == at::kBool;
+  }
+}
+
+// write_dicts(read, widths, dtypes, fill_bits, mark, want, left) -> None | (out, mask | None, lengths | None)
+PyObject* write_dicts(PyObject*, PyObject* args) {
+  PyObject *capsule, *widths, *dtypes, *bits_obj;
+  Py_ssize_t mark;
+  int want, left;
+  if (!PyArg_ParseTuple(args, "OO!O!O!nip", &capsule, &PyTuple_Type, &widths, &PyTuple_Type, &dtypes,
+                        &PyTuple_Type, &bits_obj, &mark, &want, &left))
+    return nullptr;
+  DictRead* r = static_cast<DictRead*>(PyCapsule_GetPointer(capsule, READ_CAPSULE));
+  if (r == nullptr) return nullptr;
+  const Py_ssize_t n = r->n, nk = r->nk;
+  if (PyTuple_GET_SIZE(widths) != nk || PyTuple_GET_SIZE(dtypes) != nk || PyTuple_GET_SIZE(bits_obj) != nk) {
+    PyErr_SetString(PyExc_ValueError, "write_dicts: a layout needs one width, dtype and fill per key");
     return nullptr;
   }
-  if (mark < 0) return Py_BuildValue("NOOLLN", out, Py_None, Py_None, real, total, shapes);
-  Padded& m = padded[mark];
-  return Py_BuildValue("NNNLLN", out, wrap(m.mask), wrap(m.lengths), real, total, shapes);
+  const bool mark_rows = mark >= 0 && mark < nk && r->key[mark].kind <= TENSOR_ROWS;
+  if (mark >= nk || (mark >= 0 && !mark_rows)) {
+    PyErr_SetString(PyExc_ValueError, "write_dicts: mark should be -1 or the index of a row key");
+    return nullptr;
+  }
+  std::vector<at::Tensor> made(nk);
+  int64_t mark_T = 0;
+  for (Py_ssize_t j = 0; j < nk; j++) {
+    const KeyRead& k = r->key[j];
+    PyObject* const* items = &r->values[j * n];
+    PyObject* dt = PyTuple_GET_ITEM(dtypes, j);
+    if (!THPDtype_Check(dt) || !writable(k, reinterpret_cast<THPDtype*>(dt)->scalar_type)) {
+      PyErr_Format(PyExc_ValueError, "write_dicts: key %zd cannot be written in the dtype %R", j, dt);
+      return nullptr;
+    }
+    const c10::ScalarType dtype = reinterpret_cast<THPDtype*>(dt)->scalar_type;
+    if (!as_read(items, n, k)) {
+      PyErr_SetString(PyExc_RuntimeError, "the batch changed between its read and its write");
+      return nullptr;
+    }
+    if (k.kind > TENSOR_ROWS) {
+      made[j] = write_numbers(items, n, k, dtype);
+      if (!made[j].defined()) Py_RETURN_NONE;
+      continue;
+    }
+    const long long T = PyLong_AsLongLong(PyTuple_GET_ITEM(widths, j));
+    const unsigned long long bits = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(bits_obj, j));
+    if (PyErr_Occurred()) return nullptr;
+    if (T < k.rows.longest) {
+      PyErr_Format(PyExc_ValueError, "write_dicts: key %zd has rows of %lld, wider than its width %lld", j,
+                   static_cast<long long>(k.rows.longest), T);
+      return nullptr;
+    }
+    if (!write_rows(items, n, k, T, bits, left, made[j])) Py_RETURN_NONE;   // a list of other numbers
+    if (j == mark) mark_T = T;
+  }
+  at::Tensor lengths, mask;
+  if (mark >= 0 && (want & 1)) {
+    lengths = at::detail::empty_cpu({n}, at::kLong);
+    std::memcpy(lengths.data_ptr(), r->key[mark].rows.lens, static_cast<size_t>(n) * 8);
+  }
+  if (mark >= 0 && (want & 2)) {
+    const int64_t T = mark_T;
+    mask = at::detail::empty_cpu({n, T}, at::kBool);
+    char* p = static_cast<char*>(mask.data_ptr());
+    for (Py_ssize_t i = 0; T > 0 && i < n; i++, p += T) {   // T == 0: no data pointer to write to
+      const int64_t m = r->key[mark].rows.lens[i];
+      fill_bytes(p, left ? 0 : 1, static_cast<size_t>(left ? T - m : m));
+      fill_bytes(p + (left ? T - m : m), left ? 1 : 0, static_cast<size_t>(left ? m : T - m));
+    }
+  }
+  PyObject* out = PyDict_New();
+  if (out == nullptr) return nullptr;
+  for (Py_ssize_t j = 0; j < nk; j++) {
+    PyObject* t = wrap(made[j]);
+    const bool ok = t != nullptr && PyDict_SetItem(out, PyTuple_GET_ITEM(r->keys, j), t) == 0;
+    Py_XDECREF(t);
+    if (!ok) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+  }
+  PyObject* got = PyTuple_New(3);
+  PyObject* m = wrap(mask);
+  PyObject* l = wrap(lengths);
+  if (got == nullptr || m == nullptr || l == nullptr) {
+    Py_XDECREF(got);
+    Py_XDECREF(m);
+    Py_XDECREF(l);
+    Py_DECREF(out);
+    return nullptr;
+  }
+  PyTuple_SET_ITEM(got, 0, out);
+  PyTuple_SET_ITEM(got, 1, m);
+  PyTuple_SET_ITEM(got, 2, l);
+  return got;
 }
 
 // The C API must never see a C++ exception (it would end the process): out of memory is
@@ -823,33 +790,22 @@ PyMethodDef methods[] = {
      "data pointers (B) and per-axis maxima (ndim). refused is -1 when every sample is a plain dense\n"
      "CPU tensor of that rank and of the first sample's dtype (not complex), else the index of the\n"
      "first that is not (the buffers then hold nothing to use); elements counts their items."},
-    {"pad_rows", guarded<pad_rows>, METH_VARARGS,
-     "pad_rows(column, multiple, bounds, fill_bits, left, want, max_bytes)\n"
-     "    -> None | (batch, lengths | None, mask | None, longest, total)\n\n"
-     "Pad B 1-D rows (exact lists of exact ints -> int64, or plain dense 1-D CPU tensors of one dtype)\n"
-     "into a new (B, T) tensor, T the longest rounded up to multiple, or the smallest of the int64\n"
-     "bounds (ascending) >= it when bounds is not None; pad elements hold fill_bits (the fill's bit\n"
-     "pattern in the batch's dtype), on the left when left. want: 1 adds the int64 (B,) lengths,\n"
-     "2 the bool (B, T) mask (true on the data). None, with nothing raised, for anything else: another\n"
-     "row type, an element that is not an exact int in int64, a longest row over the last bound, or a\n"
-     "batch over max_bytes."},
-    {"collate_dicts", guarded<collate_dicts>, METH_VARARGS,
-     "collate_dicts(samples, spec) -> None | (out, mask | None, lengths | None, real, total, shapes)\n\n"
-     "Run a collate spec (loaders/collate_spec.py NativeSpec: keys, codes, dtypes, fill_bits, multiple,\n"
-     "bounds, left, mark, want, max_bytes, tensor_type) over a batch of exact dicts holding the spec's\n"
-     "keys (sample 0 in its order). Row keys (exact lists of exact ints, or 1-D plain CPU tensors of\n"
-     "tensor_type and the key's dtype) are padded as pad_rows pads them, or stacked when their rows\n"
-     "share one length and the key is no sequence (ALWAYS) nor aligned with the mask's key (ALIGN);\n"
-     "number keys (exact ints, floats or bools; 0-d tensors of the key's dtype) are stacked. out maps\n"
-     "each key to its tensor; mask (bool) and lengths (int64) are of the key at index mark (-1: the\n"
-     "first padded key) as want asks (1 lengths, 2 mask); real and total count the data and padded\n"
-     "elements of the padded keys, shapes lists their (key, (B, T)). None, with nothing raised, when a\n"
-     "sample does not match the spec."},
-    {"stack_numbers", guarded<stack_numbers>, METH_VARARGS,
-     "stack_numbers(items) -> None | tensor\n\n"
-     "A list of B Python numbers of one kind (exact ints in int64, floats, or bools) as the (B,) int64,\n"
-     "float64 or bool tensor torch.tensor(items) makes of them; None for anything else (mixed kinds,\n"
-     "an int past int64, other objects, no items)."},
+    {"read_dicts", guarded<read_dicts>, METH_VARARGS,
+     "read_dicts(samples, keys) -> None | (read, ((kind, dtype, longest, total, grad), ...))\n\n"
+     "Read a batch of exact dicts holding the keys of the tuple keys (sample 0 in their order), one\n"
+     "pass: per key the kind of its values (the module's LIST_ROWS: exact lists; TENSOR_ROWS: plain 1-D\n"
+     "CPU tensors of one dtype; INTS, FLOATS, BOOLS: Python numbers of one kind; TENSOR_SCALARS: plain\n"
+     "0-d CPU tensors of one dtype), the tensors' torch dtype (else None), the longest row and the sum\n"
+     "of the row lengths (0 for numbers), and whether a tensor requires grad. read holds every value\n"
+     "until write_dicts runs it. None, with nothing raised, for any other batch. It decides nothing."},
+    {"write_dicts", guarded<write_dicts>, METH_VARARGS,
+     "write_dicts(read, widths, dtypes, fill_bits, mark, want, left) -> None | (out, mask, lengths)\n\n"
+     "Write a batch read by read_dicts as its layout says: per key, row keys padded to widths[j] with\n"
+     "fill_bits[j] (the fill's bit pattern), on the left when left; number keys stacked; each in\n"
+     "dtypes[j] (int64 for lists of ints and Python ints, float64 for floats, bool for bools, a\n"
+     "tensor's own). mask (bool (B, T), true on data) and lengths (int64 (B,)) are of the row key at\n"
+     "index mark (-1: none) as want asks (1 lengths, 2 mask), else None. None when a list holds\n"
+     "something other than exact ints in int64 (the read looks at sample 0's type only)."},
     {"first_requiring_grad", guarded<first_requiring_grad>, METH_VARARGS,
      "first_requiring_grad(items) -> int\n\n"
      "The index of the first torch tensor in the list items that requires grad, or -1 (other objects\n"
@@ -861,8 +817,8 @@ PyMethodDef methods[] = {
     {nullptr, nullptr, 0, nullptr}};
 
 PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch_tensors",
-                      "Native bridge to torch: reads CPU tensors' sizes, strides and pointers; pads 1-D rows "
-                      "into new tensors; runs a collate plan of flat dicts.",
+                      "Native bridge to torch: reads CPU tensors' sizes, strides and pointers; reads a batch "
+                      "of flat dicts and writes it by a layout decided in Python.",
                       -1, methods};
 
 }  // namespace
@@ -870,7 +826,13 @@ PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch_tensors",
 PyMODINIT_FUNC PyInit_torch_tensors(void) {
   PyObject* m = PyModule_Create(&module);
   if (m != nullptr && (PyModule_AddStringConstant(m, "built_for", DYNTILE_TORCH_VERSION) != 0 ||
-                       PyModule_AddIntConstant(m, "api", DYNTILE_NATIVE_API) != 0)) {
+                       PyModule_AddIntConstant(m, "api", DYNTILE_NATIVE_API) != 0 ||
+                       PyModule_AddIntConstant(m, "LIST_ROWS", LIST_ROWS) != 0 ||
+                       PyModule_AddIntConstant(m, "TENSOR_ROWS", TENSOR_ROWS) != 0 ||
+                       PyModule_AddIntConstant(m, "INTS", INTS) != 0 ||
+                       PyModule_AddIntConstant(m, "FLOATS", FLOATS) != 0 ||
+                       PyModule_AddIntConstant(m, "BOOLS", BOOLS) != 0 ||
+                       PyModule_AddIntConstant(m, "TENSOR_SCALARS", TENSOR_SCALARS) != 0)) {
     Py_DECREF(m);
     return nullptr;
   }

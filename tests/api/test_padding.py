@@ -193,7 +193,6 @@ def test_plan_and_shape_targets():
     batch, _ = dt.pad_batch([torch.ones(3), torch.ones(17)], plan=Plan())
     assert batch.shape == (2, 64)
     assert dt.pad_rows([[1, 2], [3]], plan=Plan())[0].shape == (2, 16)
-    assert dt.pad_rows_torch([[1, 2], [3]], plan=Plan()) is None
 
 
 def test_a_plan_that_is_no_plan_is_named():
@@ -207,8 +206,7 @@ def test_a_plan_that_is_no_plan_is_named():
         lambda: dt.pad_jagged(np.ones(3), [3], plan=(8, 16)),
         lambda: dt.pad_rows([[1, 2]], plan=(8, 16)),
         lambda: dt.pad_rows([torch.ones(3)], plan=(8, 16)),
-        lambda: dt.pad_rows_torch([torch.ones(3)], plan=(8, 16)),
-        lambda: dt.pad_rows_torch([[1]], plan=[8, 16]),
+        lambda: dt.pad_rows([[1]], plan=[8, 16]),
     ]
     for call in calls:
         with pytest.raises(

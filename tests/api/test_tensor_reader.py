@@ -12,6 +12,7 @@ import dyntile  # noqa: E402
 from dyntile import tensor_reader  # noqa: E402
 from dyntile.cpu import pad as _pad  # noqa: E402
 from dyntile.padding import pad_rows  # noqa: E402
+from reference import torch_real_dtypes  # noqa: E402
 
 native = tensor_reader.native_reader()
 native_module_before = tensor_reader.native_module()
@@ -59,18 +60,7 @@ def test_a_build_from_other_sources_is_not_used(monkeypatch):
 def _views(rng):
     """Odd-size tensors of many dtypes, ranks and layouts (views, offsets, zero strides)."""
     out = []
-    for dtype in (
-        torch.bool,
-        torch.int8,
-        torch.int16,
-        torch.int32,
-        torch.int64,
-        torch.float16,
-        torch.bfloat16,
-        torch.float32,
-        torch.float64,
-        torch.uint8,
-    ):
+    for dtype in torch_real_dtypes():
         base = torch.from_numpy(rng.integers(0, 100, (7, 9, 5))).to(dtype)
         out.append([base[i, : 1 + i][:, 0] for i in range(7)])  # 1-D rows of a 3-D block
         out.append([base[i, ::2, 1:] for i in range(3)] + [base[0].t()[:3]])  # 2-D, strided, transposed

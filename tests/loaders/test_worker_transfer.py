@@ -17,20 +17,9 @@ from torch.utils.data import DataLoader, Dataset
 import loaders.collate as collate_module
 from loaders import DynTileCollate
 from loaders.worker_transfer import PIPE_LIMIT, TENSOR_LIMIT, WorkerBatch, unpack_batch
+from reference import torch_real_dtypes
 
-DTYPES = [
-    torch.bool,
-    torch.uint8,
-    torch.int8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-    torch.float16,
-    torch.bfloat16,
-    torch.float32,
-    torch.float64,
-    torch.complex64,
-]
+DTYPES = [*torch_real_dtypes(), torch.complex64]
 
 
 def roundtrip(batch):

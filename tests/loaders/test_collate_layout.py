@@ -1,0 +1,193 @@
+"""layout_batch, rule by rule: what each key of a flat dict batch becomes, from the reader's
+report alone (the table of rules in the README's DynTileCollate section)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dyntile import tensor_reader
+from dyntile.planning import BucketPlan
+from loaders import DynTileCollate
+from loaders.collate_layout import (
+    NUMBER_DTYPES,
+    BatchLayout,
+    DictSpec,
+    KeyRule,
+    counted,
+    layout_batch,
+    mask_of,
+    size_of_rows,
+    stacks,
+    widens,
+)
+from loaders.collate_spec import plan_batch
+
+native = tensor_reader.native_module()
+pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu.torch_tensors not built for this torch")
+
+
+def spec_of(sample: dict, **options) -> DictSpec:
+    """The DictSpec a DynTileCollate of ``options`` plans for batches like ``sample``."""
+    spec = plan_batch(DynTileCollate(**options)._rules, sample).native
+    assert spec is not None
+    return spec
+
+
+def rows(longest: int, total: int, dtype=None, grad=False) -> tuple:
+    """The reader's report of a row key (lists of ints when ``dtype`` is None)."""
+    return (native.LIST_ROWS if dtype is None else native.TENSOR_ROWS, dtype, longest, total, grad)
+
+
+def number(kind: int, dtype=None, grad=False) -> tuple:
+    return (kind, dtype, 0, 0, grad)
+
+
+def test_the_rules_as_functions():
+    assert stacks(False, 4, 3, 12) and not stacks(True, 4, 3, 12) and not stacks(False, 4, 3, 11)
+    assert mask_of(["b", "c"]) == "b" and mask_of(["b"], "a") == "a" and mask_of([]) is None
+    assert widens(True, 4, 4, 8) and not widens(True, 4, 4, 4) and not widens(True, 4, None, 8)
+    assert not widens(False, 4, 4, 8) and not widens(True, 3, 4, 8)
+    assert counted(["a", "c"], ["b"]) == ["a", "c", "b"]
+    assert NUMBER_DTYPES == {int: torch.int64, float: torch.float64, bool: torch.bool}
+
+
+def test_a_row_key_of_one_length_that_is_no_declared_sequence_is_stacked():
+    spec = spec_of({"ids": [1], "emb": [1]}, pad_values={"ids": 0})  # ids declared, emb a feature
+    layout = layout_batch(spec, (3, (rows(4, 12), rows(4, 12))))
+    assert layout.widths == (8, 4)  # the declared sequence pads; the feature keeps its one length
+    assert layout.shapes == [("ids", (3, 8))] and (layout.real, layout.total) == (12, 24)
+    ragged = layout_batch(spec, (3, (rows(4, 12), rows(4, 10))))
+    assert ragged.widths == (8, 8) and [k for k, _ in ragged.shapes] == ["ids", "emb"]
+
+
+def test_without_mask_from_the_mask_and_lengths_come_from_the_first_padded_key():
+    spec = spec_of({"a": [1], "b": [1], "c": [1]})
+    assert layout_batch(spec, (2, (rows(3, 6), rows(5, 6), rows(2, 3)))).mark == 1  # a is stacked
+    assert layout_batch(spec, (2, (rows(3, 5), rows(5, 6), rows(2, 3)))).mark == 0
+    none = layout_batch(spec, (2, (rows(3, 6), rows(5, 10), rows(2, 4))))
+    assert none.mark == -1 and none.want == 0 and none.shapes == []  # all stacked: no mask
+    named = spec_of({"a": [1], "b": [1]}, mask_from="b")
+    assert layout_batch(named, (2, (rows(3, 5), rows(5, 6)))).mark == 1
+    assert spec.want == 3 and spec_of({"a": [1]}, mask_key=None).want == 1
+    assert spec_of({"a": [1]}, lengths_key=None).want == 2
+
+
+def test_token_and_label_keys_of_the_mask_keys_length_take_its_width():
+    sample = {"input_ids": [1], "labels": [1], "token_type_ids": [1], "emb": [1]}
+    spec = spec_of(sample, pad_values={"input_ids": 0})
+    layout = layout_batch(spec, (2, (rows(5, 10), rows(5, 10), rows(5, 10), rows(5, 10))))
+    assert layout.widths == (8, 8, 8, 5)  # emb: a feature of that length keeps its shape
+    assert [k for k, _ in layout.shapes] == ["input_ids", "labels", "token_type_ids"]  # widened after
+    assert (layout.real, layout.total) == (30, 48)
+    other = layout_batch(spec, (2, (rows(5, 10), rows(4, 8), rows(5, 10), rows(5, 10))))
+    assert other.widths == (8, 4, 8, 5)  # another length: stacked as it is
+    ragged = layout_batch(spec, (2, (rows(5, 9), rows(5, 10), rows(5, 10), rows(5, 10))))
+    assert ragged.widths == (8, 5, 5, 5)  # the mask key's rows differ in length: nothing to align to
+    exact = layout_batch(spec_of(sample, pad_values={"input_ids": 0}, multiple=1), (2, (rows(5, 10),) * 4))
+    assert exact.widths == (5, 5, 5, 5) and [k for k, _ in exact.shapes] == ["input_ids"]
+
+
+def test_the_counts_list_padded_keys_in_key_order_then_the_widened_ones():
+    spec = spec_of({"labels": [1], "ids": [1], "x": [1]}, pad_values={"ids": 0, "x": 0})
+    layout = layout_batch(spec, (2, (rows(3, 6), rows(3, 6), rows(9, 10))))
+    assert [k for k, _ in layout.shapes] == ["ids", "x", "labels"]
+    assert layout.shapes == [("ids", (2, 8)), ("x", (2, 16)), ("labels", (2, 8))]
+
+
+@pytest.mark.parametrize(
+    "kind, dtype, want",
+    [
+        ("INTS", None, torch.int64),
+        ("FLOATS", None, torch.float64),
+        ("BOOLS", None, torch.bool),
+        ("TENSOR_SCALARS", torch.bfloat16, torch.bfloat16),
+    ],
+)
+def test_python_numbers_are_int64_float64_or_bool_and_0d_tensors_keep_their_dtype(kind, dtype, want):
+    spec = spec_of({"ids": [1], "y": 1 if dtype is None else torch.tensor(1.0)})
+    layout = layout_batch(spec, (2, (rows(3, 5), number(getattr(native, kind), dtype))))
+    assert layout.dtypes == (torch.int64, want) and layout.widths == (8, 0)
+
+
+def test_row_dtypes_and_fill_bits():
+    spec = spec_of({"ids": [1], "x": torch.ones(1, dtype=torch.int16)}, pad_values={"ids": -1, "x": 2})
+    layout = layout_batch(spec, (2, (rows(3, 5), rows(3, 4, torch.int16))))
+    assert layout.dtypes == (torch.int64, torch.int16) and layout.bits == ((1 << 64) - 1, 2)
+    half = layout_batch(spec, (2, (rows(3, 5), rows(3, 4, torch.float16))))  # another dtype this batch
+    assert half.dtypes[1] == torch.float16 and half.bits[1] == 0x4000  # 2.0 in float16
+
+
+def test_a_plan_gives_the_width_and_left_padding_is_carried():
+    spec = spec_of({"ids": [1]}, plan=BucketPlan((8, 24)), side="left")
+    layout = layout_batch(spec, (2, (rows(9, 12),)))
+    assert layout.widths == (24,) and layout.left and layout.mark == 0 and layout.want == 3
+
+
+@pytest.mark.parametrize(
+    "sample, options, read",
+    [
+        ({"ids": [1]}, {}, (2, (number(2),))),  # a row key now holds numbers: the structure changed
+        ({"ids": [1], "y": 1}, {}, (2, (rows(3, 5), rows(3, 5)))),  # a number key now holds rows
+        ({"ids": [1]}, {"plan": BucketPlan((8,))}, (2, (rows(9, 12),))),  # past the plan: its overflow rule
+        ({"ids": [1]}, {"plan": BucketPlan((8,))}, (2, (rows(9, 18),))),  # one length, past the plan too
+        ({"x": torch.ones(1)}, {}, (2, (rows(3, 6, torch.float32, grad=True),))),  # stacked, requires grad
+        ({"x": [1], "y": torch.tensor(1.0)}, {}, (2, (rows(3, 5), number(5, torch.float32, True)))),
+        ({"ids": [1]}, {}, (1 << 16, (rows(1 << 10, 1 << 20),))),  # large enough for the threaded kernels
+        ({"x": torch.ones(1, dtype=torch.int8)}, {"fill": 200}, (2, (rows(3, 5, torch.uint8),))),
+        (
+            {"x": torch.ones(1, dtype=torch.int8)},
+            {"fill": 200},
+            (2, (rows(3, 5, torch.int8),)),
+        ),  # no int8 200
+    ],
+)
+def test_what_the_layout_leaves_to_the_python_executor(sample, options, read):
+    spec = plan_batch(DynTileCollate(**options)._rules, sample).native
+    if spec is None:  # a fill sample 0's dtype cannot hold: left at planning already
+        assert options.get("fill") == 200 and sample["x"].dtype == torch.int8
+        return
+    assert layout_batch(spec, read) is None
+
+
+def test_the_uint8_fill_that_int8_cannot_hold():
+    spec = spec_of({"ids": [1], "x": torch.ones(1, dtype=torch.uint8)}, pad_values={"x": 200})
+    assert layout_batch(spec, (2, (rows(3, 5), rows(3, 5, torch.uint8)))).bits[1] == 200
+    assert layout_batch(spec, (2, (rows(3, 5), rows(3, 5, torch.int8)))) is None
+
+
+def test_the_layout_is_what_the_collate_writes():
+    """A layout run by the writer gives DynTileCollate's batch (the route end to end)."""
+    samples = [
+        {"input_ids": [1, 2, 3], "labels": [4, 5, 6], "y": 1.5},
+        {"input_ids": [7], "labels": [8], "y": 2.0},
+    ]
+    spec = spec_of(samples[0], side="left")
+    read, keys = native.read_dicts(samples, spec.keys)
+    layout = layout_batch(spec, (2, keys))
+    assert isinstance(layout, BatchLayout)
+    out, mask, lengths = native.write_dicts(read, *layout[:6])
+    want = DynTileCollate(side="left")(samples)
+    for k in out:
+        assert torch.equal(out[k], want[k]), k
+    assert torch.equal(mask, want["attention_mask"]) and torch.equal(lengths, want["lengths"])
+
+
+def test_a_spec_knows_its_keys_rules_and_sizes():
+    spec = spec_of(
+        {"ids": [1, 2], "x": torch.arange(3, dtype=torch.int16), "label": 3, "score": torch.tensor(0.5)},
+        pad_values={"ids": -1},
+        side="left",
+        mask_from="x",
+        mask_key=None,
+    )
+    assert (
+        spec.keys == ("ids", "x", "label", "score") and spec.left and spec.mask_from == 1 and spec.want == 1
+    )
+    assert spec.rules == (
+        KeyRule("ids", True, True, False, -1),
+        KeyRule("x", True, True, False, 0),
+        KeyRule("label", False, False, False, -100),  # a label key: the fill of labels
+        KeyRule("score", False, False, False, 0),
+    )
+    assert spec.size_of == size_of_rows(8, None) and spec.size_of(9) == 16
