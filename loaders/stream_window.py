@@ -268,10 +268,10 @@ class StreamWindows(torch.utils.data.IterableDataset):
                 if m == 0:
                     break
                 cur["m"], cur["j"] = m, 0
-            order = run.chunk()
-            win = run.win
+            order = run.chunk().tolist()
+            samples, batches = run.win.samples, run.win.batches
             while cur["j"] < cur["m"]:
-                batch = [win.samples[i] for i in win.batches[order[cur["j"]]]]
+                batch = [samples[i] for i in batches[order[cur["j"]]].tolist()]
                 cur["j"] += 1
                 cur["steps"] += 1
                 cur["repeats"] += cur["pass"] > 0
