@@ -23,6 +23,7 @@ A streaming loader (:mod:`loaders.stream_window`) reads its source through
 
 from __future__ import annotations
 
+import gc
 import itertools
 import operator
 import os
@@ -335,10 +336,22 @@ class PartReader:
         position it raised at."""
         samples: list = []
         failed = None
+        # The collector is paused while a window is read. Its samples live about a window
+        # (until their batch is yielded): collections during the read would move most of
+        # them to the oldest generation, and enough there start a full collection, which
+        # scans every object of the process. Read with the collector paused, a window is
+        # one collection's young objects, and most are freed before they grow old. Paused
+        # only if it was on; on again before anything is raised.
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
         try:
             samples.extend(itertools.islice(self._it, k))  # keeps what was read before a raise
         except Exception as e:
             failed = e
+        finally:
+            if paused:
+                gc.enable()
         pos, count, index = self.pos, self._count, self._index
         lengths = self._src.measure_many(samples, pos, index, count)
         self.pos = pos = pos + len(samples)

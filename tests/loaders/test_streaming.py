@@ -310,6 +310,29 @@ def test_a_label_shorter_than_its_sample_is_named_in_a_window_of_tensors():
     assert len(list(StreamingBucketer(data, max_tokens=1024, max_buckets=2, buffer_size=64))) > 0
 
 
+def test_reading_a_window_leaves_the_collector_as_it_was():
+    import gc
+
+    def gen():
+        for i in range(90):
+            if i == 70:
+                raise OSError("unreadable")
+            yield [1] * (1 + i % 9)
+
+    was = gc.isenabled()
+    try:
+        for on in (True, False):
+            gc.enable() if on else gc.disable()
+            with pytest.raises(RuntimeError, match="sample 70"):
+                list(StreamingPacker(gen, max_tokens=256, seq_len=32, buffer_size=32))
+            assert gc.isenabled() == on
+            clean = [[1] * (1 + i % 9) for i in range(90)]
+            assert sum(map(len, StreamingPacker(clean, max_tokens=256, seq_len=32, buffer_size=32))) == 90
+            assert gc.isenabled() == on
+    finally:
+        gc.enable() if was else gc.disable()
+
+
 # ------------------------------------------------------------------ bad input
 
 
