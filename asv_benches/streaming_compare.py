@@ -18,14 +18,11 @@ tokenized dataset's ``__getitem__`` or a stream's reader hands it over). Three t
 
 What the stream pays that the map-style loader does not: a sample lives from its read
 until its batch is yielded (about a window of other samples), where a map-style
-sample dies within its batch. So the window's dicts and tensors outlive Python's young
-collector generations and reach the oldest, and enough of them there trigger a full
-collection, which scans every object of the process (those of torch and the libraries
-too), about once per epoch of this corpus, where a map-style pass triggers none; and a
-sample is collated and freed after a window of others, out of cache. The last table is
-also shown with the collector off (``gc.disable()``; ``gc.freeze()`` after setup
-likewise keeps full collections to the objects made since), which leaves the second
-cost and the planning.
+sample dies within its batch. So it is collated and freed a window after it was made,
+out of cache; and the window's dicts and tensors are objects Python's cyclic collector
+tracks while they live (the stream reads a window with the collector paused, so that
+few of them reach the oldest generation, whose full collections scan every object of
+the process). The last table is also shown with the collector off (``gc.disable()``).
 
 Run: ``python asv_benches/streaming_compare.py`` (medians of interleaved repeats;
 read the ratios on a busy machine; ``PYTHONPATH=.`` to measure this tree's ``loaders``
