@@ -7,7 +7,8 @@ tokenized dataset's ``__getitem__`` or a stream's reader hands it over). Three t
 1. planning alone, in samples/s on one core: ``StreamingPacker`` and
    ``StreamingBucketer`` iterated without a collate over samples already made
    (measuring and planning every sample), beside the rate at which the corpus
-   itself makes them;
+   itself makes them and the map-style ``PackingBatchSampler`` planning an epoch
+   from its lengths;
 2. padding: the stream packer (a window of ``--buffer``) against the offline
    ``PackingBatchSampler`` with ``pool_size`` equal to the buffer, and with one pool;
 3. a ``DataLoader`` pass with ``PackedCollate``, real tokens/s: the stream
@@ -15,14 +16,17 @@ tokenized dataset's ``__getitem__`` or a stream's reader hands it over). Three t
    (``DataLoader(dataset, batch_sampler=PackingBatchSampler)``, re-planned every pass
    with ``set_epoch``, as every epoch is), and the ratio.
 
-The stream holds a window of samples alive (dicts and tensors: objects Python's
-cyclic collector tracks), so its full collections scan more than a map-style
-loader's, whose samples die young; the last table is also shown with the collector
-off (``gc.disable()``), which a training loop may do (or ``gc.freeze()`` after
-setup) to see what is left.
+What the stream pays that the map-style loader does not: a sample lives from its read
+until its batch is yielded (about a window of other samples), where a map-style
+sample dies within its batch. So it is collated and freed a window after it was made,
+out of cache; and the window's dicts and tensors are objects Python's cyclic collector
+tracks while they live (the stream reads a window with the collector paused, so that
+few of them reach the oldest generation, whose full collections scan every object of
+the process). The last table is also shown with the collector off (``gc.disable()``).
 
 Run: ``python asv_benches/streaming_compare.py`` (medians of interleaved repeats;
-read the ratios on a busy machine). ``--cores 1`` pins the process to one core.
+read the ratios on a busy machine; ``PYTHONPATH=.`` to measure this tree's ``loaders``
+rather than the installed one). ``--cores 1`` pins the process to one core.
 """
 
 from __future__ import annotations
@@ -98,11 +102,14 @@ def main(argv=None) -> None:
             made, max_tokens=args.max_tokens, buffer_size=B, plan=bucketer.plan
         ),
     }
-    plan = {"reading the corpus alone": [], **{k: [] for k in planners}}
-    for _ in range(args.repeats):
+    offline = PackingBatchSampler(L, max_tokens=args.max_tokens, seq_len=packer.shapes[0][1], pool_size=B)
+    map_name = "PackingBatchSampler (map)"  # a fresh epoch each time: lengths known, nothing to measure
+    plan = {"reading the corpus alone": [], **{k: [] for k in planners}, map_name: []}
+    for r in range(args.repeats):
         plan["reading the corpus alone"].append(len(L) / _timed(lambda: sum(1 for _ in corpus)))
         for name, ds in planners.items():
             plan[name].append(len(L) / _timed(lambda ds=ds: sum(len(b) for b in ds)))
+        plan[map_name].append(len(L) / _timed(lambda r=r: offline.packed_batches(epoch=r)))
     print(
         "\nplanning alone (measure + plan samples already made, no collate), samples/s, median of",
         args.repeats,

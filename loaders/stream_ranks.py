@@ -105,6 +105,21 @@ class RanksInStep:
     without a process group, it passes the loader's batches through.
     ``state_dict``/``load_state_dict`` are the loader's (torchdata's ``StatefulDataLoader``).
 
+    Resume is exact for a checkpoint taken while every rank still yields batches of its
+    own, and at an epoch's end. It is *not* exact in the tail, once a rank's loader has
+    run out and this wrapper repeats that rank's last batch: the repeated batch is not in
+    the loader's state, and a ``StatefulDataLoader`` resumed from a finished state starts
+    a fresh pass (the same epoch unless ``set_epoch`` moved it). That rank then yields the
+    batches of a new pass over its part where it would have repeated, while the other
+    ranks, as they run dry, repeat their last batch: steps stay equal on every rank and no
+    sample is lost, but the epoch is longer than the uninterrupted one and that rank's
+    samples are seen again. A rank that had yielded its last batch just before such a
+    checkpoint has no batch to repeat after the resume, and every rank stops with a
+    ``RuntimeError`` (a rank with no batch at all). So checkpoint before the tail (while
+    :attr:`report` counts no repeated batch) or at an epoch's end; with ``num_workers=0``
+    under a process group the streaming loader repeats batches itself, and its state holds
+    the repeat pass and the position in it.
+
     >>> list(RanksInStep([1, 2, 3]))
     [1, 2, 3]
     """

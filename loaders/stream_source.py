@@ -23,15 +23,19 @@ A streaming loader (:mod:`loaders.stream_window`) reads its source through
 
 from __future__ import annotations
 
+import gc
 import itertools
 import operator
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from operator import attrgetter, itemgetter
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
+
+from dyntile.tensor_reader import describe_rows, native_module
 
 from .distributed import launcher_world_size, resolve_replicas
 
@@ -57,6 +61,61 @@ def _leaf_length(v) -> int | None:
     if isinstance(v, (torch.Tensor, np.ndarray)):
         return _shape_length(v)
     return len(v) if isinstance(v, (list, tuple)) else None
+
+
+_SEQUENCES = (list, tuple, torch.Tensor, np.ndarray)
+_NOT_TOKENS = "not tokens"  # a column of values that are no token sequences (an id, a label)
+_shape = attrgetter("shape")
+_first = itemgetter(0)
+
+
+def _column_lengths(values: list):
+    """int64 lengths of a column of one key's values when :func:`_leaf_length` would give
+    every one of them the same way (all lists and tuples; all tensors or arrays of >= 1 dim);
+    ``_NOT_TOKENS`` when it gives none of them a length; ``None`` otherwise (mixed kinds,
+    subclasses), for the per-sample rule to settle. 1-D CPU tensors are read natively
+    where :mod:`dyntile.tensor_reader` can.
+
+    >>> _column_lengths([[1, 2], (3,)]).tolist(), _column_lengths([7, 8]), _column_lengths([[1], 2])
+    ([2, 1], 'not tokens', None)
+    """
+    n = len(values)
+    if isinstance(values[0], torch.Tensor):
+        read = describe_rows(values)  # None unless every value is a plain 1-D CPU tensor of one dtype
+        if read is not None:
+            return read[0].reshape(n)
+    kinds = set(map(type, values))
+    if kinds <= {list, tuple}:
+        return np.fromiter(map(len, values), np.int64, n)
+    if kinds <= {torch.Tensor, np.ndarray}:
+        shapes = list(map(_shape, values))
+        dims = set(map(len, shapes))
+        if 0 not in dims:
+            return np.fromiter(map(_first, shapes), np.int64, n)
+        return _NOT_TOKENS if dims == {0} else None
+    if not any(issubclass(k, _SEQUENCES) for k in kinds):
+        return _NOT_TOKENS
+    return None
+
+
+def _dict_columns(samples: list) -> tuple[list, list] | None:
+    """``(keys, columns)`` of exact dicts with one key set (sample 0's keys, per key its
+    values), read natively where :mod:`dyntile.tensor_reader` can; ``None`` for any other list."""
+    native = native_module()
+    if native is not None:
+        try:
+            return native.dict_columns(samples)
+        except Exception:  # a key's __eq__ raised: the per-sample route says where
+            return None
+    if set(map(type, samples)) != {dict}:
+        return None
+    keys = list(samples[0])
+    if set(map(len, samples)) != {len(keys)}:
+        return None
+    try:
+        return keys, [list(map(itemgetter(k), samples)) for k in keys]
+    except KeyError:  # the same number of keys, not the same keys
+        return None
 
 
 def token_lengths(sample) -> dict:
@@ -206,6 +265,48 @@ class StreamSource:
                 )
         return n
 
+    def measure_many(self, samples: list, pos: int = 0, index: int = 0, count: int = 1) -> np.ndarray:
+        """int64 ``(len(samples),)``: :meth:`measure` of consecutive samples of a part, from
+        position ``pos`` of reader ``(index, count)``. Samples of one layout (dicts of the same
+        keys, or bare sequences of one kind) are measured and checked a key at a time, and
+        any other window sample by sample; an error names the first bad sample either way.
+
+        >>> StreamSource([]).measure_many([{"input_ids": [1, 2], "id": 0}, {"input_ids": [3], "id": 1}])
+        array([2, 1])
+        """
+        lengths = self._bulk_lengths(samples) if self._length is _default_length else None
+        if lengths is None:
+            lengths = [self.measure(s, p, p * count + index, count) for p, s in enumerate(samples, pos)]
+        return np.asarray(lengths, np.int64).reshape(len(samples))
+
+    def _bulk_lengths(self, samples: list) -> np.ndarray | None:
+        """What :meth:`measure` gives every sample under the default ``length``, computed a key
+        at a time; ``None`` when the samples do not share one layout or one of them is bad
+        (:meth:`measure` then finds which, and says so)."""
+        if not samples:
+            return np.zeros(0, np.int64)
+        if type(samples[0]) is not dict:  # bare token sequences of one kind
+            n = _column_lengths(samples) if len(set(map(type, samples))) == 1 else None
+            return None if n is None or n is _NOT_TOKENS else n
+        got = _dict_columns(samples)
+        if got is None:
+            return None
+        lengths, others = None, []
+        for key, column in zip(*got):
+            n = _column_lengths(column)
+            if n is None:
+                return None
+            if key == _DEFAULT_KEY:
+                lengths = n
+            elif n is not _NOT_TOKENS:
+                others.append(n)
+        if lengths is None or lengths is _NOT_TOKENS:
+            return None
+        for n in others:  # every token sequence of a sample has its length (exact) or fits in it
+            if (n != lengths).any() if self.exact else (n > lengths).any():
+                return None
+        return lengths
+
     def probe(self, n: int) -> np.ndarray:
         """int64 ``(<= n,)``: the lengths of the first ``n`` samples of the source (or of this
         process's part, for a source that splits itself by rank)."""
@@ -216,7 +317,8 @@ class PartReader:
     """One reader's part of a source, read some samples at a time.
 
     >>> part = StreamSource([[1, 2], [3], [4, 5, 6], [7]]).part((1, 2))   # reader 1 of 2
-    >>> part.take(5)
+    >>> samples, lengths, ended = part.take(5)
+    >>> samples, lengths.tolist(), ended
     ([[3], [7]], [1, 1], True)
     """
 
@@ -227,26 +329,35 @@ class PartReader:
         self._src, self._index, self._count = source, index, count
         self.pos = 0  # samples of the part read so far
 
-    def take(self, k: int) -> tuple[list, list, bool]:
+    def take(self, k: int) -> tuple[list, np.ndarray, bool]:
         """``(samples, lengths, ended)``: the next ``k`` samples of the part (fewer when it
-        ``ended``), each measured and checked (:meth:`StreamSource.measure`)."""
-        it, measure, index, count = self._it, self._src.measure, self._index, self._count
-        samples, lengths = [], []
-        pos = self.pos
+        ``ended``), measured and checked (:meth:`StreamSource.measure_many`); int64 lengths.
+        A source that raises does so after the samples before it are checked, naming the
+        position it raised at."""
+        samples: list = []
+        failed = None
+        # The collector is paused while a window is read. Its samples live about a window
+        # (until their batch is yielded): collections during the read would move most of
+        # them to the oldest generation, and enough there start a full collection, which
+        # scans every object of the process. Read with the collector paused, a window is
+        # one collection's young objects, and most are freed before they grow old. Paused
+        # only if it was on; on again before anything is raised.
+        paused = gc.isenabled()
+        if paused:
+            gc.disable()
         try:
-            for _ in range(k):
-                try:
-                    sample = next(it)
-                except StopIteration:
-                    return samples, lengths, True
-                except Exception as e:
-                    where = self._src._where(pos, pos * count + index, count)
-                    raise RuntimeError(
-                        f"the source raised while reading {where}: {type(e).__name__}: {e}"
-                    ) from e
-                lengths.append(measure(sample, pos, pos * count + index, count))
-                samples.append(sample)
-                pos += 1
+            samples.extend(itertools.islice(self._it, k))  # keeps what was read before a raise
+        except Exception as e:
+            failed = e
         finally:
-            self.pos = pos
-        return samples, lengths, False
+            if paused:
+                gc.enable()
+        pos, count, index = self.pos, self._count, self._index
+        lengths = self._src.measure_many(samples, pos, index, count)
+        self.pos = pos = pos + len(samples)
+        if failed is not None:
+            where = self._src._where(pos, pos * count + index, count)
+            raise RuntimeError(
+                f"the source raised while reading {where}: {type(failed).__name__}: {failed}"
+            ) from failed
+        return samples, lengths, len(samples) < k

@@ -102,7 +102,8 @@ class _Pass:
         win, cur = self.win, self.cur
         cur["start"], cur["k0"] = win.next_start, 0
         cur["carry"] = win.positions[win.carry].tolist()
-        kept = [win.samples[i] for i in win.carry]
+        kept = [win.samples[i] for i in win.carry.tolist()]
+        win.samples.clear()  # let the rest go before the next window is read
         self.win = self._build(kept, win.positions[win.carry], win.lengths[win.carry])
 
     def start_pass(self, p: int) -> None:
@@ -268,10 +269,13 @@ class StreamWindows(torch.utils.data.IterableDataset):
                 if m == 0:
                     break
                 cur["m"], cur["j"] = m, 0
-            order = run.chunk()
-            win = run.win
+            order = run.chunk().tolist()
+            samples, batches = run.win.samples, run.win.batches
             while cur["j"] < cur["m"]:
-                batch = [win.samples[i] for i in win.batches[order[cur["j"]]]]
+                idx = batches[order[cur["j"]]].tolist()
+                batch = [samples[i] for i in idx]
+                for i in idx:  # the window holds a sample until its batch is yielded, no longer
+                    samples[i] = None
                 cur["j"] += 1
                 cur["steps"] += 1
                 cur["repeats"] += cur["pass"] > 0

@@ -188,7 +188,9 @@ class StreamingPacker(StreamWindows):
         packed = self._pack(lengths, seed)
         carry = np.zeros(0, np.int64) if last else self._spare_rows(packed, lengths)
         if carry.size:  # pack the rest again: whole batches now, the spare rows wait for the next window
-            keep = np.setdiff1d(np.arange(lengths.size), carry)
+            keep = np.ones(lengths.size, bool)
+            keep[carry] = False
+            keep = np.flatnonzero(keep)
             packed = [_take(b, keep) for b in self._pack(lengths[keep], seed)]
         return [b.sample_order for b in packed], self._costs(packed), carry
 
@@ -198,38 +200,39 @@ class StreamingPacker(StreamWindows):
         samples or more than half the buffer."""
         carry = []
         for B, T in self.shapes:
-            fills, members = [], []
-            n_rows = 0
-            for b in packed:
-                if b.shape != (B, T) or b.rows.size == 0:
-                    continue
-                rows = int(b.rows[-1]) + 1
-                n_rows += rows
-                split = np.bincount(b.rows, weights=b.sizes != lengths[b.indices], minlength=rows)
-                fill = np.bincount(b.rows, weights=b.sizes, minlength=rows)
-                bounds = np.searchsorted(b.rows, np.arange(rows + 1))
-                for r in np.flatnonzero(split == 0).tolist():
-                    fills.append(fill[r])
-                    members.append(b.indices[bounds[r] : bounds[r + 1]])
+            mine = [b for b in packed if b.shape == (B, T) and b.rows.size]
+            if not mine:
+                continue
+            rows = np.array([int(b.rows[-1]) + 1 for b in mine])
+            pieces = np.array([b.rows.size for b in mine])
+            # the rows of all these batches numbered one after another, pieces in row order
+            row = np.concatenate([b.rows for b in mine]) + np.repeat(np.cumsum(rows) - rows, pieces)
+            index = np.concatenate([b.indices for b in mine])
+            size = np.concatenate([b.sizes for b in mine])
+            n_rows = int(rows.sum())
+            whole = np.flatnonzero(np.bincount(row, weights=size != lengths[index], minlength=n_rows) == 0)
             spare = n_rows % B
-            if spare and spare <= len(fills):
-                carry += [members[k] for k in np.argsort(fills, kind="stable")[:spare]]
+            if spare and spare <= whole.size:
+                fill = np.bincount(row, weights=size, minlength=n_rows)
+                bounds = np.searchsorted(row, np.arange(n_rows + 1))
+                for r in whole[np.argsort(fill[whole], kind="stable")[:spare]].tolist():
+                    carry.append(index[bounds[r] : bounds[r + 1]])
         out = np.concatenate(carry) if carry else np.zeros(0, np.int64)
         return out if out.size <= self.buffer_size // 2 else np.zeros(0, np.int64)
 
     def _costs(self, packed: list) -> np.ndarray:
         """Each batch's cost (slots and attention scores, :mod:`dyntile.planning.packing_cost`)."""
         w, causal = self._cost.attention_weight, self._cost.causal
-        costs = np.empty(len(packed))
-        for k, b in enumerate(packed):
-            B, T = b.shape
-            if self._cost.attention == "dense":
-                scores = B * T * T
-            else:
-                s = b.sizes.astype(np.float64)
-                scores = float((s * (s + 1) / 2).sum() if causal else (s * s).sum())
-            costs[k] = B * T + w * scores
-        return costs
+        if not packed:
+            return np.zeros(0)
+        B, T = np.array([b.shape for b in packed], np.int64).T
+        if self._cost.attention == "dense":
+            scores = B * T * T
+        else:  # integer sums below 2**53: exact in float64
+            s = np.concatenate([b.sizes for b in packed]).astype(np.float64)
+            batch = np.repeat(np.arange(len(packed)), [b.sizes.size for b in packed])
+            scores = np.bincount(batch, weights=s * (s + 1) / 2 if causal else s * s, minlength=len(packed))
+        return B * T + w * scores
 
 
 def _take(b: PackedBatch, keep: np.ndarray) -> PackedBatch:

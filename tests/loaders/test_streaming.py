@@ -10,6 +10,8 @@ import pickle
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import DataLoader  # noqa: E402
@@ -22,6 +24,7 @@ from loaders import (  # noqa: E402
     StreamingBucketer,
     StreamingPacker,
 )
+from loaders.stream_source import StreamSource  # noqa: E402
 
 
 def _corpus(n: int, seed: int = 0, top: int = 700) -> list[dict]:
@@ -251,6 +254,83 @@ def test_a_datasets_stream_from_local_shards(tmp_path, fmt, workers):
     loader = DataLoader(packer, batch_size=None, collate_fn=PackedCollate(packer), num_workers=workers)
     seen = [out["id"].tolist() for out in loader]
     _each_once(seen, len(data))
+
+
+# ------------------------------------------------------------------ measuring a window at once
+
+_LAYOUTS = {
+    "tensor": lambda n, d: {"input_ids": torch.arange(n), "id": torch.tensor(n)},
+    "tensor+labels": lambda n, d: {"input_ids": torch.arange(n), "labels": torch.zeros(n + d)},
+    "int32 tensor": lambda n, d: {"input_ids": torch.arange(n, dtype=torch.int32), "labels": [0] * (n + d)},
+    "array+mask": lambda n, d: {"input_ids": np.arange(n), "attention_mask": [1] * (n + d), "id": n},
+    "list": lambda n, d: {"input_ids": list(range(n))},
+    "other keys": lambda n, d: {"input_ids": list(range(n)), "tokens": (0,) * (n + d)},
+    "0-d ids": lambda n, d: {"input_ids": torch.tensor(n)},
+    "2-d ids": lambda n, d: {"input_ids": torch.zeros(n, 2), "labels": torch.zeros(n + d, 2)},
+    "no ids": lambda n, d: {"tokens": [1] * n},
+    "bare list": lambda n, d: [0] * n,
+    "bare tensor": lambda n, d: torch.zeros(n),
+    "bare tuple": lambda n, d: (0,) * n,
+}
+
+
+def _measured(src: StreamSource, samples: list, bulk: bool):
+    """Lengths from position 5 of reader 1 of 3, or the error (type, message)."""
+    try:
+        if bulk:
+            return src.measure_many(samples, 5, 1, 3).tolist()
+        return [src.measure(x, 5 + p, (5 + p) * 3 + 1, 3) for p, x in enumerate(samples)]
+    except Exception as e:
+        return type(e), str(e)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_a_window_is_measured_as_sample_by_sample(data):
+    """measure_many (a key at a time where the window has one layout) gives what measure
+    gives each sample in turn: the lengths, or the same error naming the same sample."""
+    layouts = data.draw(st.lists(st.sampled_from(sorted(_LAYOUTS)), min_size=1, max_size=3, unique=True))
+    n = data.draw(st.integers(0, 40))
+    samples = [  # lengths 1..9, and sometimes a token key one longer or shorter
+        _LAYOUTS[data.draw(st.sampled_from(layouts))](
+            data.draw(st.integers(1, 9)), data.draw(st.sampled_from([0, 0, 0, 0, -1, 1]))
+        )
+        for _ in range(n)
+    ]
+    for exact in (True, False):
+        src = StreamSource([], exact=exact)
+        assert _measured(src, samples, bulk=True) == _measured(src, samples, bulk=False)
+
+
+def test_a_label_shorter_than_its_sample_is_named_in_a_window_of_tensors():
+    data = [{"input_ids": torch.zeros(k), "labels": torch.zeros(k)} for k in range(1, 60)]
+    data[37]["labels"] = torch.zeros(3)
+    with pytest.raises(ValueError, match="sample 37 of this reader: its measured length is 38"):
+        list(StreamingPacker(data, max_tokens=1024, seq_len=128, buffer_size=32))
+    assert len(list(StreamingBucketer(data, max_tokens=1024, max_buckets=2, buffer_size=64))) > 0
+
+
+def test_reading_a_window_leaves_the_collector_as_it_was():
+    import gc
+
+    def gen():
+        for i in range(90):
+            if i == 70:
+                raise OSError("unreadable")
+            yield [1] * (1 + i % 9)
+
+    was = gc.isenabled()
+    try:
+        for on in (True, False):
+            gc.enable() if on else gc.disable()
+            with pytest.raises(RuntimeError, match="sample 70"):
+                list(StreamingPacker(gen, max_tokens=256, seq_len=32, buffer_size=32))
+            assert gc.isenabled() == on
+            clean = [[1] * (1 + i % 9) for i in range(90)]
+            assert sum(map(len, StreamingPacker(clean, max_tokens=256, seq_len=32, buffer_size=32))) == 90
+            assert gc.isenabled() == on
+    finally:
+        gc.enable() if was else gc.disable()
 
 
 # ------------------------------------------------------------------ bad input
