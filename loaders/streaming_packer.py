@@ -27,7 +27,8 @@ import operator
 import numpy as np
 
 from dyntile.planning.packing import PackedBatch, check_packing_overflow, pack_into_shapes, packing_shapes
-from dyntile.planning.packing_cost import row_cost
+from dyntile.planning.packing_checks import check_budget
+from dyntile.planning.packing_cost import RowCost, cost_model
 from dyntile.shapes import check_multiple, round_up
 
 from .stream_ranks import rank0_value
@@ -62,7 +63,7 @@ class StreamingPacker(StreamWindows):
     ``datasets`` ``IterableDataset``) or a generator function. ``max_tokens``: the
     budget of a batch; ``seq_len``, ``max_len``, ``overflow``, ``multiple`` and the
     cost options (``attention``, ``causal``, ``d_model``, ``attention_weight``,
-    ``step_cost``, see :mod:`dyntile.planning.packing_cost`) fix :attr:`shapes`
+    ``step_cost``, or one ``cost=`` :class:`~dyntile.planning.packing_cost.RowCost`) fix :attr:`shapes`
     (module docstring). ``buffer_size``: samples planned together (at least ``B``).
     ``length``: how long a sample is (default: its ``input_ids``, or ``len(sample)``;
     a key name or a function), checked against its token sequences.
@@ -102,6 +103,7 @@ class StreamingPacker(StreamWindows):
         d_model: int | None = None,
         attention_weight: float | None = None,
         step_cost: float | None = None,
+        cost: RowCost | None = None,
     ):
         super().__init__(
             source,
@@ -116,18 +118,10 @@ class StreamingPacker(StreamWindows):
             exact=True,
         )
         self.overflow = check_packing_overflow(overflow)
-        self.max_tokens = operator.index(max_tokens)
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens should be a positive integer, but got {self.max_tokens}")
+        self.max_tokens = check_budget(max_tokens, None)
         m = check_multiple(multiple)
-        self._cost = row_cost(
-            attention,
-            causal=causal,
-            d_model=d_model,
-            attention_weight=attention_weight,
-            step_cost=step_cost,
-            max_tokens=self.max_tokens,
-        )
+        options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
+        self._cost = cost_model(cost, max_tokens=self.max_tokens, step_cost=step_cost, **options)
         if seq_len is None:
             probe = self._source.probe(self.buffer_size if probe_size is None else operator.index(probe_size))
             if probe.size == 0:
@@ -137,11 +131,7 @@ class StreamingPacker(StreamWindows):
                 max_tokens=self.max_tokens,
                 multiple=m,
                 overflow=self.overflow,
-                attention=attention,
-                causal=causal,
-                d_model=d_model,
-                attention_weight=attention_weight,
-                step_cost=step_cost,
+                cost=self._cost,
             )
             seq_len = rank0_value(choice[0][1], "ranks" in self._source.shards)
         T = operator.index(seq_len)

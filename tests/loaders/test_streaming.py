@@ -427,3 +427,18 @@ def test_a_datasets_stream_split_by_node_is_not_split_again(tmp_path):
         assert packer._source.shards == {"ranks", "workers"}
         seen += [_ids(b) for b in packer]
     _each_once(seen, len(data))
+
+
+def test_the_cost_options_as_one_value_choose_the_same_shapes():
+    from dyntile.planning import row_cost
+
+    rng = np.random.default_rng(3)
+    data = [[1] * int(n) for n in rng.lognormal(3.5, 1.0, 600).clip(1, 900)]
+    by_options = StreamingPacker(data, max_tokens=2048, buffer_size=256, attention="dense", d_model=64)
+    by_value = StreamingPacker(
+        data, max_tokens=2048, buffer_size=256, cost=row_cost("dense", d_model=64, max_tokens=2048)
+    )
+    assert by_value.shapes == by_options.shapes
+    assert by_options.shapes != StreamingPacker(data, max_tokens=2048, buffer_size=256).shapes
+    with pytest.raises(ValueError, match="pass cost or its options, not both"):
+        StreamingPacker(data, max_tokens=2048, cost=row_cost("dense"), attention="dense")
