@@ -36,6 +36,8 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
+from dyntile.planning.packing_checks import check_budget
+
 from .distributed import check_replicas
 from .epoch_sampler import check_non_negative
 from .stream_ranks import agree_steps, gather_counts
@@ -142,6 +144,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
         self,
         source,
         *,
+        max_tokens: int,
         buffer_size: int,
         length=None,
         seed: int = 0,
@@ -153,6 +156,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
         exact: bool = True,
     ):
         self._source = StreamSource(source, length=length, source_shards=source_shards, exact=exact)
+        self.max_tokens = check_budget(max_tokens, None)
         if isinstance(buffer_size, bool):
             raise TypeError(f"buffer_size should be a positive integer, but got {buffer_size!r}")
         self.buffer_size = operator.index(buffer_size)

@@ -78,6 +78,7 @@ class StreamingBucketer(StreamWindows):
     ):
         super().__init__(
             source,
+            max_tokens=max_tokens,
             buffer_size=buffer_size,
             length=length,
             seed=seed,
@@ -89,9 +90,6 @@ class StreamingBucketer(StreamWindows):
             exact=False,
         )
         self.overflow = check_overflow(overflow, _OVERFLOWS)
-        self.max_tokens = operator.index(max_tokens)
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens should be a positive integer, but got {self.max_tokens}")
         m = check_multiple(multiple)
         if plan is None:
             probe = self._source.probe(self.buffer_size if probe_size is None else operator.index(probe_size))

@@ -27,7 +27,6 @@ import operator
 import numpy as np
 
 from dyntile.planning.packing import PackedBatch, check_packing_overflow, pack_into_shapes, packing_shapes
-from dyntile.planning.packing_checks import check_budget
 from dyntile.planning.packing_cost import RowCost, cost_model
 from dyntile.shapes import check_multiple, round_up
 
@@ -107,6 +106,7 @@ class StreamingPacker(StreamWindows):
     ):
         super().__init__(
             source,
+            max_tokens=max_tokens,
             buffer_size=buffer_size,
             length=length,
             seed=seed,
@@ -118,7 +118,6 @@ class StreamingPacker(StreamWindows):
             exact=True,
         )
         self.overflow = check_packing_overflow(overflow)
-        self.max_tokens = check_budget(max_tokens, None)
         m = check_multiple(multiple)
         options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
         self._cost = cost_model(cost, max_tokens=self.max_tokens, step_cost=step_cost, **options)
