@@ -119,3 +119,21 @@ def test_ci_installs_as_the_readme_says():
     assert "pip install -q --no-build-isolation -e" in ci
     assert "\npython3 -m pytest\n" in ci  # the README's test command is the one CI runs
     assert "mkdocs build --strict" in ci
+
+
+def slug(heading: str) -> str:
+    """The anchor MkDocs (Python-Markdown's toc) gives a heading."""
+    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[\s-]+", "-", text)
+
+
+def test_readme_links_reach_the_docs():
+    """The README is read on GitHub and PyPI, outside the strict docs build: its links to
+    docs pages and their sections are checked here."""
+    for target in re.findall(r"\]\(((?!https?:)[^)\s]+)\)", README.read_text()):
+        path, _, anchor = target.partition("#")
+        page = ROOT / path
+        assert page.is_file(), f"README.md links to {target}, but {path} does not exist"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", page.read_text(), flags=re.M)
+            assert anchor in {slug(h) for h in headings}, f"README.md links to {target}: no such section"
