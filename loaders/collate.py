@@ -5,7 +5,7 @@ by the samples' key signature) and run by one of two executors of that plan: for
 dicts of rows and numbers the native reader and writer, each batch laid out in between by
 :func:`loaders.collate_layout.layout_batch`; the Python executor for every plan
 (:mod:`loaders.collate_python`). A batch that does not match its plan is planned again.
-The option reference is the README's section on ``DynTileCollate``.
+The option reference is the docs' bucketing guide (``docs/guides/bucketing.md``).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class DynTileCollate:
     lists, tensors, arrays, numbers, strings) and gives what it gives, except that
     sequences are padded (to ``plan``'s boundaries, else to a ``multiple``) instead of
     refused, and dict batches get a mask and the lengths of their sequences. Every row
-    sequence of a dict sample has one width; label keys are padded with -100. The README
-    section "Padded batches: DynTileCollate" describes the rules and every option.
+    sequence of a dict sample has one width; label keys are padded with -100. The docs'
+    bucketing guide ("Padded batches: DynTileCollate") describes the rules and every option.
 
     >>> collate = DynTileCollate(plan=BucketPlan((8, 16)))
     >>> batch = collate([{"input_ids": [5, 6, 7], "labels": [1, 2, 3]},

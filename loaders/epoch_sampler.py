@@ -196,7 +196,7 @@ class EpochBatchSampler(torch.utils.data.BatchSampler, abc.ABC):
         """Use ``epoch`` (a non-negative integer) next; a new epoch drops a loaded
         position, the same epoch keeps it. Call it before every epoch (torch's
         ``DistributedSampler`` needs the same); the frameworks do, through the loader
-        or :attr:`sampler` (see the README's "Training frameworks")."""
+        or :attr:`sampler` (see the docs' "Training frameworks" guide)."""
         epoch = check_non_negative(epoch, "epoch")
         if epoch != self.epoch:
             self._yielded = 0

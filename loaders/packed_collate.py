@@ -81,7 +81,7 @@ class PackedCollate:
     ``shapes`` and ``overflow``), or one or two ``(B, T)``. Samples are dicts whose
     sequence values (lists, arrays, tensors of ``(L, *rest)``, one ``L`` per sample)
     are the token keys, their other values stacked per sample; or bare sequences
-    (key ``"input_ids"``). The README's packing section lists the options and
+    (key ``"input_ids"``). The docs' packing guide lists the options and
     outputs; the module docstring details the outputs.
 
     >>> collate = PackedCollate([(2, 8)])

@@ -11,6 +11,6 @@
 
 Lightning, plain ``torchrun`` + DDP and torchdata's ``StatefulDataLoader`` need no
 glue: the samplers are torch ``BatchSampler`` s that take a framework's ranks
-(README: "Training frameworks"). Each module imports its framework; this package
+(docs: "Training frameworks"). Each module imports its framework; this package
 and :mod:`loaders` import none.
 """

@@ -1,6 +1,6 @@
 """Lightning glue: :class:`TelemetryCallback`, real tokens per step and per second.
 
-The samplers need no Lightning glue (README: "Training frameworks"); this module
+The samplers need no Lightning glue (docs: "Training frameworks"); this module
 holds the telemetry callback, which logs each training batch's figures
 (:mod:`loaders.telemetry`) through ``pl_module.log_dict`` under ``telemetry/`` names.
 """

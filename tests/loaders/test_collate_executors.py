@@ -2,7 +2,7 @@
 
 Every case runs three ways: ``DynTileCollate`` as it dispatches (the native executor for the
 flat dicts it takes), the Python executor alone, and :func:`reference`, a plain walk written
-from the rules in the README (torch's ``default_collate`` for what is stacked, padding by
+from the rules in docs/guides/bucketing.md (torch's ``default_collate`` for what is stacked, padding by
 hand). The outputs must be equal: keys, order, dtypes, shapes and values.
 """
 
@@ -80,7 +80,7 @@ STRUCTURES = ("flat lists", "flat tensors", "tokenizer", "nested", "mixed leaves
 
 
 class Reference:
-    """A plain walk of the collate's rules, as the README states them."""
+    """A plain walk of the collate's rules, as docs/guides/bucketing.md states them."""
 
     def __init__(
         self, plan=None, multiple=8, pad_values=None, side="right", batch_multiple=None, bucket_rows=None

@@ -1,5 +1,5 @@
 """layout_batch, rule by rule: what each key of a flat dict batch becomes, from the reader's
-report alone (the table of rules in the README's DynTileCollate section)."""
+report alone (the table of rules in docs/guides/bucketing.md)."""
 
 from __future__ import annotations
 

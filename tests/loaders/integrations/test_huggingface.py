@@ -1,6 +1,6 @@
 """Hugging Face Trainer on dyntile samplers: DynTileTrainer and SamplerEpochCallback, in one
 process and over 2 ``torchrun`` processes (gloo), against the refusals of the routes
-that would lose samples (scenarios: scripts/hf_runs.py; the README's recipe:
+that would lose samples (scenarios: scripts/hf_runs.py; the docs' recipe:
 tests/docs/test_readme.py)."""
 
 from pathlib import Path

@@ -1,7 +1,7 @@
 """Lightning on dyntile samplers: one device in this process, ddp over 2 ``torchrun``
 processes (gloo), with the sampler built in train_dataloader (Lightning rebuilds it with
 its DistributedSampler) or at import before the process group (scenarios:
-scripts/lightning_runs.py; the README's recipe: tests/docs/test_readme.py)."""
+scripts/lightning_runs.py; the docs' recipe: tests/docs/test_readme.py)."""
 
 from pathlib import Path
 
