@@ -49,16 +49,15 @@ def make_gemm_pyfunc(blocking: GemmBlocking, dtype_name: str):
         z = z0 + cuda.blockIdx.z
         ia = u64(a_index[z])
         ib = u64(b_index[z])
-        K = a.shape[2]
-        a_tile = cuda.shared.array((2, BK, A_ROW), dtype)  # transposed: a_tile[s, k, m]
-        b_tile = cuda.shared.array((2, BK, B_ROW), dtype)  # b_tile[s, k, n]
         acc = cuda.local.array((TM, TN), dtype)
-        a_next = cuda.local.array(A_LOADS, dtype)
-        b_next = cuda.local.array(B_LOADS, dtype)
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = ZERO
-        ntiles = (K + BK - 1) // BK
+        a_tile = cuda.shared.array((2, BK, A_ROW), dtype)  # transposed: a_tile[s, k, m]
+        b_tile = cuda.shared.array((2, BK, B_ROW), dtype)  # b_tile[s, k, n]
+        ntiles = (a.shape[2] + BK - 1) // BK
+        a_next = cuda.local.array(A_LOADS, dtype)
+        b_next = cuda.local.array(B_LOADS, dtype)
         load_tile(a, b, c, ia, ib, m0, n0, 0, a_next, b_next)  # K-tile 0 into buffer 0
         store_tile(a_tile, b_tile, 0, a_next, b_next)
         cuda.syncthreads()
