@@ -11,9 +11,7 @@ benchmarks/bench_attention.py, next to dyntile.matmul's at n = 1024 in the same 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,21 +22,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the asv suite, as a 
 from benchmarks.bench_attention import Case  # noqa: E402
 
 import dyntile  # noqa: E402
-
-
-def seconds(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from dyntile.cli.bench_cmd import median_time  # noqa: E402
 
 
 def matmul_gflops(threads: int, repeat: int) -> float:
     a = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
-    return 2 * 1024**3 / seconds(lambda: dyntile.matmul(a, a, threads=threads), repeat) / 1e9
+    return 2 * 1024**3 / median_time(lambda: dyntile.matmul(a, a, threads=threads), repeat) / 1e9
 
 
 def main(argv=None) -> int:
@@ -54,7 +43,7 @@ def main(argv=None) -> int:
     for dim in (16, 32, 64):
         case = Case(dim)
         t_dense, t_loop, t_dt = (
-            seconds(f, args.repeat) for f in (case.sdpa_dense, case.sdpa_loop, case.dyntile)
+            median_time(f, args.repeat) for f in (case.sdpa_dense, case.sdpa_loop, case.dyntile)
         )
         segs = sum(len(r) for r in case.rows)
         print(

@@ -151,7 +151,7 @@ class Checks:
 
     def attention(self) -> None:
         """The varlen attention kernels against the float64 NumPy reference, outputs poisoned."""
-        from dyntile.cuda.attention import varlen_attention_backward, varlen_attention_forward
+        from dyntile.cuda.attention import varlen_attention_forward
 
         lengths = [0, 1, 2, 5, 17] if self.tiny else [0, 1, 2, 63, 64, 65, 257, 300]
         dims = (
@@ -172,19 +172,7 @@ class Checks:
                     *dev[:3], starts, lengths_, causal=causal, scale=scale, out=out, lse=lse
                 )
                 grads = [_poisoned(self.cuda, (N, H, D), dtype) for _ in range(3)]
-                varlen_attention_backward(
-                    dev[3],
-                    *dev[:3],
-                    out,
-                    lse,
-                    starts,
-                    lengths_,
-                    causal=causal,
-                    scale=scale,
-                    dq=grads[0],
-                    dk=grads[1],
-                    dv=grads[2],
-                )
+                _backward_call(grads, dev[3], *dev[:3], out, lse, starts, lengths_, causal, scale)()
                 got = [a.copy_to_host() for a in (out, lse, *grads)]
                 err = max(_rel_err(g, r) for g, r in zip(got, ref))
                 tol = 2e-4 if dtype == np.float32 else 1e-10
@@ -475,7 +463,7 @@ def _packed_rows(rng, rows: int, T: int, median: int):
 def time_attention(cuda, rng, tiny: bool, repeats: int) -> None:
     """Forward and forward+backward of varlen attention against torch SDPA (dense
     block-diagonal mask, and a per-segment loop); dyntile's kernels alone on the simulator."""
-    from dyntile.cuda.attention import varlen_attention_backward, varlen_attention_forward
+    from dyntile.cuda.attention import varlen_attention_forward
 
     rows, T, H, D, median = (1, 16, 1, 8, 4) if tiny else (8, 2048, 4, 64, 50)
     starts, lengths = _packed_rows(rng, rows, T, median)
@@ -500,23 +488,7 @@ def time_attention(cuda, rng, tiny: bool, repeats: int) -> None:
                 q, k, v, starts, lengths, causal=True, scale=scale, out=out, lse=lse
             )
         )
-        ms_b = timer(
-            lambda: varlen_attention_backward(
-                dout,
-                q,
-                k,
-                v,
-                out,
-                lse,
-                starts,
-                lengths,
-                causal=True,
-                scale=scale,
-                dq=grads[0],
-                dk=grads[1],
-                dv=grads[2],
-            )
-        )
+        ms_b = timer(_backward_call(grads, dout, q, k, v, out, lse, starts, lengths, True, scale))
         results.append(("dyntile CUDA kernels", ms, ms + ms_b))
     else:
         results += _time_attention_torch(torch, starts, lengths, rows, T, H, D, scale, repeats)
@@ -531,36 +503,34 @@ def time_attention(cuda, rng, tiny: bool, repeats: int) -> None:
             print(f"  fwd+bwd: {mine} {ms_fb / mine_fb:6.2f}x faster than {name}")
 
 
+def _backward_call(grads, dout, q, k, v, out, lse, starts, lengths, causal: bool, scale: float):
+    """A call of the attention kernels' backward pass that writes ``dq, dk, dv`` into
+    ``grads`` (imported here, outside any timed region)."""
+    from dyntile.cuda.attention import varlen_attention_backward
+
+    dq, dk, dv = grads
+    return lambda: varlen_attention_backward(
+        dout, q, k, v, out, lse, starts, lengths, causal=causal, scale=scale, dq=dq, dk=dk, dv=dv
+    )
+
+
 def _time_attention_torch(torch, starts, lengths, rows, T, H, D, scale, repeats):
     import dyntile as dt
-    from dyntile.cuda.attention import varlen_attention_backward, varlen_attention_forward
+    from dyntile.cuda.attention import varlen_attention_forward
 
     F = torch.nn.functional
     N = rows * T
     q, k, v, dout = (torch.randn(N, H, D, device=DEVICE) for _ in range(4))
     out, lse = torch.empty(N, H, D, device=DEVICE), torch.empty(N, H, device=DEVICE)
     grads = [torch.empty(N, H, D, device=DEVICE) for _ in range(3)]
+    kernels_bwd = _backward_call(grads, dout, q, k, v, out, lse, starts, lengths, True, scale)
 
     def kernels_fwd():
         varlen_attention_forward(q, k, v, starts, lengths, causal=True, scale=scale, out=out, lse=lse)
 
     def kernels_fwd_bwd():
         kernels_fwd()
-        varlen_attention_backward(
-            dout,
-            q,
-            k,
-            v,
-            out,
-            lse,
-            starts,
-            lengths,
-            causal=True,
-            scale=scale,
-            dq=grads[0],
-            dk=grads[1],
-            dv=grads[2],
-        )
+        kernels_bwd()
 
     results = [
         (

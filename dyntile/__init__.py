@@ -29,30 +29,19 @@ from dyntile.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-# public name -> module that defines it (loaded lazily, so `import dyntile` stays cheap
-# and never imports numba or torch).
-_EXPORTS = {
-    "round_up": "dyntile.shapes",
-    "padded_shape": "dyntile.shapes",
-    "tile_grid": "dyntile.shapes",
-    "tiled_shape": "dyntile.shapes",
-    "pad_batch": "dyntile.padding",
-    "pad_to": "dyntile.padding",
-    "pad_rows": "dyntile.padding",
-    "pad_jagged": "dyntile.jagged",
-    "concat_rows": "dyntile.jagged",
-    "padding_mask": "dyntile.masks",
-    "tile": "dyntile.tiling",
-    "untile": "dyntile.tiling",
-    "matmul": "dyntile.linalg",
-    "varlen_attention": "dyntile.attention",
-    "matmul_shapes": "dyntile.shapes",
-    "plan_buckets": "dyntile.planning",
-    "BucketPlan": "dyntile.planning",
-    "pack_lengths": "dyntile.planning",
-    "PackedBatch": "dyntile.planning",
-}
-
-__all__ = sorted(_EXPORTS)
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+# public names by the module that defines them (loaded lazily, so `import dyntile` stays
+# cheap and never imports numba or torch).
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "dyntile.shapes": ("round_up", "padded_shape", "tile_grid", "tiled_shape", "matmul_shapes"),
+        "dyntile.padding": ("pad_batch", "pad_to", "pad_rows"),
+        "dyntile.jagged": ("pad_jagged", "concat_rows"),
+        "dyntile.masks": ("padding_mask",),
+        "dyntile.tiling": ("tile", "untile"),
+        "dyntile.linalg": ("matmul",),
+        "dyntile.attention": ("varlen_attention",),
+        "dyntile.planning": ("plan_buckets", "BucketPlan", "pack_lengths", "PackedBatch"),
+    },
+    globals(),
+)

@@ -1,4 +1,5 @@
-"""Lazy module attributes: a package lists ``name -> module`` and loads each on first use.
+"""Lazy module attributes: a package lists its modules and the public names of each,
+and loads a module on first use of one of its names.
 
 Keeps ``import dyntile`` cheap (NumPy only) and keeps numba and torch out of it.
 """
@@ -11,9 +12,18 @@ from collections.abc import Callable, Mapping
 __all__ = ["lazy_exports"]
 
 
-def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict) -> tuple[Callable, Callable]:
-    """``(__getattr__, __dir__)`` for ``package``: ``exports`` maps a public name to the
-    module defining it; a loaded name is cached in ``namespace`` (the package globals)."""
+def lazy_exports(
+    package: str, by_module: Mapping[str, tuple[str, ...]], namespace: dict
+) -> tuple[Callable, Callable, list[str]]:
+    """``(__getattr__, __dir__, __all__)`` for ``package``: ``by_module`` maps each module
+    to the public names it defines; a loaded name is cached in ``namespace`` (the package
+    globals).
+
+    >>> getattr_, dir_, all_ = lazy_exports("pkg", {"math": ("pi",), "os.path": ("join",)}, {})
+    >>> all_, round(getattr_("pi"), 2)
+    (['join', 'pi'], 3.14)
+    """
+    exports = {name: module for module, names in by_module.items() for name in names}
 
     def __getattr__(name: str):
         module = exports.get(name)
@@ -26,4 +36,4 @@ def lazy_exports(package: str, exports: Mapping[str, str], namespace: dict) -> t
     def __dir__():
         return sorted(set(namespace) | set(exports))
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, sorted(exports)

@@ -63,21 +63,38 @@ def matmul(a, b, out=None, *, threads: int | None = None):
             return result
     if type(out) is tuple:
         out = _single_out(out)
+    return _route(a, b, out)(a, b, out, threads)
+
+
+def _route(a, b, out):
+    """The function that computes ``matmul(a, b, out, threads)`` for these operands."""
     operands = [a, b] if out is None else [a, b, out]
     if backend_of(operands, what="matmul operands") == "cuda":
-        if any(map(_torch_only_dtype, operands)):  # bfloat16, float8 CUDA tensors: torch's (cuBLAS) product
-            return _torch_matmul(a, b, out, threads)
-        from dyntile.cuda import matmul as cuda_matmul  # numba loads only here
-
-        return cuda_matmul(a, b, out=out)
+        # bfloat16, float8 CUDA tensors: torch's (cuBLAS) product
+        return _torch_matmul if any(map(_torch_only_dtype, operands)) else _cuda_matmul
     if any(map(_ndarray_subclass, operands)):  # np.matrix, masked arrays: NumPy's own result and errors
-        _check_threads(threads, 0)
-        return np.matmul(a, b, out=out)
-    torch_result = is_torch_tensor(a) or is_torch_tensor(b)
-    if torch_result and (_torch_only_dtype(a) or _torch_only_dtype(b)):
-        return _torch_matmul(a, b, out, threads)
+        return _subclass_matmul
+    if (is_torch_tensor(a) or is_torch_tensor(b)) and (_torch_only_dtype(a) or _torch_only_dtype(b)):
+        return _torch_matmul
     if _torch_only_dtype(out):  # NumPy's product, cast by torch into a bfloat16/float8 out
-        return _into_torch_only_out(a, b, out, threads)
+        return _into_torch_only_out
+    return _host_matmul
+
+
+def _cuda_matmul(a, b, out, threads):
+    from dyntile.cuda import matmul as cuda_matmul  # numba loads only here
+
+    return cuda_matmul(a, b, out=out)
+
+
+def _subclass_matmul(a, b, out, threads):
+    _check_threads(threads, 0)
+    return np.matmul(a, b, out=out)
+
+
+def _host_matmul(a, b, out, threads):
+    """The product of host operands (NumPy arrays, lists, CPU torch tensors): checked,
+    then on the kernel (float32/float64) or :func:`numpy.matmul`; torch in, torch out."""
     a_np, b_np = _host_array(a, "a"), _host_array(b, "b")
     shapes = matmul_shapes(a_np.shape, b_np.shape)
     res_dtype = np.result_type(a_np, b_np)
@@ -89,7 +106,6 @@ def matmul(a, b, out=None, *, threads: int | None = None):
             out.copy_(result if is_torch_tensor(result) else sys.modules["torch"].as_tensor(result))
             return out
     nthreads = _check_threads(threads, 2 * shapes.m * shapes.n * shapes.k * math.prod(shapes.batch))
-
     if res_dtype in _KERNELS:
         result = _kernel_matmul(
             a_np.astype(res_dtype, copy=False), b_np.astype(res_dtype, copy=False), shapes, out_np, nthreads
@@ -98,7 +114,7 @@ def matmul(a, b, out=None, *, threads: int | None = None):
         result = np.matmul(a_np, b_np, out=out_np)
     if out is not None:
         return out
-    if torch_result:
+    if is_torch_tensor(a) or is_torch_tensor(b):
         return sys.modules["torch"].from_numpy(np.asarray(result))
     if not isinstance(result, np.ndarray):  # object dtype 1-D @ 1-D: np.matmul returns the Python object
         return result

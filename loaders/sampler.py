@@ -81,35 +81,18 @@ class BucketBatchSampler(EpochBatchSampler):
         sampler=None,
     ):
         lengths = np.asarray(lengths)
-        if plan is None:
-            plan = plan_buckets(lengths, max_buckets=max_buckets, multiple=multiple, cost=cost or "linear")
-        if not isinstance(plan, BucketPlan):
-            raise TypeError(f"plan should be a dyntile BucketPlan, but got {type(plan).__name__}")
-        check_overflow(overflow, BUCKET_OVERFLOWS)
+        self.plan, lengths = _fit_plan(lengths, plan, overflow, max_buckets, multiple, cost)
         self.overflow = overflow
-        if overflow != "error" and lengths.size:
-            top = np.asarray(plan.max_sizes)
-            longest = lengths.reshape(len(lengths), -1).max(axis=0)
-            if longest.size == top.size and (longest > top).any():
-                if overflow == "extend":
-                    plan = plan.extend(tuple(int(x) for x in longest))
-                else:  # the collate cuts them to the largest boundary
-                    top = top.astype(lengths.dtype)  # uint64 with int64 would promote to float64
-                    lengths = np.minimum(lengths, top if plan.multi_axis else top[0])
         if (max_tokens is None) == (batch_size is None):
             raise ValueError(
                 "give exactly one of max_tokens (a token budget) and batch_size, "
                 f"but got max_tokens={max_tokens!r}, batch_size={batch_size!r}"
             )
-        self.plan = plan
-        self.bucket_ids = plan.bucket_of(lengths)  # validates lengths, names an overflow
+        self.bucket_ids = self.plan.bucket_of(lengths)  # validates lengths, names an overflow
         if max_tokens is not None:
             self.batch_sizes = self._budget_sizes(lengths, max_tokens, cost, batch_multiple)
         else:
-            bs = operator.index(batch_size)
-            if bs < 1:
-                raise ValueError(f"batch_size should be a positive integer, but got {bs}")
-            self.batch_sizes = (bs,) * plan.num_buckets
+            self.batch_sizes = (_positive(batch_size, "batch_size"),) * self.plan.num_buckets
         super().__init__(
             len(self.bucket_ids),
             shuffle=shuffle,
@@ -120,7 +103,7 @@ class BucketBatchSampler(EpochBatchSampler):
         )
         self.drop_last = bool(drop_last)
         order = np.argsort(self.bucket_ids, kind="stable")
-        splits = np.cumsum(np.bincount(self.bucket_ids, minlength=plan.num_buckets))[:-1]
+        splits = np.cumsum(np.bincount(self.bucket_ids, minlength=self.plan.num_buckets))[:-1]
         self._members = np.split(order, splits)  # sample indices of each bucket, ascending
         self._len_for: dict[int, int] = {}  # num_replicas -> batches per epoch
         self.layout = layout_digest(
@@ -194,3 +177,31 @@ class BucketBatchSampler(EpochBatchSampler):
             sizes = zip(self._members, self.batch_sizes)
             self._len_for[R] = sum(self._steps_in_bucket(len(m), bs, R) for m, bs in sizes)
         return self._len_for[R]
+
+
+def _fit_plan(lengths: np.ndarray, plan, overflow: str, max_buckets: int, multiple: int, cost):
+    """``(plan, lengths)`` for the sampler: ``plan`` checked (or planned from ``lengths``),
+    then fitted to lengths over its largest boundary as ``overflow`` says (``"extend"``:
+    a grown plan; ``"truncate"``: lengths cut to that boundary, as the collate cuts them)."""
+    if plan is None:
+        plan = plan_buckets(lengths, max_buckets=max_buckets, multiple=multiple, cost=cost or "linear")
+    if not isinstance(plan, BucketPlan):
+        raise TypeError(f"plan should be a dyntile BucketPlan, but got {type(plan).__name__}")
+    check_overflow(overflow, BUCKET_OVERFLOWS)
+    if overflow != "error" and lengths.size:
+        top = np.asarray(plan.max_sizes)
+        longest = lengths.reshape(len(lengths), -1).max(axis=0)
+        if longest.size == top.size and (longest > top).any():
+            if overflow == "extend":
+                plan = plan.extend(tuple(int(x) for x in longest))
+            else:
+                top = top.astype(lengths.dtype)  # uint64 with int64 would promote to float64
+                lengths = np.minimum(lengths, top if plan.multi_axis else top[0])
+    return plan, lengths
+
+
+def _positive(value, name: str) -> int:
+    n = operator.index(value)
+    if n < 1:
+        raise ValueError(f"{name} should be a positive integer, but got {n}")
+    return n

@@ -25,3 +25,21 @@ def docstring_tokens():
     z = np.load(shared_data_path("tokens_cpython_docstrings_sample.npz"))
     ids, offsets = z["ids"], z["offsets"]
     return [ids[offsets[j] : offsets[j + 1]] for j in range(len(offsets) - 1)]
+
+
+@pytest.fixture
+def scenario_ranks(tmp_path, monkeypatch):
+    """``run(script, world)``: each rank's recorded events of a framework script's
+    scenarios (``tests/framework_runs.py``), run in this process from ``tmp_path``
+    (``world=1``) or over ``world`` ``torchrun`` processes, which must all exit 0."""
+    from framework_runs import run_in_process, torchrun
+
+    def run(script, world: int) -> list[list[dict]]:
+        if world == 1:
+            monkeypatch.chdir(tmp_path)
+            return [run_in_process(script)]
+        done, ranks = torchrun(script, tmp_path, nproc=world)
+        assert done.returncode == 0, done.stdout[-6000:]
+        return ranks
+
+    return run

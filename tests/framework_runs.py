@@ -285,3 +285,16 @@ if __name__ == "__main__":
     import framework_runs  # the recording lives in the importable module, where mark() finds it
 
     framework_runs._main(*sys.argv[1:])
+
+
+def run_scenarios(*functions) -> None:
+    """A scenario script's main: run the scenarios named on the command line (all of
+    ``functions`` by default), each after its :func:`mark`; a ``TypeError`` or
+    ``RuntimeError`` is the scenario's refusal, noted (anything else fails the run)."""
+    by_name = {f.__name__: f for f in functions}
+    for name in sys.argv[1:] or by_name:
+        mark(name)
+        try:
+            by_name[name]()
+        except (TypeError, RuntimeError) as e:
+            note(error=f"{type(e).__name__}: {e}")

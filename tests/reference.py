@@ -48,11 +48,9 @@ def tile_reference(x, tm, tn, fill=0):
     return out
 
 
-def attention_reference(q, k, v, starts, lengths, causal, scale):
-    """Segment attention in float64, one dense softmax(scale Q K^T) V per segment:
-    ``(out [N, H, D], lse [N, H])``, zeros on tokens of no segment."""
-    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
-    out, lse = np.zeros(q.shape), np.zeros(q.shape[:2])
+def _segment_scores(q, k, starts, lengths, causal, scale):
+    """``(slice, scores [H, n, n])`` of every non-empty segment: ``scale Q K^T``, ``-inf``
+    above the diagonal when ``causal``."""
     for s0, n in zip(starts, lengths):
         if n == 0:
             continue
@@ -60,6 +58,15 @@ def attention_reference(q, k, v, starts, lengths, causal, scale):
         s = np.einsum("ihd,jhd->hij", q[sl], k[sl]) * scale
         if causal:
             s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
+        yield sl, s
+
+
+def attention_reference(q, k, v, starts, lengths, causal, scale):
+    """Segment attention in float64, one dense softmax(scale Q K^T) V per segment:
+    ``(out [N, H, D], lse [N, H])``, zeros on tokens of no segment."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    out, lse = np.zeros(q.shape), np.zeros(q.shape[:2])
+    for sl, s in _segment_scores(q, k, starts, lengths, causal, scale):
         m = s.max(-1, keepdims=True)
         p = np.exp(s - m)
         z = p.sum(-1, keepdims=True)
@@ -73,13 +80,7 @@ def attention_grad_reference(q, k, v, starts, lengths, causal, scale, dout):
     softmax gradient, in float64."""
     q, k, v, dout = (np.asarray(x, np.float64) for x in (q, k, v, dout))
     dq, dk, dv = np.zeros(q.shape), np.zeros(q.shape), np.zeros(q.shape)
-    for s0, n in zip(starts, lengths):
-        if n == 0:
-            continue
-        sl = slice(s0, s0 + n)
-        s = np.einsum("ihd,jhd->hij", q[sl], k[sl]) * scale
-        if causal:
-            s = np.where(np.tril(np.ones((n, n), bool)), s, -np.inf)
+    for sl, s in _segment_scores(q, k, starts, lengths, causal, scale):
         p = np.exp(s - s.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
         dv[sl] = np.einsum("hij,ihd->jhd", p, dout[sl])

@@ -116,28 +116,26 @@ class VarlenAttention:
         return _ratio(self.case.sdpa_loop, self.case.dyntile)
 
     def track_useful_gflops(self, dim):
-        return self.case.flops / _median_seconds(self.case.dyntile) / 1e9
+        return self.case.flops / float(np.median([_seconds(self.case.dyntile) for _ in range(3)])) / 1e9
 
     track_speedup_over_dense_mask.unit = "x"
     track_speedup_over_segment_loop.unit = "x"
     track_useful_gflops.unit = "GFLOP/s"
 
 
-def _median_seconds(fn, repeat: int = 3) -> float:
+def _seconds(fn) -> float:
+    """Wall time of one call of ``fn``."""
     import time
 
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def _ratio(reference, ours, repeat: int = 3) -> float:
     """Median time of ``reference`` over ``ours``, the two interleaved in one process."""
     ref, mine = [], []
     for _ in range(repeat):
-        ref.append(_median_seconds(reference, 1))
-        mine.append(_median_seconds(ours, 1))
+        ref.append(_seconds(reference))
+        mine.append(_seconds(ours))
     return float(np.median(ref) / np.median(mine))

@@ -194,9 +194,8 @@ def _check_positive(args, *names: str) -> None:
             raise CLIError(f"--{name.replace('_', '-')} should be a positive integer, but got {value}")
 
 
-def run_demo(args: argparse.Namespace, out=None) -> int:
-    """Run the demo for parsed ``args``; print the table to ``out``; return the exit status."""
-    out = sys.stdout if out is None else out
+def _validate_args(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """Check the options before anything runs; return the methods and each one's attention."""
     _check_positive(
         args,
         "threads",
@@ -213,24 +212,20 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
         raise CLIError(f"--d-model should be a multiple of --heads, but got {args.d_model} and {args.heads}")
     from dyntile.cli.torch_import import require_torch
 
-    torch = require_torch()
+    require_torch()
     methods = _parse_methods(args.methods)
     attention = _parse_attention(args.attention, methods)
     if args.plot:
         from dyntile.cli.plot import require_matplotlib
 
         require_matplotlib()  # before the run, not after it
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    from dyntile.cli.allocator import keep_freed_memory
+    return methods, attention
 
-    kept = keep_freed_memory()
+
+def _corpus_and_plan(args: argparse.Namespace, out):
+    """Read the corpus, check that every sample fits a batch, plan its buckets and print both."""
     import dyntile
-    from dyntile.cli.methods import TokenDataset, build_batching
-    from dyntile.cli.model import TinyTransformer
-    from dyntile.cli.train import train, warm_up_compiler
 
-    t_start = time.perf_counter()
     corpus = corpus_from_args(args)
     lengths = corpus.lengths
     if lengths.max() > args.batch_tokens:
@@ -253,98 +248,137 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
         file=out,
     )
     out.flush()
+    return corpus, plan
+
+
+def run_demo(args: argparse.Namespace, out=None) -> int:
+    """Run the demo for parsed ``args``; print the table to ``out``; return the exit status."""
+    out = sys.stdout if out is None else out
+    methods, attention = _validate_args(args)
+    import torch
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    from dyntile.cli.allocator import keep_freed_memory
+
+    kept = keep_freed_memory()
+    from dyntile.cli.methods import TokenDataset
+    from dyntile.cli.train import warm_up_compiler
+
+    t_start = time.perf_counter()
+    corpus, plan = _corpus_and_plan(args, out)
     if getattr(args, "model", "tiny") == "llama":
         from dyntile.cli.demo_llama import run_llama_demo
 
         code = run_llama_demo(args, corpus, plan, out)
         print(f"wall time {time.perf_counter() - t_start:.1f} s", file=out)
         return code
-
     dataset = TokenDataset(corpus)
-    show = not args.no_progress
     compile_backend = None if args.no_compile else args.backend
     warm_up = 0.0 if compile_backend is None else warm_up_compiler(compile_backend)
     rows, stats, packing = [], {}, None
     for name in methods:
-        build = dict(
-            max_tokens=args.batch_tokens,
-            pack_len=args.pack_len,
-            pack_overflow=args.pack_overflow,
-            seed=args.seed,
-            attention=attention[name],
-            d_model=args.d_model,
-            stream=getattr(args, "stream", False),
+        row, stats[name], batching = _run_method(
+            args, name, attention[name], corpus, plan, dataset, compile_backend
         )
-        batching = build_batching(name, corpus, plan, **build)
-        ls = loader_pass(batching.loader(dataset), args.max_batches, f"{name}: loader", show)
-        stats[name] = ls
+        rows.append(row)
         packing = batching if name == "packing" else packing
-        batching = build_batching(name, corpus, plan, **build)
-        torch.manual_seed(args.seed)
-        # every batch has B * T <= budget, so positions stay below it
-        model = TinyTransformer(
-            corpus.vocab_size,
-            args.batch_tokens,
-            args.d_model,
-            args.heads,
-            args.layers,
-            attention=batching.attention,
-        )
-        steps = min(args.steps, len(batching.batch_sampler))
-        bar = progress(range(steps), steps, f"{name}: train", show)
-        tr = train(
-            model,
-            batching.loader(dataset),
-            steps=steps,
-            backend=compile_backend,
-            dynamic=batching.dynamic,
-            recompile_limit=len(plan.boundaries) + 2,
-            on_step=lambda: next(bar, None),
-        )
-        for _ in bar:
-            pass
-        rows.append(_row(batching.label, batching.attention, ls, tr))
-    headers = [
-        "method",
-        "attention",
-        "batches",
-        "shapes",
-        "padded %",
-        "loader tok/s",
-        "steps",
-        "graphs",
-        "compile s",
-        "tok/s",
-        "steady tok/s",
-        "loss",
-    ]
     print(file=out)
-    print(format_table(headers, rows), file=out)
+    print(format_table(_HEADERS, rows), file=out)
     print(file=out)
-    for note in _notes(
-        args, compile_backend, stats, plan.padding_ratio(lengths, cost="linear"), warm_up, packing, lengths
-    ):
+    lengths = corpus.lengths
+    planned = plan.padding_ratio(lengths, cost="linear")
+    for note in _notes(args, compile_backend, stats, planned, warm_up, packing, lengths):
         print(note, file=out)
     if kept:
-        print(
-            "memory: freed blocks stay in the process (glibc mallopt), so no step pays page faults for "
-            "re-allocating its activations (as with jemalloc or tcmalloc).",
-            file=out,
-        )
+        print(_MEMORY_NOTE, file=out)
     if args.plot:
-        from dyntile.cli.methods import LABELS
-        from dyntile.cli.plot import plot_demo
-
-        path = plot_demo(
-            args.plot,
-            lengths,
-            plan.boundaries,
-            [LABELS[m] for m in methods],
-            [stats[m].padded_fraction for m in methods],
-        )
-        print(f"plot written to {path}", file=out)
+        _plot(args.plot, lengths, plan, methods, stats, out)
     print(f"wall time {time.perf_counter() - t_start:.1f} s", file=out)
     return 0
+
+
+_HEADERS = [
+    "method",
+    "attention",
+    "batches",
+    "shapes",
+    "padded %",
+    "loader tok/s",
+    "steps",
+    "graphs",
+    "compile s",
+    "tok/s",
+    "steady tok/s",
+    "loss",
+]
+
+_MEMORY_NOTE = (
+    "memory: freed blocks stay in the process (glibc mallopt), so no step pays page faults for "
+    "re-allocating its activations (as with jemalloc or tcmalloc)."
+)
+
+
+def _run_method(args, name: str, attention: str, corpus, plan, dataset, compile_backend):
+    """One method's loader pass and training run: its table row, its loader stats, its batching."""
+    import torch
+
+    from dyntile.cli.methods import build_batching
+    from dyntile.cli.model import TinyTransformer
+    from dyntile.cli.train import train
+
+    show = not args.no_progress
+    build = dict(
+        max_tokens=args.batch_tokens,
+        pack_len=args.pack_len,
+        pack_overflow=args.pack_overflow,
+        seed=args.seed,
+        attention=attention,
+        d_model=args.d_model,
+        stream=getattr(args, "stream", False),
+    )
+    measured = build_batching(name, corpus, plan, **build)
+    ls = loader_pass(measured.loader(dataset), args.max_batches, f"{name}: loader", show)
+    batching = build_batching(name, corpus, plan, **build)
+    torch.manual_seed(args.seed)
+    # every batch has B * T <= budget, so positions stay below it
+    model = TinyTransformer(
+        corpus.vocab_size,
+        args.batch_tokens,
+        args.d_model,
+        args.heads,
+        args.layers,
+        attention=batching.attention,
+    )
+    steps = min(args.steps, len(batching.batch_sampler))
+    bar = progress(range(steps), steps, f"{name}: train", show)
+    tr = train(
+        model,
+        batching.loader(dataset),
+        steps=steps,
+        backend=compile_backend,
+        dynamic=batching.dynamic,
+        recompile_limit=len(plan.boundaries) + 2,
+        on_step=lambda: next(bar, None),
+    )
+    for _ in bar:
+        pass
+    return _row(batching.label, batching.attention, ls, tr), ls, measured
+
+
+def _plot(path: str, lengths: np.ndarray, plan, methods: list[str], stats: dict, out) -> None:
+    """``--plot``: the lengths, the buckets and each method's padded fraction in one figure."""
+    from dyntile.cli.methods import LABELS
+    from dyntile.cli.plot import plot_demo
+
+    written = plot_demo(
+        path,
+        lengths,
+        plan.boundaries,
+        [LABELS[m] for m in methods],
+        [stats[m].padded_fraction for m in methods],
+    )
+    print(f"plot written to {written}", file=out)
 
 
 def _row(label: str, attention: str, ls: LoaderStats, tr) -> list:

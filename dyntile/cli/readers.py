@@ -21,7 +21,8 @@ import pickle
 import sys
 import zipfile
 import zlib
-from contextlib import closing
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -81,17 +82,22 @@ def read_corpus(
 _ENCODING = "utf-8-sig"
 
 
-def _txt(path: Path, seed: int, show: bool) -> Corpus:
-    lengths, lines = [], []
-    # closed on an error too, so that the count line comes before the error
+@contextmanager
+def _numbered_lines(path: Path, show: bool) -> Iterator[Iterator[tuple[int, str]]]:
+    """``(line number, line)`` of every non-blank line of ``path``, with a progress count
+    that is closed on an error too, so that the count line comes before the error."""
     with (
         path.open(encoding=_ENCODING) as fh,
         closing(progress(fh, None, f"reading {path.name}", show)) as read,
     ):
-        for lineno, line in enumerate(read, 1):
+        yield ((lineno, line) for lineno, line in enumerate(read, 1) if line.strip())
+
+
+def _txt(path: Path, seed: int, show: bool) -> Corpus:
+    lengths, lines = [], []
+    with _numbered_lines(path, show) as numbered:
+        for lineno, line in numbered:
             text = line.strip()
-            if not text:
-                continue
             try:
                 lengths.append(int(text))
             except ValueError:
@@ -110,14 +116,8 @@ def _txt(path: Path, seed: int, show: bool) -> Corpus:
 
 def _jsonl(path: Path, field: str, show: bool) -> Corpus:
     values, lines = [], []
-    # closed on an error too, so that the count line comes before the error
-    with (
-        path.open(encoding=_ENCODING) as fh,
-        closing(progress(fh, None, f"reading {path.name}", show)) as read,
-    ):
-        for lineno, line in enumerate(read, 1):
-            if not line.strip():
-                continue
+    with _numbered_lines(path, show) as numbered:
+        for lineno, line in numbered:
             record = _json_line(line, lineno, path)
             if not isinstance(record, dict) or field not in record:
                 keys = sorted(record) if isinstance(record, dict) else type(record).__name__

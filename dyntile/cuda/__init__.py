@@ -18,7 +18,7 @@ Importing this package is free: numba is imported on first use of an entry point
 with a clear ``ImportError`` when numba-cuda is missing.
 
 >>> from dyntile import cuda as dc
->>> sorted(dc._EXPORTS)  # doctest: +NORMALIZE_WHITESPACE
+>>> dc.__all__  # doctest: +NORMALIZE_WHITESPACE
 ['matmul', 'numpy_dtype', 'pad_into', 'tile_into', 'untile_from', 'varlen_attention_backward',
  'varlen_attention_forward']
 """
@@ -27,16 +27,14 @@ from __future__ import annotations
 
 from dyntile.lazy import lazy_exports
 
-_EXPORTS = {
-    "pad_into": "dyntile.cuda.pad",
-    "numpy_dtype": "dyntile.cuda.runtime",
-    "tile_into": "dyntile.cuda.tile",
-    "untile_from": "dyntile.cuda.tile",
-    "matmul": "dyntile.cuda.products",
-    "varlen_attention_forward": "dyntile.cuda.attention",
-    "varlen_attention_backward": "dyntile.cuda.attention",
-}
-
-__all__ = sorted(_EXPORTS)
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "dyntile.cuda.pad": ("pad_into",),
+        "dyntile.cuda.runtime": ("numpy_dtype",),
+        "dyntile.cuda.tile": ("tile_into", "untile_from"),
+        "dyntile.cuda.products": ("matmul",),
+        "dyntile.cuda.attention": ("varlen_attention_forward", "varlen_attention_backward"),
+    },
+    globals(),
+)

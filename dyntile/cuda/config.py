@@ -70,22 +70,31 @@ class GemmBlocking:
     def check(self) -> GemmBlocking:
         """Raise ``ValueError`` unless every block is a multiple of its register block
         and the tile loads divide evenly among the threads."""
-        for name in ("bm", "bn", "bk", "tm", "tn"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"GEMM blocking {name} should be positive, but got {self}")
-        if self.pad < 0:
-            raise ValueError(f"GEMM blocking pad should be non-negative, but got {self}")
+        _check_sizes(self, "GEMM", ("bm", "bn", "bk", "tm", "tn"))
         if self.bm % self.tm or self.bn % self.tn:
             raise ValueError(f"bm and bn should be multiples of tm and tn, but got {self}")
-        nt = self.nthreads
-        if nt > 1024:
-            raise ValueError(f"GEMM blocking needs {nt} threads per block, over CUDA's 1024: {self}")
-        if (self.bm * self.bk) % nt or (self.bk * self.bn) % nt:
-            raise ValueError(
-                f"the A tile ({self.bm}x{self.bk}) and B tile ({self.bk}x{self.bn}) should split evenly "
-                f"over {nt} threads, but got {self}"
-            )
+        tiles = f"the A tile ({self.bm}x{self.bk}) and B tile ({self.bk}x{self.bn})"
+        _check_threads(self, "GEMM", tiles, (self.bm * self.bk, self.bk * self.bn))
         return self
+
+
+def _check_sizes(blocking, kind: str, names: tuple[str, ...]) -> None:
+    """``ValueError`` unless the block sizes ``names`` are positive and the pad is not negative."""
+    for name in names:
+        if getattr(blocking, name) < 1:
+            raise ValueError(f"{kind} blocking {name} should be positive, but got {blocking}")
+    if blocking.pad < 0:
+        raise ValueError(f"{kind} blocking pad should be non-negative, but got {blocking}")
+
+
+def _check_threads(blocking, kind: str, tiles: str, sizes: tuple[int, ...]) -> None:
+    """``ValueError`` unless the block has at most CUDA's 1024 threads and each tile of
+    ``sizes`` elements splits evenly over them."""
+    nt = blocking.nthreads
+    if nt > 1024:
+        raise ValueError(f"{kind} blocking needs {nt} threads per block, over CUDA's 1024: {blocking}")
+    if any(size % nt for size in sizes):
+        raise ValueError(f"{tiles} should split evenly over {nt} threads, but got {blocking}")
 
 
 GEMM_BLOCKING: dict[str, dict[str, GemmBlocking]] = {
@@ -154,21 +163,11 @@ class AttentionBlocking:
     def check(self, itemsize: int = 4, backward: bool = False, limit: int | None = None) -> AttentionBlocking:
         """Raise ``ValueError`` unless the tiles split evenly over the threads (scores,
         output columns and tile loads) and fit ``limit`` bytes of shared memory."""
-        for name in ("bm", "bn", "dc", "ntx", "nty"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"attention blocking {name} should be positive, but got {self}")
-        if self.pad < 0:
-            raise ValueError(f"attention blocking pad should be non-negative, but got {self}")
+        _check_sizes(self, "attention", ("bm", "bn", "dc", "ntx", "nty"))
         if self.bm % self.nty or self.bn % self.ntx or self.dc % self.ntx:
             raise ValueError(f"bm should be a multiple of nty, bn and dc multiples of ntx, but got {self}")
-        nt = self.nthreads
-        if nt > 1024:
-            raise ValueError(f"attention blocking needs {nt} threads per block, over CUDA's 1024: {self}")
-        if (self.bm * self.dc) % nt or (self.bn * self.dc) % nt:
-            raise ValueError(
-                f"the row ({self.bm}x{self.dc}) and column ({self.bn}x{self.dc}) tiles should "
-                f"split evenly over {nt} threads, but got {self}"
-            )
+        tiles = f"the row ({self.bm}x{self.dc}) and column ({self.bn}x{self.dc}) tiles"
+        _check_threads(self, "attention", tiles, (self.bm * self.dc, self.bn * self.dc))
         nbytes = self.shared_bytes(itemsize, backward)
         if limit is not None and nbytes > limit:
             raise ValueError(

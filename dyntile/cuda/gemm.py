@@ -37,98 +37,107 @@ def make_gemm_pyfunc(blocking: GemmBlocking, dtype_name: str):
     dtype = getattr(types, dtype_name)
     u64 = types.uint64  # unsigned indices: Numba emits no negative-index wraparound code
     ZERO = np.dtype(dtype_name).type(0)  # typed zero: the loads stay in dtype
-    BM, BN, BK, TM, TN, PAD = blocking.bm, blocking.bn, blocking.bk, blocking.tm, blocking.tn, blocking.pad
+    BM, BN, BK, TM, TN = blocking.bm, blocking.bn, blocking.bk, blocking.tm, blocking.tn
     NTX, NTY = blocking.threads  # thread block: x over N, y over M
-    NT = NTX * NTY
-    A_LOADS = BM * BK // NT  # A-tile elements loaded per thread
-    B_LOADS = BK * BN // NT  # B-tile elements loaded per thread
-    A_ROW = BM + PAD  # padded shared row lengths
-    B_ROW = BN + PAD
+    A_LOADS, B_LOADS = BM * BK // (NTX * NTY), BK * BN // (NTX * NTY)  # tile elements per thread
+    A_ROW, B_ROW = BM + blocking.pad, BN + blocking.pad  # padded shared row lengths
+    load_tile, store_tile, multiply_tile = _tile_steps(blocking, dtype_name)
 
     def gemm_kernel(a, b, c, a_index, b_index, z0):
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
-        tid = ty * NTX + tx
         n0 = cuda.blockIdx.x * BN
         m0 = cuda.blockIdx.y * BM
         z = z0 + cuda.blockIdx.z
         ia = u64(a_index[z])
         ib = u64(b_index[z])
-        M = c.shape[1]
-        N = c.shape[2]
-        K = a.shape[2]
-
-        a_tile = cuda.shared.array((2, BK, A_ROW), dtype)  # transposed: a_tile[s, k, m]
-        b_tile = cuda.shared.array((2, BK, B_ROW), dtype)  # b_tile[s, k, n]
         acc = cuda.local.array((TM, TN), dtype)
-        a_frag = cuda.local.array(TM, dtype)
-        b_frag = cuda.local.array(TN, dtype)
-        a_next = cuda.local.array(A_LOADS, dtype)
-        b_next = cuda.local.array(B_LOADS, dtype)
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = ZERO
-
-        ntiles = (K + BK - 1) // BK
-        # guarded loads of K-tile 0 into registers, then into buffer 0
-        for r in range(A_LOADS):
-            row = (tid + r * NT) // BK
-            col = (tid + r * NT) % BK
-            a_next[r] = a[ia, u64(m0 + row), u64(col)] if m0 + row < M and col < K else ZERO
-        for r in range(B_LOADS):
-            row = (tid + r * NT) // BN
-            col = (tid + r * NT) % BN
-            b_next[r] = b[ib, u64(row), u64(n0 + col)] if row < K and n0 + col < N else ZERO
-        for r in range(A_LOADS):
-            a_tile[0, (tid + r * NT) % BK, (tid + r * NT) // BK] = a_next[r]
-        for r in range(B_LOADS):
-            b_tile[0, (tid + r * NT) // BN, (tid + r * NT) % BN] = b_next[r]
+        a_tile = cuda.shared.array((2, BK, A_ROW), dtype)  # transposed: a_tile[s, k, m]
+        b_tile = cuda.shared.array((2, BK, B_ROW), dtype)  # b_tile[s, k, n]
+        ntiles = (a.shape[2] + BK - 1) // BK
+        a_next = cuda.local.array(A_LOADS, dtype)
+        b_next = cuda.local.array(B_LOADS, dtype)
+        load_tile(a, b, c, ia, ib, m0, n0, 0, a_next, b_next)  # K-tile 0 into buffer 0
+        store_tile(a_tile, b_tile, 0, a_next, b_next)
         cuda.syncthreads()
-
-        tx_u = u64(tx)
-        ty_u = u64(ty)
         for t in range(ntiles):
             cur = t & 1
             # invariant: buffer `cur` holds K-tile t; nobody reads buffer 1 - cur
-            k1 = (t + 1) * BK
+            if t + 1 < ntiles:  # the next tile's loads are in flight during the products
+                load_tile(a, b, c, ia, ib, m0, n0, (t + 1) * BK, a_next, b_next)
+            multiply_tile(a_tile, b_tile, u64(cur), acc)
             if t + 1 < ntiles:
-                for r in range(A_LOADS):
-                    row = (tid + r * NT) // BK
-                    col = (tid + r * NT) % BK
-                    a_next[r] = a[ia, u64(m0 + row), u64(k1 + col)] if m0 + row < M and k1 + col < K else ZERO
-                for r in range(B_LOADS):
-                    row = (tid + r * NT) // BN
-                    col = (tid + r * NT) % BN
-                    b_next[r] = b[ib, u64(k1 + row), u64(n0 + col)] if k1 + row < K and n0 + col < N else ZERO
-            cur_u = u64(cur)
-            for kk in range(BK):
-                kk_u = u64(kk)
-                for i in range(TM):
-                    a_frag[i] = a_tile[cur_u, kk_u, ty_u + u64(i * NTY)]
-                for j in range(TN):
-                    b_frag[j] = b_tile[cur_u, kk_u, tx_u + u64(j * NTX)]
-                for i in range(TM):
-                    for j in range(TN):
-                        acc[i, j] += a_frag[i] * b_frag[j]
-            if t + 1 < ntiles:
-                nxt = 1 - cur
-                for r in range(A_LOADS):
-                    a_tile[nxt, (tid + r * NT) % BK, (tid + r * NT) // BK] = a_next[r]
-                for r in range(B_LOADS):
-                    b_tile[nxt, (tid + r * NT) // BN, (tid + r * NT) % BN] = b_next[r]
+                store_tile(a_tile, b_tile, 1 - cur, a_next, b_next)
             cuda.syncthreads()
-
         for i in range(TM):
-            m = m0 + ty + i * NTY
-            if m < M:
+            m = m0 + cuda.threadIdx.y + i * NTY
+            if m < c.shape[1]:
                 for j in range(TN):
-                    n = n0 + tx + j * NTX
-                    if n < N:
+                    n = n0 + cuda.threadIdx.x + j * NTX
+                    if n < c.shape[2]:
                         c[u64(z), u64(m), u64(n)] = acc[i, j]
 
     gemm_kernel.__name__ = f"gemm_{dtype_name}_{BM}x{BN}x{BK}_{TM}x{TN}"
     gemm_kernel.__qualname__ = gemm_kernel.__name__
     return gemm_kernel
+
+
+def _tile_steps(blocking: GemmBlocking, dtype_name: str):
+    """The kernel's three steps on one K-tile, as device functions inlined into it:
+    ``load_tile`` (this thread's guarded loads of the tile at ``k0`` into registers),
+    ``store_tile`` (those registers into shared buffer ``s``) and ``multiply_tile``
+    (``acc += `` the products of shared buffer ``s``)."""
+    from numba import types
+
+    u64 = types.uint64
+    dtype = getattr(types, dtype_name)
+    ZERO = np.dtype(dtype_name).type(0)
+    BM, BN, BK, TM, TN = blocking.bm, blocking.bn, blocking.bk, blocking.tm, blocking.tn
+    NTX, NTY = blocking.threads
+    NT = NTX * NTY
+    A_LOADS, B_LOADS = BM * BK // NT, BK * BN // NT
+    # Numba-level inlining: a separately compiled device function would ask the current
+    # device for its compute capability, which compile_ptx on a machine without one lacks
+    jit = cuda.jit(device=True) if cuda.config.ENABLE_CUDASIM else cuda.jit(device=True, inline="always")
+
+    @jit
+    def load_tile(a, b, c, ia, ib, m0, n0, k0, a_next, b_next):
+        tid = cuda.threadIdx.y * NTX + cuda.threadIdx.x
+        M, N, K = c.shape[1], c.shape[2], a.shape[2]
+        for r in range(A_LOADS):
+            row = (tid + r * NT) // BK
+            col = (tid + r * NT) % BK
+            a_next[r] = a[ia, u64(m0 + row), u64(k0 + col)] if m0 + row < M and k0 + col < K else ZERO
+        for r in range(B_LOADS):
+            row = (tid + r * NT) // BN
+            col = (tid + r * NT) % BN
+            b_next[r] = b[ib, u64(k0 + row), u64(n0 + col)] if k0 + row < K and n0 + col < N else ZERO
+
+    @jit
+    def store_tile(a_tile, b_tile, s, a_next, b_next):
+        tid = cuda.threadIdx.y * NTX + cuda.threadIdx.x
+        for r in range(A_LOADS):
+            a_tile[s, (tid + r * NT) % BK, (tid + r * NT) // BK] = a_next[r]
+        for r in range(B_LOADS):
+            b_tile[s, (tid + r * NT) // BN, (tid + r * NT) % BN] = b_next[r]
+
+    @jit
+    def multiply_tile(a_tile, b_tile, s, acc):
+        tx_u, ty_u = u64(cuda.threadIdx.x), u64(cuda.threadIdx.y)
+        a_frag = cuda.local.array(TM, dtype)
+        b_frag = cuda.local.array(TN, dtype)
+        for kk in range(BK):
+            kk_u = u64(kk)
+            for i in range(TM):
+                a_frag[i] = a_tile[s, kk_u, ty_u + u64(i * NTY)]
+            for j in range(TN):
+                b_frag[j] = b_tile[s, kk_u, tx_u + u64(j * NTX)]
+            for i in range(TM):
+                for j in range(TN):
+                    acc[i, j] += a_frag[i] * b_frag[j]
+
+    return load_tile, store_tile, multiply_tile
 
 
 @functools.cache

@@ -21,19 +21,12 @@ from __future__ import annotations
 
 from dyntile.lazy import lazy_exports
 
-_EXPORTS = {
-    "plan_buckets": "dyntile.planning.buckets",
-    "BucketPlan": "dyntile.planning.buckets",
-    "pack_lengths": "dyntile.planning.packing",
-    "PackedBatch": "dyntile.planning.packing",
-    "pack_rows": "dyntile.planning.packing",
-    "packing_shapes": "dyntile.planning.packing",
-    "choose_seq_len": "dyntile.planning.packing_cost",
-    "SeqLenChoice": "dyntile.planning.packing_cost",
-    "RowCost": "dyntile.planning.packing_cost",
-    "row_cost": "dyntile.planning.packing_cost",
-}
-
-__all__ = sorted(_EXPORTS)
-
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "dyntile.planning.buckets": ("plan_buckets", "BucketPlan"),
+        "dyntile.planning.packing": ("pack_lengths", "PackedBatch", "pack_rows", "packing_shapes"),
+        "dyntile.planning.packing_cost": ("choose_seq_len", "SeqLenChoice", "RowCost", "row_cost"),
+    },
+    globals(),
+)

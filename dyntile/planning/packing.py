@@ -457,8 +457,23 @@ def pack_into_shapes(
 
 def _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas) -> list[PackedBatch]:
     """The packer proper: validated ``L``, ``shapes`` and ``overflow``, checked here: the rest."""
-    from dyntile.cpu.packing import best_fit
+    R, pool_size, seed, epoch = _check_epoch_args(num_replicas, pool_size, seed, epoch)
+    rng = np.random.default_rng([seed, epoch])
+    order = _pool_order(L, pool_size, shuffle, rng)
+    lay = _place(L[order], shapes, overflow)
+    # deal the rows of each shape into batches, the long shape first (the short one
+    # may take samples out of long rows that end a batch)
+    T = shapes[0][1]
+    dealt_by_shape: list = [None] * len(shapes)
+    long_ends = None
+    for s in reversed(range(len(shapes))):
+        dealt_by_shape[s] = _deal_shape(lay, shapes[s], s == 1, T, R, L[order], long_ends)
+        long_ends = _batch_ends(*dealt_by_shape[s])
+    return _list_batches(lay, dealt_by_shape, shapes, order, R, rng if shuffle else None)
 
+
+def _check_epoch_args(num_replicas, pool_size, seed, epoch) -> tuple[int, int | None, int, int]:
+    """``(R, pool_size, seed, epoch)`` checked: ``R >= 1``, ``seed, epoch >= 0``."""
     R = as_index(num_replicas, "num_replicas")
     if R < 1:
         raise ValueError(f"num_replicas should be a positive integer, but got {R}")
@@ -468,44 +483,45 @@ def _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas) ->
         raise ValueError(
             f"seed and epoch should be non-negative integers, but got seed={seed}, epoch={epoch}"
         )
-    rng = np.random.default_rng([seed, epoch])
-    T = shapes[0][1]
-    T_max = shapes[-1][1]
-    order = _pool_order(L, pool_size, shuffle, rng)
-    size = L[order]
+    return R, pool_size, seed, epoch
+
+
+def _place(size: np.ndarray, shapes, overflow: str) -> _Layout:
+    """Best fit of the samples of ``size`` (in pool order) into rows: the epoch's pieces
+    (a split sample -> its full rows, then its last chunk), sorted by row, opener first."""
+    from dyntile.cpu.packing import best_fit
+
+    T, T_max, n = shapes[0][1], shapes[-1][1], size.size
     long = size > T
     open_cap = np.where(long, T_max, T).astype(np.int64)
-    n_full = np.zeros(L.size, np.int64)
+    n_full = np.zeros(n, np.int64)
     if overflow == "split":
         n_full[long] = (size[long] - 1) // T
         size = np.where(long, size - n_full * T, size)
         open_cap[:] = T
     item_bin, bin_cap = best_fit(size, open_cap, n_full, T_max)
-
-    # pieces: a split sample -> n_full full rows, then its last chunk in item_bin
     if overflow == "split" and n_full.any():
         n_pieces = n_full + 1
-        p_item = np.repeat(np.arange(L.size), n_pieces)
+        p_item = np.repeat(np.arange(n), n_pieces)
         p_k = np.arange(p_item.size) - np.repeat(np.cumsum(n_pieces) - n_pieces, n_pieces)
         p_bin = item_bin[p_item] - n_full[p_item] + p_k
         p_size = np.where(p_k < n_full[p_item], T, size[p_item])
         p_start = p_k * T
     else:  # one piece per sample
-        p_item, p_bin, p_size, p_start = np.arange(L.size), item_bin, size, np.zeros(L.size, np.int64)
+        p_item, p_bin, p_size, p_start = np.arange(n), item_bin, size, np.zeros(n, np.int64)
     p_item, p_bin, p_size, p_start = _sort_by(p_bin, p_item, p_bin, p_size, p_start)  # opener first
-
-    # deal the rows of each shape into batches, the long shape first (the short one
-    # may take samples out of long rows that end a batch); a group = the rows of one split sample
     cont = np.zeros(bin_cap.size, bool)
     cont[p_bin[p_start > 0]] = True  # rows 2.. of a split sample stay with the row before
     opener = np.ones(p_bin.size, bool)
     opener[1:] = p_bin[1:] != p_bin[:-1]
-    lay = _Layout(p_item, p_bin.copy(), p_size, p_start, opener, bin_cap, cont, p_item.size)
-    dealt_by_shape: list = [None] * len(shapes)
-    long_ends = None
-    for s in reversed(range(len(shapes))):
-        dealt_by_shape[s] = _deal_shape(lay, shapes[s], s == 1, T, R, L[order], long_ends)
-        long_ends = _batch_ends(*dealt_by_shape[s])
+    return _Layout(p_item, p_bin.copy(), p_size, p_start, opener, bin_cap, cont, p_item.size)
+
+
+def _list_batches(
+    lay: _Layout, dealt_by_shape: list, shapes, order: np.ndarray, R: int, rng
+) -> list[PackedBatch]:
+    """The dealt rows as :class:`PackedBatch` es, in steps of ``R`` same-shape batches
+    (steps shuffled by ``rng``, kept in order when ``None``)."""
     p_item, p_bin, p_size, p_start, bin_cap = lay.item, lay.bin, lay.size, lay.start, lay.bin_cap
     batch_of_bin = np.empty(bin_cap.size, np.int64)
     local_row = np.empty(bin_cap.size, np.int64)
@@ -520,15 +536,12 @@ def _pack(L, shapes, overflow, pool_size, shuffle, seed, epoch, num_replicas) ->
     p_item, p_bin, p_size, p_start = _sort_by(p_bin, p_item, p_bin, p_size, p_start)
     cs = np.cumsum(p_size) - p_size
     p_off = cs - cs[np.searchsorted(p_bin, np.arange(bin_cap.size))[p_bin]]
-
-    # steps of R same-shape batches, shuffled
     steps = np.arange(n_batches // R)
-    if shuffle:
+    if rng is not None:
         steps = rng.permutation(steps)
     batch_order = (steps[:, None] * R + np.arange(R)).reshape(-1)
-    p_batch = batch_of_bin[p_bin]
     p_batch, p_item, p_bin, offs, sizes, starts = _sort_by(
-        p_batch, p_batch, p_item, p_bin, p_off, p_size, p_start
+        batch_of_bin[p_bin], batch_of_bin[p_bin], p_item, p_bin, p_off, p_size, p_start
     )
     bounds = np.searchsorted(p_batch, np.arange(n_batches + 1))
     idx, rows = order[p_item], local_row[p_bin]

@@ -114,3 +114,28 @@ def test_loaders_and_the_cli_reach_dyntile_by_shared_names(package):
                 if name.startswith("_") or (shared is not None and name not in shared):
                     bad.append(f"{where}: {module}.{name} is not in {module}.__all__")
     assert not bad, "\n".join(bad)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_module_of_dyntile_planning_imports_one_that_imports_it_back():
+    """The planning modules form no import circle (``packing`` and ``packing_cost`` share
+    their helpers through ``packing_checks`` and ``packed_shapes``), at any depth and
+    whether the import runs at load time or inside a function."""
+    graph = {}
+    for path in _files("dyntile/planning"):
+        name = _module_name(path)
+        graph[name] = {module for _, module, _, _ in _imports(path) if module.startswith("dyntile.planning.")}
+    assert "dyntile.planning.packing_cost" in graph["dyntile.planning.packing"]  # the check sees edges
+
+    def reaches(start: str, goal: str, seen: set) -> bool:
+        for nxt in graph.get(start, ()):
+            if nxt == goal or (nxt not in seen and (seen.add(nxt) or reaches(nxt, goal, seen))):
+                return True
+        return False
+
+    circles = sorted(name for name in graph if reaches(name, name, set()))
+    assert circles == [], f"these planning modules import themselves back: {circles}"

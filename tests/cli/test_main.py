@@ -12,19 +12,7 @@ from dyntile.cli.errors import CLIError
 from dyntile.cli.main import main
 from shared_data import shared_data_path
 
-SMALL = [
-    "--limit",
-    "300",
-    "--steps",
-    "3",
-    "--no-progress",
-    "--d-model",
-    "16",
-    "--heads",
-    "2",
-    "--layers",
-    "1",
-]
+SMALL = "--limit 300 --steps 3 --no-progress --d-model 16 --heads 2 --layers 1".split()
 LABELS = ["random + pad_sequence", "sorted pools + pad_sequence", "dyntile buckets", "dyntile packing"]
 
 

@@ -19,24 +19,8 @@ from dyntile.cli.progress import FIRST_LINE_S, progress
 
 ROOT = Path(__file__).resolve().parents[2]
 # the demo's progress path at its smallest: two methods, a few batches, eager training
-DEMO = [
-    "-m",
-    "dyntile",
-    "demo",
-    "--limit",
-    "60",
-    "--steps",
-    "2",
-    "--d-model",
-    "16",
-    "--heads",
-    "2",
-    "--layers",
-    "1",
-    "--no-compile",
-    "--methods",
-    "random,packing",
-]
+DEMO = "-m dyntile demo --limit 60 --steps 2 --d-model 16 --heads 2 --layers 1 --no-compile".split()
+DEMO += ["--methods", "random,packing"]
 PHASES = ("reading stdlib files", "random: loader", "random: train", "packing: loader", "packing: train")
 
 

@@ -71,17 +71,8 @@ def test_errors(cuda_device):
     t = cuda_device.to_device(np.zeros((3, 2, 2, 4), np.float32))
     with pytest.raises(ValueError, match="tile grid"):
         untile_from(t, (7, 8))
+    x = cuda_device.to_device(np.zeros((4, 4), np.float32))
     with pytest.raises(ValueError, match="out should have shape"):
-        tile_into(
-            cuda_device.to_device(np.zeros((4, 4), np.float32)),
-            (2, 2),
-            0.0,
-            out=cuda_device.device_array((2, 2, 2, 3), np.float32),
-        )
+        tile_into(x, (2, 2), 0.0, out=cuda_device.device_array((2, 2, 2, 3), np.float32))
     with pytest.raises(TypeError, match="out should have dtype float32"):
-        tile_into(
-            cuda_device.to_device(np.zeros((4, 4), np.float32)),
-            (2, 2),
-            0.0,
-            out=cuda_device.device_array((2, 2, 2, 2), np.float64),
-        )
+        tile_into(x, (2, 2), 0.0, out=cuda_device.device_array((2, 2, 2, 2), np.float64))

@@ -7,15 +7,12 @@ batch 8 / accumulation 1 and batch 2 / accumulation 4."""
 
 from __future__ import annotations
 
-import json
-import socket
-
 import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from gloo_ranks import on_gloo_ranks
 from loaders import DynTileCollate, PackedCollate
 from loaders.loss import LossCounts, loss_counts, normalised_loss, target_weights, window_counts
 
@@ -116,34 +113,20 @@ def test_padded_and_packed_over_accumulation_give_one_gradient(mean):
     assert not close(alone, want, rel=1e-3)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank(rank: int, port: int, out: str) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
-        mine = packed_steps(dataset(), 4)[2 * rank : 2 * rank + 2]  # 2 accumulation steps a rank
-        counts = window_counts([loss_counts(b) for b in mine])  # all-reduced over the ranks
-        grads = {}
-        for mean in ("token", "sequence"):
-            grad = step_gradient(mine, mean, counts, scale=WORLD)
-            dist.all_reduce(grad)
-            grads[mean] = (grad / WORLD).tolist()  # what DDP does to gradients
-        with open(f"{out}/rank{rank}.json", "w") as f:
-            json.dump({"grads": grads, "counts": list(counts)}, f)
-    finally:
-        dist.destroy_process_group()
+def _rank(rank: int) -> dict:
+    mine = packed_steps(dataset(), 4)[2 * rank : 2 * rank + 2]  # 2 accumulation steps a rank
+    counts = window_counts([loss_counts(b) for b in mine])  # all-reduced over the ranks
+    grads = {}
+    for mean in ("token", "sequence"):
+        grad = step_gradient(mine, mean, counts, scale=WORLD)
+        dist.all_reduce(grad)
+        grads[mean] = (grad / WORLD).tolist()  # what DDP does to gradients
+    return {"grads": grads, "counts": list(counts)}
 
 
 @pytest.mark.slow
 def test_two_ranks_over_gloo_give_the_same_gradient(tmp_path):
-    if not dist.is_available():
-        pytest.skip("torch built without torch.distributed")
-    mp.spawn(_rank, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
-    res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    res = on_gloo_ranks(_rank, tmp_path, WORLD)
     one = padded(dataset())
     assert res[0]["counts"] == res[1]["counts"] == list(loss_counts(one))
     for mean in ("token", "sequence"):

@@ -2,58 +2,39 @@
 
 from __future__ import annotations
 
-import json
-import socket
-
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
-import torch.multiprocessing as mp  # noqa: E402
+
+from gloo_ranks import on_gloo_ranks  # noqa: E402
 
 WORLD = 2
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _worker(rank: int, port: int, out_dir: str) -> None:
+def _worker(rank: int) -> dict:
     from loaders.sampler import BucketBatchSampler
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
-    try:
-        lengths = np.random.default_rng(0).integers(1, 400, size=301)
-        sampler = BucketBatchSampler(lengths, max_tokens=2048, max_buckets=4, seed=5)  # ranks from dist
-        sampler.set_epoch(2)
-        batches = list(sampler)
-        shapes = [(len(b), sampler.plan.round_up(int(lengths[b].max()))[0]) for b in batches]
-        gathered = [None] * WORLD
-        dist.all_gather_object(gathered, shapes)  # the collective itself must not hang
-        with open(f"{out_dir}/rank{rank}.json", "w") as f:
-            json.dump(
-                {
-                    "rank": sampler.rank,
-                    "replicas": sampler.num_replicas,
-                    "batches": batches,
-                    "shapes": shapes,
-                    "gathered_equal": gathered[0] == gathered[1],
-                },
-                f,
-            )
-    finally:
-        dist.destroy_process_group()
+    lengths = np.random.default_rng(0).integers(1, 400, size=301)
+    sampler = BucketBatchSampler(lengths, max_tokens=2048, max_buckets=4, seed=5)  # ranks from dist
+    sampler.set_epoch(2)
+    batches = list(sampler)
+    shapes = [(len(b), sampler.plan.round_up(int(lengths[b].max()))[0]) for b in batches]
+    gathered = [None] * WORLD
+    dist.all_gather_object(gathered, shapes)  # the collective itself must not hang
+    return {
+        "rank": sampler.rank,
+        "replicas": sampler.num_replicas,
+        "batches": batches,
+        "shapes": shapes,
+        "gathered_equal": gathered[0] == gathered[1],
+    }
 
 
 @pytest.mark.slow
 def test_two_ranks_over_gloo(tmp_path):
-    if not dist.is_available():
-        pytest.skip("torch built without torch.distributed")
-    mp.spawn(_worker, args=(_free_port(), str(tmp_path)), nprocs=WORLD, join=True)
-    res = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    res = on_gloo_ranks(_worker, tmp_path, WORLD)
     assert [r["rank"] for r in res] == [0, 1] and all(r["replicas"] == WORLD for r in res)
     assert res[0]["shapes"] == res[1]["shapes"] and res[0]["gathered_equal"]
     flat = [i for r in res for b in r["batches"] for i in b]

@@ -3,26 +3,12 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 from torch.utils.data import BatchSampler, DataLoader, DistributedSampler  # noqa: E402
 
-from loaders import BucketBatchSampler, PackingBatchSampler  # noqa: E402
-
-LENGTHS = np.random.default_rng(3).integers(1, 120, 301)
-
-
-def bucket(**kw):
-    return BucketBatchSampler(LENGTHS, max_tokens=512, max_buckets=4, seed=2, **kw)
-
-
-def packing(**kw):
-    return PackingBatchSampler(LENGTHS, max_tokens=512, seed=2, **kw)
-
-
-BOTH = [bucket, packing]
+from sampler_makers import BOTH, LENGTHS, bucket  # noqa: E402
 
 
 @pytest.mark.parametrize("make", BOTH)

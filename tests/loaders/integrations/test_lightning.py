@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("lightning")
 
-from framework_runs import check_scenarios, run_in_process, torchrun  # noqa: E402
+from framework_runs import check_scenarios  # noqa: E402
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "lightning_runs.py"
 WORKS = None
@@ -26,13 +26,6 @@ def expected(world: int) -> dict:
     }
 
 
-def test_scenarios_on_one_device(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    check_scenarios([run_in_process(SCRIPT)], expected(1))
-
-
-@pytest.mark.slow
-def test_scenarios_under_ddp_over_two_torchrun_processes(tmp_path):
-    done, ranks = torchrun(SCRIPT, tmp_path)
-    assert done.returncode == 0, done.stdout[-6000:]
-    check_scenarios(ranks, expected(2))
+@pytest.mark.parametrize("world", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_scenarios_on_one_device_and_under_ddp_over_torchrun(world, scenario_ranks):
+    check_scenarios(scenario_ranks(SCRIPT, world), expected(world))

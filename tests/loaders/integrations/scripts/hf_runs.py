@@ -6,8 +6,6 @@ GPT-2 built from a config for two epochs on an in-memory dataset, between
 ``framework_runs.note`` and the next one runs.
 """
 
-import sys
-
 import numpy as np
 import torch
 from torch.utils.data import DataLoader
@@ -65,68 +63,58 @@ def packing():
 
 def packing_from_get_train_sampler():
     """A DynTileTrainer subclass returning the sampler from _get_train_sampler."""
-    sampler, collate = packing()
+    train_on_sampler(DynTileTrainer, "packing", *packing())
 
-    class PackingTrainer(DynTileTrainer):
+
+def train_on_sampler(base: type, out: str, sampler, collate) -> None:
+    """Train a subclass of ``base`` (a Trainer) whose _get_train_sampler returns ``sampler``."""
+
+    class SamplerTrainer(base):
         def _get_train_sampler(self, *a, **k):
             return sampler
 
-    PackingTrainer(model=model(), args=args("packing"), train_dataset=DATASET, data_collator=collate).train()
+    SamplerTrainer(model=model(), args=args(out), train_dataset=DATASET, data_collator=collate).train()
 
 
 def plain_loader_and_callback():
     """The Trainer's own get_train_dataloader returns a plain DataLoader; the callback sets the epoch."""
     sampler, collate = bucketing()
-
-    class PlainLoaderTrainer(Trainer):
-        def get_train_dataloader(self):
-            return DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=collate)
-
-    PlainLoaderTrainer(
-        model=model(), args=args("plain"), train_dataset=DATASET, callbacks=[SamplerEpochCallback()]
-    ).train()
+    train_on_loader("plain", lambda t: DataLoader(t.train_dataset, batch_sampler=sampler, collate_fn=collate))
 
 
 def accelerator_prepare():
     """get_train_dataloader returns accelerator.prepare(DataLoader): accelerate shards over >1 process."""
     sampler, collate = bucketing()
+    train_on_loader(
+        "prepared",
+        lambda t: t.accelerator.prepare(
+            DataLoader(t.train_dataset, batch_sampler=sampler, collate_fn=collate)
+        ),
+    )
 
-    class PreparedTrainer(Trainer):
+
+def train_on_loader(out: str, loader_of) -> None:
+    """Train a plain Trainer whose get_train_dataloader returns ``loader_of(trainer)``, with
+    the callback that sets the sampler's epoch."""
+
+    class LoaderTrainer(Trainer):
         def get_train_dataloader(self):
-            return self.accelerator.prepare(
-                DataLoader(self.train_dataset, batch_sampler=sampler, collate_fn=collate)
-            )
+            return loader_of(self)
 
-    PreparedTrainer(
-        model=model(), args=args("prepared"), train_dataset=DATASET, callbacks=[SamplerEpochCallback()]
+    LoaderTrainer(
+        model=model(), args=args(out), train_dataset=DATASET, callbacks=[SamplerEpochCallback()]
     ).train()
 
 
 def sampler_from_plain_trainer():
     """A plain Trainer passes _get_train_sampler's result as sampler=: refused."""
-    sampler, collate = bucketing()
-
-    class SamplerTrainer(Trainer):
-        def _get_train_sampler(self, *a, **k):
-            return sampler
-
-    SamplerTrainer(model=model(), args=args("sampler"), train_dataset=DATASET, data_collator=collate).train()
+    train_on_sampler(Trainer, "sampler", *bucketing())
 
 
-SCENARIOS = {
-    f.__name__: f
-    for f in (
+if __name__ == "__main__":
+    framework_runs.run_scenarios(
         packing_from_get_train_sampler,
         plain_loader_and_callback,
         accelerator_prepare,
         sampler_from_plain_trainer,
     )
-}
-
-if __name__ == "__main__":
-    for name in sys.argv[1:] or SCENARIOS:
-        framework_runs.mark(name)
-        try:
-            SCENARIOS[name]()
-        except (TypeError, RuntimeError) as e:  # the refusals; anything else fails the run
-            framework_runs.note(error=f"{type(e).__name__}: {e}")

@@ -7,7 +7,6 @@ with ``framework_runs.note`` and the next one runs.
 """
 
 import os
-import sys
 
 import lightning as L
 import numpy as np
@@ -89,15 +88,7 @@ def module_level_with_injection():
     fit(lambda: bucket_loader(MODULE_SAMPLER))
 
 
-SCENARIOS = {
-    f.__name__: f
-    for f in (packing_in_train_dataloader, module_level_without_injection, module_level_with_injection)
-}
-
 if __name__ == "__main__":
-    for name in sys.argv[1:] or SCENARIOS:
-        framework_runs.mark(name)
-        try:
-            SCENARIOS[name]()
-        except (TypeError, RuntimeError) as e:  # the refusals; anything else fails the run
-            framework_runs.note(error=f"{type(e).__name__}: {e}")
+    framework_runs.run_scenarios(
+        packing_in_train_dataloader, module_level_without_injection, module_level_with_injection
+    )
