@@ -1,7 +1,7 @@
 """MkDocs hook: the API reference of a lazily exporting package, from its own export table.
 
-``dyntile`` and ``dyntile.planning`` load their public names on first use from a
-``_EXPORTS`` dict (name -> defining module), which static analysis cannot follow. A page
+``dyntile`` and ``dyntile.planning`` load their public names on first use through
+``lazy_exports(__name__, {module: (names, ...)}, ...)``, which static analysis cannot follow. A page
 line ``<!-- exports: dyntile dyntile.planning -->`` (one package or several) becomes one
 ``::: module.name`` block per exported name, read from those dicts and grouped under a
 heading per defining module, so the reference follows the code when a name moves.
@@ -18,11 +18,12 @@ MARKER = re.compile(r"^<!-- exports: ([\w. ]+) -->$", flags=re.M)
 
 
 def exports(package: str) -> dict[str, str]:
-    """The ``_EXPORTS`` dict of ``package``'s ``__init__.py`` (parsed, not imported)."""
+    """Name -> module from the ``lazy_exports`` table of ``package``'s ``__init__.py`` (parsed)."""
     source = ROOT.joinpath(*package.split("."), "__init__.py")
-    for node in ast.parse(source.read_text()).body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_EXPORTS" for t in node.targets):
-            return ast.literal_eval(node.value)
+    for node in ast.walk(ast.parse(source.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_exports":
+            table = ast.literal_eval(node.args[1])
+            return {name: module for module, names in table.items() for name in names}
     return {}
 
 
@@ -56,4 +57,4 @@ def on_page_markdown(markdown: str, **kwargs) -> str:
 
 def check(package: str) -> None:
     if not exports(package):
-        raise ValueError(f"{package}/__init__.py has no _EXPORTS dict: a page's exports marker names it")
+        raise ValueError(f"{package}/__init__.py calls no lazy_exports: a page's exports marker names it")
