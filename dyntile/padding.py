@@ -37,6 +37,7 @@ from dyntile.dispatch import backend_of, is_torch_tensor
 from dyntile.padding_cuda import pad_cuda
 from dyntile.padding_host import pad_arrays, pad_mixed, pad_tensors
 from dyntile.padding_rows import (
+    CARRIERS,
     CAT_ELEMENTS,
     cat_token_rows,
     native_row_dtype,
@@ -119,8 +120,8 @@ def pad_batch(
     Parameters
     ----------
     arrays : NumPy arrays, CPU torch tensors, CUDA arrays, or lists of numbers
-        Lists are weakly typed: bool, int64 or float64 by their values (as ``numpy.asarray``
-        reads them), or beside arrays the arrays' dtype if it holds their values exactly.
+        Lists are weakly typed: bool, int64 or float64 by their values (an empty list has
+        none), or beside arrays the arrays' dtype if it holds their values exactly.
     multiple, axes, plan, shape
         Each padded axis goes to the batch maximum rounded up to ``multiple``, or to its
         ``plan`` boundary (``BucketPlan.round_up``); or every sample to ``shape``. ``axes``
@@ -161,7 +162,7 @@ def _request(arrays, multiple, axes, shape, plan, fill, side, dtype, promote, ou
         left = check_side(side)  # raises, naming what is accepted
     if plan is not None:
         check_plan(plan)
-    samples = as_sample_list(arrays)
+    samples = arrays if type(arrays) is list else as_sample_list(arrays)
     if not samples:
         raise ValueError("pad_batch needs at least one array, but got an empty sequence")
     if device is not None and device != "cuda":
@@ -180,16 +181,20 @@ def _kind_of(req: PadRequest) -> tuple:
     x0 = req.samples[0]
     reader = _READERS.get(type(x0))
     if reader is None:
-        reader = _tensors_kind if is_torch_tensor(x0) else _other_kind
+        if not is_torch_tensor(x0):
+            return _other_kind(req)
+        reader = _tensors_kind
+        if type(x0) is sys.modules["torch"].Tensor:  # torch is loaded now: its tensors join the table
+            _READERS[type(x0)] = reader
     return reader(req)
 
 
 def _arrays_kind(req: PadRequest) -> tuple:
     """NumPy arrays of one rank ``>= 1``, native byte order and one dtype (``dtype=``'s,
-    if given), as they are: ``arrays``, read ``(shapes, dtype)``; else another kind."""
+    if given), as they are: ``arrays``, read as :func:`pad_arrays` takes it; else another kind."""
     shapes, dt, bad = _pad.describe(req.samples)
     if bad == -1 and dt is not None and (req.dtype is None or np.dtype(req.dtype) == dt) and shapes.shape[1]:
-        return ARRAYS, (shapes, dt)
+        return ARRAYS, (req.samples, shapes, dt, False, None)
     return _other_kind(req)
 
 
@@ -203,14 +208,17 @@ def _tensors_kind(req: PadRequest) -> tuple:
     move): 1-D rows under the row options (read natively, or when small gathered by
     one ``torch.cat``), else ``tensors`` of one rank; another kind for anything these
     readers refuse (``dtype=``, other devices, dtypes or ranks, negative views)."""
-    samples, x0 = req.samples, req.samples[0]
-    carrier = None if x0.is_cuda or req.dtype is not None else tensor_carrier(x0.dtype)
+    samples, _, axes, shape, plan, _, _, dtype, _, out, _ = req  # (one unpacking: read per batch)
+    x0 = samples[0]
+    carrier = None if dtype is not None else CARRIERS.get(x0.dtype) or tensor_carrier(x0.dtype)
     if carrier is None:
         return _other_kind(req)
-    if req.axes is None and req.shape is None and req.out is None and x0.dim() == 1 and row_plan(req.plan):
-        read = tensor_reader.describe_rows(samples)
+    if axes is None and shape is None and out is None and x0.dim() == 1 and (plan is None or row_plan(plan)):
+        read = tensor_reader.describe_rows(samples)  # refuses CUDA tensors, as describe_tensors does
         if read is not None:
             return TOKEN_ROWS, (carrier, read)
+        if x0.is_cuda:  # (not gathered on the device)
+            return _other_kind(req)
         if len(samples) * x0.numel() <= CAT_ELEMENTS:  # long rows: the extra copy costs more than it saves
             read = cat_token_rows(samples)
             if read is not None:
@@ -227,8 +235,8 @@ def _other_kind(req: PadRequest) -> tuple:
     return (CUDA if backend_of(req.samples, what="arrays") == "cuda" else MIXED), None
 
 
-#: the reader that judges a batch's kind, by its first sample's type (torch tensors,
-#: whose type torch may subclass, and anything else are judged in _kind_of)
+#: the reader that judges a batch's kind, by its first sample's type (``torch.Tensor``
+#: joins once seen; its subclasses and anything else are judged in _kind_of)
 _READERS = {np.ndarray: _arrays_kind, list: _lists_kind}
 
 

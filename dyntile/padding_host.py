@@ -28,35 +28,32 @@ __all__ = ["copy_batch", "pad_arrays", "pad_mixed", "pad_tensors"]
 
 
 def pad_arrays(req, read) -> tuple:
-    """Native-order NumPy arrays of one rank and dtype (``read``: ``(shapes, dtype)``)."""
-    shapes, dt = read
-    return _write_host(req, req.samples, shapes, dt, False, None)
-
-
-def pad_mixed(req, read=None) -> tuple:
-    """Any other host batch (mixed kinds, dtypes to promote, ``dtype=``, lists beside
-    arrays, views NumPy must resolve): every sample read by NumPy, then one copy."""
-    host, shapes, dt, torch_like, token = normalize(req.samples, req.dtype, req.promote)
-    return _write_host(req, host, shapes, dt, torch_like, token)
-
-
-def _write_host(req, host: list, shapes: np.ndarray, dt: np.dtype, torch_like: bool, token) -> tuple:
-    """Pad the NumPy arrays ``host`` (of ``req.samples``) into one new or given batch."""
+    """NumPy arrays ``host`` (``read``: ``(host, shapes, dtype, torch_like, token)``; the
+    samples themselves when they are native-order arrays of one rank and dtype) padded
+    into one new or given batch of the samples' kind."""
+    host, shapes, dt, torch_like, token = read
+    samples, multiple, axes, shape, plan, fill, left, _, _, out, _ = req  # (one unpacking: read per batch)
     if dt.kind in "US":  # a fill of 0 would become the string '0'
-        i = next((i for i, x in enumerate(req.samples) if getattr(x, "dtype", dt) == dt), 0)
+        i = next((i for i, x in enumerate(samples) if getattr(x, "dtype", dt) == dt), 0)
         raise TypeError(
             f"sample {i} has dtype {dt}; pad_batch pads numbers (bool, integer, float, complex, "
             f"datetime) and records, not strings"
         )
-    out = req.out
-    target = (len(host),) + target_shape(shapes, req.multiple, req.axes, req.shape, req.plan)
-    dest = None if out is None else check_out(out, target, dt, "this batch", token, memory_of(req.samples))
+    target = (len(host),) + target_shape(shapes, multiple, axes, shape, plan)
+    dest = None if out is None else check_out(out, target, dt, "this batch", token, memory_of(samples))
     if dest is None:
         dest = np.empty(target, dt)
-    copy_batch(host, dest, req.fill, req.left, token)
+    copy_batch(host, dest, fill, left, token)
     lengths = shapes[:, 0].copy() if shapes.shape[1] == 1 else shapes
-    result = out if out is not None else wrap_like(dest, torch_like, token)
-    return result, (wrap_like(lengths, True) if torch_like else lengths)
+    if not torch_like:
+        return (dest if out is None else out), lengths
+    return (out if out is not None else wrap_like(dest, True, token)), wrap_like(lengths, True)
+
+
+def pad_mixed(req, read=None) -> tuple:
+    """Any other host batch (mixed kinds, dtypes to promote, ``dtype=``, lists beside
+    arrays, views NumPy must resolve): every sample read by NumPy, then :func:`pad_arrays`."""
+    return pad_arrays(req, normalize(req.samples, req.dtype, req.promote))
 
 
 def copy_batch(arrays: list, out: np.ndarray, fill, left: bool, token=None) -> None:
@@ -84,16 +81,16 @@ def pad_tensors(req, read) -> tuple:
     """CPU torch tensors of one rank and a dtype the kernels move, read by their
     pointers and strides (``read``: their carrier ``(dtype, token)`` and
     :func:`dyntile.tensor_reader.describe_tensors`'s answer): no per-sample NumPy views."""
-    samples, out = req.samples, req.out
+    samples, multiple, axes, shape, plan, fill, left, _, _, out, _ = req
     (dt, token), (shapes, strides, ptrs, _, _) = read
-    target = (len(samples),) + target_shape(shapes, req.multiple, req.axes, req.shape, req.plan)
+    target = (len(samples),) + target_shape(shapes, multiple, axes, shape, plan)
     dest = None
     if out is not None:
         near = _tensors_near(out, samples, ptrs, shapes, strides, dt.itemsize)
         dest = check_out(out, target, dt, "this batch", token, near)
-    bits = kernel_fill_bits(req.fill, dt, token)
+    bits = kernel_fill_bits(fill, dt, token)
     buf = dest if dest is not None and dest.flags.c_contiguous else np.empty(target, dt)
-    _pad.pad_pointers(ptrs, shapes, strides, buf, bits, req.left, copy_threads(buf.nbytes))
+    _pad.pad_pointers(ptrs, shapes, strides, buf, bits, left, copy_threads(buf.nbytes))
     if dest is not None and buf is not dest:
         dest[...] = buf
     lengths = shapes[:, 0].copy() if shapes.shape[1] == 1 else shapes

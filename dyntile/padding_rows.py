@@ -27,6 +27,7 @@ from dyntile.planning.buckets import BucketPlan
 from dyntile.threads import copy_threads
 
 __all__ = [
+    "CARRIERS",
     "CAT_ELEMENTS",
     "cat_token_rows",
     "native_row_dtype",
@@ -71,9 +72,14 @@ def tensor_carrier(dtype):
     if dtype.is_complex:
         return None
     try:
-        return torch_numpy_dtype(dtype)
+        carrier = CARRIERS[dtype] = torch_numpy_dtype(dtype)
     except (TypeError, ValueError, RuntimeError):
         return None
+    return carrier
+
+
+#: torch dtype -> its :func:`tensor_carrier` (those that have one), looked up per batch
+CARRIERS: dict = {}
 
 
 def native_row_layout(multiple: int, plan=None):
@@ -116,7 +122,7 @@ def row_setup(dt: np.dtype, token, multiple, plan, fill) -> tuple:
     key = (
         dt,
         token,
-        fill_key(fill),
+        (int, fill) if type(fill) is int else fill_key(fill),  # fill_key's, without its call for an int
         type(multiple),  # 8.0 == 8, but only 8 is a multiple
         multiple if plan is None else plan.boundaries,
     )  # a plan's hash costs more
@@ -164,9 +170,10 @@ def rows_from_pointers(req, read) -> tuple:
     :func:`dyntile.tensor_reader.describe_rows`'s ``(shapes, strides, ptrs, longest,
     total)``): one kernel copies from their memory."""
     (dt, token), (shapes, strides, ptrs, longest, total) = read
-    bits, size_of = row_setup(dt, token, req.multiple, req.plan, req.fill)
-    batch = np.empty((len(req.samples), size_of(longest)), dt)  # too short: plan.round_up raised
-    _pad.pad_pointers(ptrs, shapes, strides, batch, bits, req.left, copy_threads(batch.nbytes))
+    samples, multiple, _, _, plan, fill, left, _, _, _, _ = req  # (one unpacking: read per batch)
+    bits, size_of = row_setup(dt, token, multiple, plan, fill)
+    batch = np.empty((len(samples), size_of(longest)), dt)  # too short: plan.round_up raised
+    _pad.pad_pointers(ptrs, shapes, strides, batch, bits, left, copy_threads(batch.nbytes))
     batch = sys.modules["torch"].from_numpy(batch)
     return (batch if token is None else batch.view(token)), shapes.reshape(-1), longest, total
 
@@ -191,10 +198,10 @@ def number_rows(req, read=None):
     (a scan first for bools and floats). ``None`` when a list holds something else:
     another element type (nested lists, NumPy scalars), or an int the batch dtype cannot
     store exactly (past int64, rounded in float64); NumPy reads those."""
-    samples, plan, fill, left, out = req.samples, req.plan, req.fill, req.left, req.out
-    if req.axes is None and req.shape is None and out is None and row_plan(plan):
+    samples, multiple, axes, shape, plan, fill, left, _, _, out, _ = req  # (one unpacking: read per batch)
+    if axes is None and shape is None and out is None and (plan is None or row_plan(plan)):
         try:
-            bits, size_of = row_setup(_INT64, None, req.multiple, plan, fill)
+            bits, size_of = row_setup(_INT64, None, multiple, plan, fill)
         except (TypeError, ValueError):  # e.g. fill=0.5 (fine for float lists): the scan route checks
             bits = None
         if bits is not None:
@@ -204,7 +211,7 @@ def number_rows(req, read=None):
     lengths, dt = _number_lists.scan(samples)
     if dt is None:
         return None
-    target = (len(samples),) + target_shape(lengths.reshape(-1, 1), req.multiple, req.axes, req.shape, plan)
+    target = (len(samples),) + target_shape(lengths.reshape(-1, 1), multiple, axes, shape, plan)
     dest = np.empty(target, dt) if out is None else check_out(out, target, dt, "this batch")
     buf = dest if dest.flags.c_contiguous else np.empty(target, dt)
     if _number_lists.pad_into(samples, buf, fill_bits(fill, dt), left) != -1:
