@@ -66,7 +66,7 @@ def _pad_device(req, samples: list, fill, dtype, out) -> tuple:
     if req.device == "cuda":
         require_cuda()
     batch = _cuda.pad_into(samples, target, dt, bits, req.left, out=out)
-    return batch, (shapes[:, 0].copy() if shapes.shape[1] == 1 else shapes)
+    return batch, (shapes.ravel() if shapes.shape[1] == 1 else shapes)
 
 
 def _shapes_and_dtype(samples: list, dtype) -> tuple:

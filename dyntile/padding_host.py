@@ -44,7 +44,7 @@ def pad_arrays(req, read) -> tuple:
     if dest is None:
         dest = np.empty(target, dt)
     copy_batch(host, dest, fill, left, token)
-    lengths = shapes[:, 0].copy() if shapes.shape[1] == 1 else shapes
+    lengths = shapes.ravel() if shapes.shape[1] == 1 else shapes
     if not torch_like:
         return (dest if out is None else out), lengths
     return (out if out is not None else wrap_like(dest, True, token)), wrap_like(lengths, True)
@@ -93,7 +93,7 @@ def pad_tensors(req, read) -> tuple:
     _pad.pad_pointers(ptrs, shapes, strides, buf, bits, left, copy_threads(buf.nbytes))
     if dest is not None and buf is not dest:
         dest[...] = buf
-    lengths = shapes[:, 0].copy() if shapes.shape[1] == 1 else shapes
+    lengths = shapes.ravel() if shapes.shape[1] == 1 else shapes
     batch = out if out is not None else wrap_like(buf, True, token)
     return batch, sys.modules["torch"].from_numpy(lengths)
 

@@ -175,7 +175,7 @@ def rows_from_pointers(req, read) -> tuple:
     batch = np.empty((len(samples), size_of(longest)), dt)  # too short: plan.round_up raised
     _pad.pad_pointers(ptrs, shapes, strides, batch, bits, left, copy_threads(batch.nbytes))
     batch = sys.modules["torch"].from_numpy(batch)
-    return (batch if token is None else batch.view(token)), shapes.reshape(-1), longest, total
+    return (batch if token is None else batch.view(token)), shapes.ravel(), longest, total
 
 
 def rows_from_buffer(req, read) -> tuple:
