@@ -23,7 +23,9 @@ from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import backend_of, is_cuda_array, is_torch_tensor
 from dyntile.fill import kernel_fill_bits
-from dyntile.padding import _as_list, _check_side, _normalize, cat_token_rows, check_plan, pad_batch
+from dyntile.padding import check_plan, pad_batch
+from dyntile.padding_rows import cat_token_rows
+from dyntile.padding_samples import as_sample_list, check_side, normalize
 from dyntile.threads import copy_threads
 
 __all__ = ["concat_rows", "pad_jagged"]
@@ -52,7 +54,7 @@ def concat_rows(samples):
     >>> values, lengths
     (array([1, 2, 3, 4, 5]), array([3, 0, 2]))
     """
-    samples = _as_list(samples)
+    samples = as_sample_list(samples)
     if not samples:
         raise ValueError("concat_rows needs at least one sample, but got an empty sequence")
     x0 = samples[0]
@@ -70,7 +72,7 @@ def concat_rows(samples):
             "concat_rows runs on the host, but the samples are on a CUDA device; "
             "concatenate device arrays on the device (e.g. torch.cat)"
         )
-    arrays, shapes, _, torch_like, token = _normalize(samples, None)
+    arrays, shapes, _, torch_like, token = normalize(samples, None)
     bad = np.flatnonzero((shapes[:, 1:] != shapes[0, 1:]).any(axis=1))
     if bad.size:
         i = int(bad[0])
@@ -137,10 +139,8 @@ def pad_jagged(values, lengths, *, multiple: int = 8, shape=None, plan=None, fil
         ``T``: the longest row rounded up to ``multiple`` (default), to the 1-axis
         ``plan``'s boundary, or ``shape[0]`` (``shape`` is ``(T,)`` or ``(T, *rest)``).
         Never cuts: a ``T`` shorter than a row is an error.
-    fill : scalar
-        Value written in the padding; must be storable in the dtype.
-    side : {"right", "left"}
-        Where padding goes ("left": each row's data ends at ``T``).
+    fill, side
+        The padding's value (storable in the dtype) and side ("left": data ends at ``T``).
 
     Returns
     -------
@@ -153,47 +153,50 @@ def pad_jagged(values, lengths, *, multiple: int = 8, shape=None, plan=None, fil
            [0, 0, 0, 0],
            [4, 5, 0, 0]])
     """
-    left = _check_side(side)
+    left = check_side(side)
+    arr, token = _host_values(values)
+    rows = _row_lengths(lengths)
+    if sum(rows) != arr.shape[0]:
+        raise ValueError(f"lengths sum to {sum(rows)}, but values has {arr.shape[0]} rows along axis 0")
+    T = _padded_length(max(rows, default=0), multiple, shape, plan, tuple(arr.shape[1:]))
+    batch = _write_rows(arr, rows, T, fill, left, token)
+    out_lengths = np.array(rows, dtype=np.int64)
+    if is_torch_tensor(values):
+        return wrap_like(batch, True, token), sys.modules["torch"].from_numpy(out_lengths)
+    return batch, out_lengths
+
+
+def _host_values(values) -> tuple:
+    """``(array, token)``: ``values`` as a native-order NumPy array of rank ``>= 1`` (its
+    torch-only dtype as ``token``); ``TypeError`` for device arrays, ``ValueError`` for 0-d."""
     if is_cuda_array(values):
         raise TypeError(
             "pad_jagged runs on the host, but values is on a CUDA device; pad device arrays "
             "with pad_batch (CUDA kernels), or copy values to the host first"
         )
-    torch_like = is_torch_tensor(values)
     arr, token = as_numpy(values, what="values")
     if arr.ndim == 0:
         raise ValueError("values should have shape (N, *rest), but got a 0-d array")
     if not arr.dtype.isnative:  # the kernel copies raw bytes into a native-order output
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    rows = _row_lengths(lengths)
-    total = sum(rows)
-    if total != arr.shape[0]:
-        raise ValueError(f"lengths sum to {total}, but values has {arr.shape[0]} rows along axis 0")
+    return arr, token
+
+
+def _write_rows(arr: np.ndarray, rows: list, T: int, fill, left: bool, token) -> np.ndarray:
+    """The ``(B, T, *rest)`` batch of the rows ``rows`` of ``arr``: one kernel call, or
+    :func:`pad_batch` over row views for a dtype the width-typed kernels do not move."""
     rest = tuple(arr.shape[1:])
-    T = _padded_length(max(rows, default=0), multiple, shape, plan, rest)
     bits = kernel_fill_bits(fill, arr.dtype, token)
     if bits is None and not rows:
-        batch = np.empty((0, T) + rest, arr.dtype)
-    elif bits is None:  # a dtype the width-typed kernels do not move: one row view per sample
+        return np.empty((0, T) + rest, arr.dtype)
+    if bits is None:
         ends = np.cumsum(rows).tolist()
-        batch, _ = pad_batch(
-            [arr[e - n : e] for n, e in zip(rows, ends)], shape=(T,) + rest, fill=fill, side=side
-        )
-    else:  # each row is lengths[i] * R contiguous elements; pad it to T * R
-        R = math.prod(rest)
-        flat = np.ascontiguousarray(arr)
-        batch = _pad.pad_flat_rows(
-            flat.ctypes.data,
-            flat.size,
-            [n * R for n in rows] if R != 1 else rows,
-            flat.dtype,
-            lambda _longest: T * R,
-            bits,
-            left,
-            copy_threads,
-        )[0]
-        batch = batch.reshape((len(rows), T) + rest)
-    out_lengths = np.array(rows, dtype=np.int64)
-    if torch_like:
-        return wrap_like(batch, True, token), sys.modules["torch"].from_numpy(out_lengths)
-    return batch, out_lengths
+        views = [arr[e - n : e] for n, e in zip(rows, ends)]
+        return pad_batch(views, shape=(T,) + rest, fill=fill, side="left" if left else "right")[0]
+    R = math.prod(rest)  # each row is lengths[i] * R contiguous elements; pad it to T * R
+    flat = np.ascontiguousarray(arr)
+    lengths = [n * R for n in rows] if R != 1 else rows
+    batch = _pad.pad_flat_rows(
+        flat.ctypes.data, flat.size, lengths, flat.dtype, lambda _longest: T * R, bits, left, copy_threads
+    )[0]
+    return batch.reshape((len(rows), T) + rest)

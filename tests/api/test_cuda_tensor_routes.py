@@ -15,7 +15,6 @@ if importlib.util.find_spec("numba") is None:  # found, not imported: tests/cuda
     pytest.skip("numba is not installed", allow_module_level=True)  # simulator up before numba loads
 
 import dyntile as dt  # noqa: E402
-from dyntile import padding  # noqa: E402
 
 
 class CudaLike(torch.Tensor):
@@ -123,13 +122,18 @@ def test_torch_only_dtype_out_and_errors(kernels, monkeypatch):
         dt.pad_batch([xs[0], on_cuda(torch.ones(3))])
     with pytest.raises(ValueError, match="overflows torch.bfloat16"):
         dt.pad_batch(xs, fill=1e39)
-    monkeypatch.setattr(padding, "_require_cuda", lambda: None)  # device="cuda" on a machine without one
+    from numba import cuda as numba_cuda
+
+    # on a machine without CUDA a call's own mistakes are named first, then the machine's
+    monkeypatch.setattr(numba_cuda, "is_available", lambda: False)
     with pytest.raises(
         TypeError, match="keeps the samples' dtype torch.bfloat16, but got dtype=torch.float32"
     ):
         dt.pad_batch(xs, dtype=torch.float32, device="cuda")
     with pytest.raises(TypeError, match="cannot hold torch.bfloat16; move the tensors to the GPU"):
         dt.pad_batch([plain(x) for x in xs], device="cuda")
+    with pytest.raises(RuntimeError, match="device='cuda' needs a CUDA GPU"):
+        dt.pad_batch([np.ones(3, np.float32)], device="cuda")
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e5m2])

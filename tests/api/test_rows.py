@@ -88,15 +88,17 @@ def test_bad_side_is_an_error():
         dt.pad_rows([[1]], side="up")
 
 
-def test_plan_row_length_equals_round_up():
-    """The collate's cached row length for a one-axis plan is plan.round_up's, errors included."""
-    from dyntile.padding import _plan_rows
+@pytest.mark.parametrize("kind", ["lists", "tensors"])
+def test_plan_row_length_equals_round_up(kind):
+    """The row routes' cached row length for a one-axis plan is plan.round_up's, errors included."""
     from dyntile.planning import BucketPlan
 
     plan = BucketPlan((8, 24, 48, 1000))
-    size_of = _plan_rows(plan)
+    row = (lambda n: [7] * n) if kind == "lists" else (lambda n: torch.full((n,), 7))
     for n in list(range(0, 60)) + [999, 1000]:
-        assert size_of(n) == plan.round_up(n)[0]
-    for n in (1001, 10**9):
+        batch, _, longest, _ = dt.pad_rows([row(n), row(0)], plan=plan)
+        assert longest == n and batch.shape[1] == plan.round_up(n)[0]
+    for n in (1001, 3000):
+        assert dt.pad_rows([row(n)], plan=plan) is None
         with pytest.raises(ValueError, match="over the largest boundary 1000"):
-            size_of(n)
+            dt.pad_batch([row(n)], plan=plan)

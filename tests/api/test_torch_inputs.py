@@ -9,18 +9,16 @@ torch = pytest.importorskip("torch")
 from torch.nn.utils.rnn import pad_sequence  # noqa: E402
 
 import dyntile as dt  # noqa: E402
-from dyntile import padding  # noqa: E402
+from dyntile import tensor_reader  # noqa: E402
 
 
 @pytest.mark.parametrize(
     "dtype", [torch.float32, torch.int64, torch.bfloat16, torch.float16, torch.bool, torch.uint8]
 )
 @pytest.mark.parametrize("side", ["right", "left"])
-@pytest.mark.parametrize(
-    "cat_elements", [1 << 20, 0]
-)  # 1-D batches through torch.cat, or read tensor by tensor
-def test_pad_batch_matches_pad_sequence(dtype, side, cat_elements, monkeypatch):
-    monkeypatch.setattr(padding, "_CAT_ELEMENTS", cat_elements)
+@pytest.mark.parametrize("native", [True, False])  # 1-D rows read natively, or gathered by torch.cat
+@pytest.mark.parametrize("axes", [None, 0])  # axes=0: read as N-D tensors, tensor by tensor
+def test_pad_batch_matches_pad_sequence(dtype, side, native, axes):
     g = torch.Generator().manual_seed(0)
     seqs = [
         (torch.randn(int(n), generator=g) * 10).to(dtype) for n in torch.randint(0, 40, (9,), generator=g)
@@ -28,7 +26,8 @@ def test_pad_batch_matches_pad_sequence(dtype, side, cat_elements, monkeypatch):
     seqs[3] = seqs[3].flip(0)  # negative-stride-like view
     seqs[4] = torch.randn(80, generator=g).to(dtype)[::2]  # strided view
     fill = 1
-    batch, lengths = dt.pad_batch(seqs, multiple=1, fill=fill, side=side)
+    with tensor_reader.use_native(native):
+        batch, lengths = dt.pad_batch(seqs, multiple=1, fill=fill, side=side, axes=axes)
     ref = pad_sequence(seqs, batch_first=True, padding_value=fill, padding_side=side)
     assert isinstance(batch, torch.Tensor) and batch.dtype == dtype
     assert torch.equal(batch, ref)
