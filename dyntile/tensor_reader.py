@@ -36,12 +36,12 @@ __all__ = [
 
 _UNSET = object()
 _native = _UNSET
-NATIVE_API = 5  # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
+NATIVE_API = 6  # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
 
 
 def native_module():
     """The native module :mod:`dyntile.cpu.torch_tensors` (``describe``, ``dict_columns``,
-    ``read_dicts``, ``write_dicts``), or ``None`` when it was not built or was built for another torch
+    ``collate_dicts``), or ``None`` when it was not built or was built for another torch
     version (its layout of tensors may differ), or torch is not loaded yet."""
     global _native
     if _native is _UNSET:

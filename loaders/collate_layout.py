@@ -1,12 +1,15 @@
 """The layout of a batch: what each key becomes, decided once per batch, in one place.
 
 A batch of flat dicts of rows and numbers (a tokenizer's, a dataset's of tensors) runs in
-three steps: the native reader (``read_dicts`` of :mod:`dyntile.cpu.torch_tensors`)
-reports, per key, what its values are and their longest row and total length;
-:func:`layout_batch` decides from that and the collate's :class:`DictSpec` every key's
-width, dtype and fill, which key gives the mask and lengths, and the batch's counts; the
-native writer (``write_dicts``) writes that :class:`BatchLayout` into new tensors. The
-reader and the writer decide nothing.
+one native call (``collate_dicts`` of :mod:`dyntile.cpu.torch_tensors`), in three steps:
+its reader reports the batch's facts (per key, what its values are, whether its rows share
+one length, and its longest row) and each key's total length; :func:`layout_batch` decides
+from the facts and the collate's :class:`DictSpec` every key's width, dtype and fill,
+which key gives the mask and lengths, and which keys the counts are of; its writer writes
+that :class:`BatchLayout` into new tensors. The reader and the writer decide nothing. A
+layout depends on the facts alone, which take few values in a run (the lengths enter by
+their longest row only): each is decided once, kept in the spec, and found there by the
+native call itself.
 
 The rules of a batch are small functions here, which the Python executor
 (:mod:`loaders.collate_python`) applies too:
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import torch
@@ -40,6 +44,7 @@ __all__ = [
     "DictSpec",
     "NUMBER_DTYPES",
     "counted",
+    "key_code",
     "layout_batch",
     "mask_of",
     "stacks",
@@ -52,14 +57,25 @@ NUMBER_DTYPES = {int: torch.int64, float: torch.float64, bool: torch.bool}
 #: copies of more bytes than this go to the threaded kernels of the Python executor
 ONE_THREAD_BYTES = PARALLEL_COPY_BYTES - 1
 
-# the kinds the native reader reports: its module constants, written once, in the C++
-# (without a usable native module no batch is laid out, and they are never read)
+#: layouts a spec keeps (one per distinct facts) before it starts over
+MAX_LAYOUTS = 1024
+
+# the kinds and flags of the native reader's key codes: its module constants, written
+# once, in the C++ (without a usable native module no batch is laid out, and they are
+# never read)
 try:
     from dyntile.cpu import torch_tensors as _reader
 except ImportError:
     _reader = None
+LIST_ROWS = getattr(_reader, "LIST_ROWS", None)
 TENSOR_ROWS = getattr(_reader, "TENSOR_ROWS", None)
 TENSOR_SCALARS = getattr(_reader, "TENSOR_SCALARS", None)
+GRAD = getattr(_reader, "GRAD", 0)
+ONE_LENGTH = getattr(_reader, "ONE_LENGTH", 0)
+_KIND_BITS = GRAD - 1  # the bits of the kind, below the flags
+_DTYPE_SHIFT = 5  # a tensor key's code holds 1 + its scalar type from this bit on
+#: the torch dtype of a code's scalar type: ``_DTYPES[code >> _DTYPE_SHIFT]`` (None: no tensor)
+_DTYPES = _reader.scalar_dtypes() if _reader is not None else (None,)
 _KIND_DTYPES = {
     getattr(_reader, "INTS", None): NUMBER_DTYPES[int],
     getattr(_reader, "FLOATS", None): NUMBER_DTYPES[float],
@@ -67,14 +83,26 @@ _KIND_DTYPES = {
 }
 
 
-def stacks(always: bool, rows: int, longest: int, total: int) -> bool:
-    """Whether a row key is stacked as it is: its ``rows`` share one length (``longest *
-    rows == total``) and it is no declared sequence (``always``).
+def key_code(kind: int, dtype=None, grad: bool = False, one_length: bool = False) -> int:
+    """The native reader's code of a key (what it reports in a batch's facts):
+    its ``kind`` (a module constant: ``LIST_ROWS``...), the tensors' torch ``dtype`` (None
+    for Python values), whether one requires grad, and whether its rows share one length.
 
-    >>> stacks(False, 3, 4, 12), stacks(True, 3, 4, 12), stacks(False, 3, 4, 10)
+    >>> key_code(LIST_ROWS, one_length=True) == LIST_ROWS | ONE_LENGTH
+    True
+    """
+    typed = 0 if dtype is None else _DTYPES.index(dtype) << _DTYPE_SHIFT
+    return kind | (GRAD if grad else 0) | (ONE_LENGTH if one_length else 0) | typed
+
+
+def stacks(always: bool, one_length: bool) -> bool:
+    """Whether a row key is stacked as it is: its rows share one length (``one_length``)
+    and it is no declared sequence (``always``).
+
+    >>> stacks(False, True), stacks(True, True), stacks(False, False)
     (True, False, False)
     """
-    return not always and longest * rows == total
+    return one_length and not always
 
 
 def mask_of(padded, mask_from=None):
@@ -139,9 +167,10 @@ class DictSpec:
     left: bool
 
     def __post_init__(self):
-        # read per batch: each key's flags, and its fill bits by dtype (None: not holdable)
-        self.flags = tuple((r.row, r.always, r.align) for r in self.rules)
+        # each key's fill bits by dtype (None: not holdable), and the layout of each facts seen
         self.bits = tuple({} for _ in self.rules)
+        self.layouts = {}
+        self.decide = functools.partial(layout_batch, self)  # what the native call asks for new facts
 
     def __eq__(self, other) -> bool:
         return isinstance(other, DictSpec) and (
@@ -203,8 +232,8 @@ class BatchLayout(NamedTuple):
     """What the writer makes of a batch of ``B`` flat dicts: per key its width (the padded
     ``T`` of a row key, its one length when stacked; 0 for numbers), dtype and fill bits;
     the index of the mask key (-1: none) and what to make of it (``want``); the side; the
-    counts of the padded keys (real and total elements, and ``(key, (B, T))`` in
-    :func:`counted`'s order)."""
+    keys the counts are of (their indices, in :func:`counted`'s order; ``None`` when they
+    are every row key), their padded elements, and ``(key, (B, T))`` of each."""
 
     widths: tuple
     dtypes: tuple
@@ -212,100 +241,111 @@ class BatchLayout(NamedTuple):
     mark: int
     want: int
     left: bool
-    real: int
+    counted: tuple | None
     total: int
-    shapes: list
+    shapes: tuple
+
+    def real(self, totals: tuple) -> int:
+        """The data elements of the counted keys, whose lengths sum to ``totals`` (per key:
+        0 for a number key)."""
+        if self.counted is None:
+            return sum(totals)
+        return sum(map(totals.__getitem__, self.counted))
 
 
-def layout_batch(spec: DictSpec, read: tuple) -> BatchLayout | None:
-    """The layout of a batch whose ``read`` is ``(B, per key (kind, dtype, longest, total,
-    grad))`` (``read_dicts``'s report), or ``None`` when the Python executor collates it:
-    a key of another kind than the plan's (the structure changed), a longest row past the
-    plan (its overflow rule), rows of one length requiring grad (``torch.stack`` records
-    autograd), a copy large enough for the threaded kernels, or a fill the dtype cannot
-    hold (it is named there).
+def layout_batch(spec: DictSpec, facts: tuple) -> BatchLayout | None:
+    """The layout of a batch whose ``facts`` are ``(B, code, longest, code, longest, ...)``
+    (the native reader's report: per key its :func:`key_code` and longest row), or ``None``
+    when the Python executor collates it: a key of another kind than the plan's (the
+    structure changed), a longest row past the plan (its overflow rule), rows of one
+    length requiring grad (``torch.stack`` records autograd), a copy large enough for the
+    threaded kernels, or a fill the dtype cannot hold (it is named there). Decided once
+    per facts, then kept in ``spec``.
 
-    >>> native = tensor_reader.native_module()
     >>> ids = KeyRule("ids", row=True, always=False, align=True, fill=0)
     >>> spec = DictSpec(("ids",), (ids,), size_of_rows(8, None), mask_from=-1, want=3, left=False)
-    >>> layout = layout_batch(spec, (2, ((native.LIST_ROWS, None, 3, 4, False),)))
-    >>> layout.widths, layout.mark, layout.real, layout.total, layout.shapes
-    ((8,), 0, 4, 16, [('ids', (2, 8))])
+    >>> layout = layout_batch(spec, (2, key_code(LIST_ROWS), 3))
+    >>> layout.widths, layout.mark, layout.real((4,)), layout.total, layout.shapes
+    ((8,), 0, 4, 16, (('ids', (2, 8)),))
     """
-    B, keys = read
-    size_of, flags, bits_of, names = spec.size_of, spec.flags, spec.bits, spec.keys
-    m = size_of.m if type(size_of) is _Multiple else 0
+    layouts = spec.layouts
+    layout = layouts.get(facts, _UNSET)
+    if layout is _UNSET:
+        if len(layouts) >= MAX_LAYOUTS:
+            layouts.clear()
+        layout = layouts[facts] = _decide(spec, facts)
+    return layout
+
+
+def _decide(spec: DictSpec, facts: tuple) -> BatchLayout | None:
+    """:func:`layout_batch`'s answer, worked out: the rules applied key by key."""
+    B = facts[0]
+    codes, longests = facts[1::2], facts[2::2]
     widths, dtypes, bits = [], [], []
-    padded, stacked, shapes = [], None, []  # shapes: see counted
-    real = total = 0
-    for j, (kind, dtype, longest, rows_total, grad) in enumerate(keys):
-        row, always, align = flags[j]
+    padded, stacked, shapes = [], [], []  # shapes: see counted
+    total = 0
+    for j, (rule, code, longest) in enumerate(zip(spec.rules, codes, longests)):
+        kind, dtype, grad = code & _KIND_BITS, _DTYPES[code >> _DTYPE_SHIFT], bool(code & GRAD)
         if kind > TENSOR_ROWS:  # numbers
-            if row or grad:  # a row key of the plan holds numbers; torch.stack records autograd
+            if rule.row or grad:  # a row key of the plan holds numbers; torch.stack records autograd
                 return None
             widths.append(0)
             dtypes.append(dtype if kind == TENSOR_SCALARS else _KIND_DTYPES[kind])
             bits.append(0)
             continue
-        if not row:
+        if not rule.row:
             return None
-        T = -(-longest // m) * m if m else size_of(longest)
-        b = bits_of[j].get(dtype, _UNSET)
-        if b is _UNSET:
-            b = spec.fill_bits(j, dtype)
+        T = spec.size_of(longest)
+        b = spec.fill_bits(j, dtype)
         if T < 0 or b is None or T * B * (8 if dtype is None else dtype.itemsize) > ONE_THREAD_BYTES:
             return None
-        if stacks(always, B, longest, rows_total):
+        if stacks(rule.always, bool(code & ONE_LENGTH)):
             if grad:
                 return None
             T = longest
-            if stacked is None:
-                stacked = []
             stacked.append(j)
         else:
             padded.append(j)
-            shapes.append((names[j], (B, T)))
-            real += rows_total
+            shapes.append((rule.key, (B, T)))
             total += B * T
         widths.append(T)
-        dtypes.append(_INT64 if dtype is None else dtype)
+        dtypes.append(torch.int64 if dtype is None else dtype)
         bits.append(b)
     mark = mask_of(padded, None if spec.mask_from < 0 else spec.mask_from)
     if mark is None:
-        return _new(BatchLayout, (tuple(widths), tuple(dtypes), tuple(bits), -1, 0, spec.left, 0, 0, []))
-    if stacked is not None:
-        _, _, m_longest, m_total, _ = keys[mark]
-        mark_length = m_longest if m_longest * B == m_total else None
-        width = widths[mark]
-        for j in stacked:
-            if widens(flags[j][2], keys[j][2], mark_length, width):
-                widths[j] = width
-                shapes.append((names[j], (B, width)))  # after the padded keys: see counted
-                real += keys[j][3]
-                total += B * width
-    layout = (tuple(widths), tuple(dtypes), tuple(bits), mark, spec.want, spec.left, real, total, shapes)
-    return _new(BatchLayout, layout)
-
-
-_new = tuple.__new__
-_INT64 = torch.int64
+        return BatchLayout(tuple(widths), tuple(dtypes), tuple(bits), -1, 0, spec.left, (), 0, ())
+    mark_length = longests[mark] if codes[mark] & ONE_LENGTH else None
+    width = widths[mark]
+    widened = [j for j in stacked if widens(spec.rules[j].align, longests[j], mark_length, width)]
+    for j in widened:
+        widths[j] = width
+        shapes.append((spec.keys[j], (B, width)))  # after the padded keys: see counted
+        total += B * width
+    every = len(widened) == len(stacked)  # every row key counted: the counts are the whole batch's
+    keys = None if every else tuple(counted(padded, widened))
+    layout = (
+        tuple(widths),
+        tuple(dtypes),
+        tuple(bits),
+        mark,
+        spec.want,
+        spec.left,
+        keys,
+        total,
+        tuple(shapes),
+    )
+    return BatchLayout(*layout)
 
 
 def run_layout(samples: list, spec: DictSpec) -> tuple | None:
     """``(out, mask, lengths, real, total, shapes)`` of ``samples`` by the native reader,
-    :func:`layout_batch` and the native writer; ``None`` when the batch is for the Python
-    executor (another structure, a value the reader does not take, a layout it decides
-    there, or a list holding other numbers than ints, which the writer meets)."""
+    :func:`layout_batch` and the native writer (one native call: a layout kept for the
+    batch's facts is found there); ``None`` when the batch is for the Python executor
+    (another structure, a value the reader does not take, a layout it decides there, or a
+    list holding other numbers than ints, which the writer meets)."""
     native = tensor_reader.native_module()
-    got = None if native is None else native.read_dicts(samples, spec.keys)  # None: switched off
-    if got is None:
+    got = None if native is None else native.collate_dicts(samples, spec.keys, spec.layouts, spec.decide)
+    if got is None:  # None: switched off, or for the Python executor
         return None
-    read, keys = got
-    layout = layout_batch(spec, (len(samples), keys))
-    if layout is None:
-        return None
-    written = native.write_dicts(read, *layout[:6])  # widths, dtypes, bits, mark, want, left
-    if written is None:
-        return None
-    out, mask, lengths = written
-    return out, mask, lengths, layout.real, layout.total, layout.shapes
+    out, mask, lengths, layout, totals = got
+    return out, mask, lengths, layout.real(totals), layout.total, layout.shapes

@@ -182,7 +182,7 @@ class PythonBatch:
         shape = tuple(batch.shape)
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
-        if stacks(spec.always, len(items), longest, total):  # one length: the samples, stacked
+        if stacks(spec.always, longest * len(items) == total):  # one length: the samples, stacked
             return self.stacked(items, spec, _stacked_rows(batch, longest, r.side, items))
         self._note(key, lengths, (0,), shape, total)
         return batch

@@ -59,7 +59,7 @@ class CollateStats:
             int(batch_stats.get("plan_extensions", 0)),
         )
 
-    def add(self, real: int, padded: int, shapes: list, truncated: int = 0, extended: int = 0) -> None:
+    def add(self, real: int, padded: int, shapes, truncated: int = 0, extended: int = 0) -> None:
         """Add one batch's counts given as ints and its ``(key, shape tuple)`` pairs
         (what a collate calls per batch: no dict, no conversions)."""
         self.batches += 1
@@ -90,13 +90,14 @@ class CollateStats:
 STATS_KEY = "collate_stats"
 
 
-def batch_counts(real: int, padded: int, shapes: list, truncated: int = 0, extended: int = 0) -> dict:
+def batch_counts(real: int, padded: int, shapes, truncated: int = 0, extended: int = 0) -> dict:
     """One batch's counts, as a collate with ``return_stats=True`` adds them under
-    :data:`STATS_KEY` (and :meth:`CollateStats.update` reads them back)."""
+    :data:`STATS_KEY` (and :meth:`CollateStats.update` reads them back); ``shapes`` is
+    copied into a list of the batch's own (a collate's may be shared with later batches)."""
     return {
         "real_elements": real,
         "padded_elements": padded,
-        "shapes": shapes,
+        "shapes": list(shapes),
         "truncated_samples": truncated,
         "plan_extensions": extended,
     }
