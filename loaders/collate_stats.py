@@ -74,16 +74,10 @@ class CollateStats:
             seen[shape] = seen.get(shape, 0) + 1
 
     def as_dict(self) -> dict:
-        """Plain-Python summary (for logging)."""
-        return {
-            "batches": self.batches,
-            "real_elements": self.real_elements,
-            "padded_elements": self.padded_elements,
-            "padding_ratio": self.padding_ratio,
-            "distinct_shapes": self.distinct_shapes,
-            "truncated_samples": self.truncated_samples,
-            "plan_extensions": self.plan_extensions,
-        }
+        """Plain-Python summary (for logging): the counts, the padding ratio and the number
+        of distinct shapes (not the shapes themselves)."""
+        counts = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "shapes"}
+        return {**counts, "padding_ratio": self.padding_ratio, "distinct_shapes": self.distinct_shapes}
 
 
 #: the key under which a batch carries its counts (``return_stats=True``)

@@ -820,75 +820,49 @@ def test_flat_rows_route_equals_the_walk(
     from dyntile import tensor_reader
 
     with tensor_reader.use_native(native):
-        _flat_rows_case(
-            lengths,
-            equal,
-            kind,
-            side,
-            use_plan,
-            named,
-            mask_from,
-            return_stats,
-            outputs,
-            number,
-            number_first,
+        if equal:
+            lengths = [lengths[0]] * len(lengths)
+        rng = np.random.default_rng(sum(lengths) + len(lengths))
+        seqs = [rng.integers(1, 500, n) for n in lengths]
+
+        def leaf(a, i):
+            if kind == "list" or (kind == "mixed" and i == 0):
+                return a.tolist()
+            t = torch.from_numpy(np.repeat(a, 2))[::2] if kind == "strided" else torch.from_numpy(a.copy())
+            return t
+
+        samples = [{"input_ids": leaf(s, 0), "labels": leaf(s * 2, 1)} for s in seqs]
+        if number is not None:
+            value = NUMBER_KEYS[number]
+            samples = [
+                dict({"label": value(i)}, **x) if number_first else dict(x, label=value(i))
+                for i, x in enumerate(samples)
+            ]
+        if outputs == "mask key in data":  # a sample's own attention_mask is kept, not replaced
+            samples = [
+                dict(x, attention_mask=leaf(np.ones(len(s), np.int64), 0)) for x, s in zip(samples, seqs)
+            ]
+        pad_keys = {"default": None, "none": (), "labels": ("labels",)}[named]
+        options = dict(
+            plan=BucketPlan((8, 32)) if use_plan else None,
+            side=side,
+            pad_keys=pad_keys,
+            pad_values={"input_ids": 0, "labels": -100} if named == "default" else None,
+            mask_from=mask_from,
+            return_stats=return_stats,
+            mask_key=None if outputs == "no mask" else "attention_mask",
+            lengths_key=None if outputs == "no lengths" else "lengths",
+            mask_dtype=torch.float32 if outputs == "float mask" else torch.bool,
         )
-
-
-def _flat_rows_case(
-    lengths,
-    equal,
-    kind,
-    side,
-    use_plan,
-    named,
-    mask_from,
-    return_stats,
-    outputs,
-    number=None,
-    number_first=False,
-):
-    if equal:
-        lengths = [lengths[0]] * len(lengths)
-    rng = np.random.default_rng(sum(lengths) + len(lengths))
-    seqs = [rng.integers(1, 500, n) for n in lengths]
-
-    def leaf(a, i):
-        if kind == "list" or (kind == "mixed" and i == 0):
-            return a.tolist()
-        t = torch.from_numpy(np.repeat(a, 2))[::2] if kind == "strided" else torch.from_numpy(a.copy())
-        return t
-
-    samples = [{"input_ids": leaf(s, 0), "labels": leaf(s * 2, 1)} for s in seqs]
-    if number is not None:
-        value = NUMBER_KEYS[number]
-        samples = [
-            dict({"label": value(i)}, **x) if number_first else dict(x, label=value(i))
-            for i, x in enumerate(samples)
-        ]
-    if outputs == "mask key in data":  # a sample's own attention_mask is kept, not replaced
-        samples = [dict(x, attention_mask=leaf(np.ones(len(s), np.int64), 0)) for x, s in zip(samples, seqs)]
-    pad_keys = {"default": None, "none": (), "labels": ("labels",)}[named]
-    options = dict(
-        plan=BucketPlan((8, 32)) if use_plan else None,
-        side=side,
-        pad_keys=pad_keys,
-        pad_values={"input_ids": 0, "labels": -100} if named == "default" else None,
-        mask_from=mask_from,
-        return_stats=return_stats,
-        mask_key=None if outputs == "no mask" else "attention_mask",
-        lengths_key=None if outputs == "no lengths" else "lengths",
-        mask_dtype=torch.float32 if outputs == "float mask" else torch.bool,
-    )
-    fast, walk = DynTileCollate(**options), DynTileCollate(**options)
-    try:
-        want = _walk_only(walk, samples)
-    except Exception as e:  # the same error, by the same route
-        with pytest.raises(type(e), match=re.escape(str(e)[:40])):
-            fast(samples)
-        return
-    assert_same_batch(fast(samples), want)
-    assert fast.stats.as_dict() == walk.stats.as_dict() and fast.stats.shapes == walk.stats.shapes
+        fast, walk = DynTileCollate(**options), DynTileCollate(**options)
+        try:
+            want = _walk_only(walk, samples)
+        except Exception as e:  # the same error, by the same route
+            with pytest.raises(type(e), match=re.escape(str(e)[:40])):
+                fast(samples)
+            return
+        assert_same_batch(fast(samples), want)
+        assert fast.stats.as_dict() == walk.stats.as_dict() and fast.stats.shapes == walk.stats.shapes
 
 
 def assert_same_batch(got: dict, want: dict) -> None:
