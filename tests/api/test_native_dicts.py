@@ -14,7 +14,7 @@ from dyntile import tensor_reader  # noqa: E402
 from reference import pad_reference, torch_real_dtypes  # noqa: E402
 
 native = tensor_reader.native_module()
-pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu.torch_tensors not built for this torch")
+pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu._torch_tensors not built for this torch")
 
 DTYPES = torch_real_dtypes()
 

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
+import loaders._collate_python as _collate_python
 import loaders.collate as collate_module
-import loaders.collate_python as collate_python
 from dyntile.planning import BucketPlan, plan_buckets
 from loaders import DynTileCollate
 from test_collate_outputs import python_only
@@ -675,7 +675,7 @@ def test_pin_memory_skipped_in_a_worker_with_one_warning(monkeypatch):
 )
 def test_tensor_leaves_without_the_native_reader(test):
     """The same answers when tensors are read through torch's bindings (a build without
-    dyntile.cpu.torch_tensors, or another torch version)."""
+    dyntile.cpu._torch_tensors, or another torch version)."""
     from dyntile import tensor_reader
 
     with tensor_reader.use_native(False):
@@ -724,7 +724,7 @@ def _walk_only(collate: DynTileCollate, samples):
 
 def _no_python_executor(monkeypatch):
     """Fail the test if a batch reaches the Python executor (a test that the native one runs)."""
-    monkeypatch.setattr(collate_python, "run", lambda *a: pytest.fail("ran the Python executor"))
+    monkeypatch.setattr(_collate_python, "run", lambda *a: pytest.fail("ran the Python executor"))
 
 
 @pytest.mark.parametrize("route", ["native", "bindings", "walk"])
@@ -880,7 +880,7 @@ def test_flat_rows_route_is_taken(monkeypatch):
     from dyntile import tensor_reader
 
     if tensor_reader.native_module() is None:
-        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+        pytest.skip("dyntile.cpu._torch_tensors not built for this torch")
     collate = DynTileCollate(pad_values={"input_ids": 0})
     _no_python_executor(monkeypatch)
     out = collate([{"input_ids": [1, 2, 3]}, {"input_ids": torch.tensor([4]).tolist()}])
@@ -895,7 +895,7 @@ def test_native_flat_rows_route_is_taken(leaf, monkeypatch):
     from dyntile import tensor_reader
 
     if tensor_reader.native_module() is None:
-        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+        pytest.skip("dyntile.cpu._torch_tensors not built for this torch")
     _no_python_executor(monkeypatch)
     collate = DynTileCollate(pad_values={"labels": -100}, side="left")
     out = collate(
@@ -927,7 +927,7 @@ def test_native_route_stacks_numbers_beside_the_rows(numbers, dtype, monkeypatch
     from dyntile import tensor_reader
 
     if tensor_reader.native_module() is None:
-        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+        pytest.skip("dyntile.cpu._torch_tensors not built for this torch")
     _no_python_executor(monkeypatch)
     collate = DynTileCollate(pad_values={"input_ids": 0})
     samples = [{"label": numbers[0], "input_ids": [1, 2, 3]}, {"label": numbers[1], "input_ids": [4]}]
@@ -948,7 +948,7 @@ def test_native_route_reads_keys_in_any_order_and_equal_key_objects(monkeypatch)
     from dyntile import tensor_reader
 
     if tensor_reader.native_module() is None:
-        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+        pytest.skip("dyntile.cpu._torch_tensors not built for this torch")
     other_ids = "".join(["input", "_ids"])  # equal to "input_ids", not the same object
     literal = "input_ids"
     assert other_ids == literal and other_ids is not literal

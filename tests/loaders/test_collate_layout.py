@@ -8,8 +8,8 @@ import torch
 
 from dyntile import tensor_reader
 from dyntile.planning import BucketPlan
-from loaders import DynTileCollate, collate_layout
-from loaders.collate_layout import (
+from loaders import DynTileCollate, _collate_layout
+from loaders._collate_layout import (
     NUMBER_DTYPES,
     BatchLayout,
     DictSpec,
@@ -22,10 +22,10 @@ from loaders.collate_layout import (
     stacks,
     widens,
 )
-from loaders.collate_spec import plan_batch
+from loaders._collate_spec import plan_batch
 
 native = tensor_reader.native_module()
-pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu.torch_tensors not built for this torch")
+pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu._torch_tensors not built for this torch")
 
 
 def spec_of(sample: dict, **options) -> DictSpec:
@@ -226,7 +226,7 @@ def test_a_spec_keeps_a_layout_per_facts_and_starts_over_past_max_layouts(monkey
     spec = spec_of({"ids": [1]})
     first = lay(spec, (2, (rows(3, 5),)))
     assert lay(spec, (2, (rows(3, 4),))) is first  # the same facts: the totals enter the counts only
-    monkeypatch.setattr(collate_layout, "MAX_LAYOUTS", 3)
+    monkeypatch.setattr(_collate_layout, "MAX_LAYOUTS", 3)
     for n in range(4, 12):
         assert lay(spec, (2, (rows(n, 2 * n - 1),))).widths == (-(-n // 8) * 8,)
         assert len(spec.layouts) <= 3

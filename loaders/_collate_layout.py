@@ -1,18 +1,18 @@
 """The layout of a batch: what each key becomes, decided once per batch, in one place.
 
 A batch of flat dicts of rows and numbers (a tokenizer's, a dataset's of tensors) runs in
-one native call (``collate_dicts`` of :mod:`dyntile.cpu.torch_tensors`), in three steps:
-its reader reports the batch's facts (per key, what its values are, whether its rows share
-one length, and its longest row) and each key's total length; :func:`layout_batch` decides
-from the facts and the collate's :class:`DictSpec` every key's width, dtype and fill,
-which key gives the mask and lengths, and which keys the counts are of; its writer writes
-that :class:`BatchLayout` into new tensors. The reader and the writer decide nothing. A
-layout depends on the facts alone, which take few values in a run (the lengths enter by
-their longest row only): each is decided once, kept in the spec, and found there by the
-native call itself.
+one native call (``collate_dicts``, of the native module :mod:`dyntile.tensor_reader`
+hands out), in three steps: its reader reports the batch's facts (per key, what its
+values are, whether its rows share one length, and its longest row) and each key's total
+length; :func:`layout_batch` decides from the facts and the collate's :class:`DictSpec`
+every key's width, dtype and fill, which key gives the mask and lengths, and which keys
+the counts are of; its writer writes that :class:`BatchLayout` into new tensors. The
+reader and the writer decide nothing. A layout depends on the facts alone, which take few
+values in a run (the lengths enter by their longest row only): each is decided once, kept
+in the spec, and found there by the native call itself.
 
 The rules of a batch are small functions here, which the Python executor
-(:mod:`loaders.collate_python`) applies too:
+(:mod:`loaders._collate_python`) applies too:
 
 * :func:`stacks`: a row key whose rows share one length is stacked, unless it is a
   declared sequence;
@@ -60,39 +60,49 @@ ONE_THREAD_BYTES = PARALLEL_COPY_BYTES - 1
 #: layouts a spec keeps (one per distinct facts) before it starts over
 MAX_LAYOUTS = 1024
 
-# the kinds and flags of the native reader's key codes: its module constants, written
-# once, in the C++ (without a usable native module no batch is laid out, and they are
-# never read)
-try:
-    from dyntile.cpu import torch_tensors as _reader
-except ImportError:
-    _reader = None
-LIST_ROWS = getattr(_reader, "LIST_ROWS", None)
-TENSOR_ROWS = getattr(_reader, "TENSOR_ROWS", None)
-TENSOR_SCALARS = getattr(_reader, "TENSOR_SCALARS", None)
-GRAD = getattr(_reader, "GRAD", 0)
-ONE_LENGTH = getattr(_reader, "ONE_LENGTH", 0)
-_KIND_BITS = GRAD - 1  # the bits of the kind, below the flags
 _DTYPE_SHIFT = 5  # a tensor key's code holds 1 + its scalar type from this bit on
-#: the torch dtype of a code's scalar type: ``_DTYPES[code >> _DTYPE_SHIFT]`` (None: no tensor)
-_DTYPES = _reader.scalar_dtypes() if _reader is not None else (None,)
-_KIND_DTYPES = {
-    getattr(_reader, "INTS", None): NUMBER_DTYPES[int],
-    getattr(_reader, "FLOATS", None): NUMBER_DTYPES[float],
-    getattr(_reader, "BOOLS", None): NUMBER_DTYPES[bool],
-}
+
+
+class _Codes(NamedTuple):
+    """The native reader's kinds and flags of a key's code (its module constants, written
+    once, in the C++), the torch dtype of a code's scalar type (``dtypes[code >>
+    _DTYPE_SHIFT]``; None: no tensor), and the dtype of each kind of Python numbers."""
+
+    tensor_rows: int
+    tensor_scalars: int
+    grad: int
+    one_length: int
+    dtypes: tuple
+    numbers: dict
+
+
+_CODES: list = []
+
+
+def _codes() -> _Codes:
+    """The native reader's codes, read from it once (only a batch it read is laid out)."""
+    if not _CODES:
+        native = tensor_reader.native_module()
+        kinds = {native.INTS: int, native.FLOATS: float, native.BOOLS: bool}
+        numbers = {kind: NUMBER_DTYPES[cls] for kind, cls in kinds.items()}
+        codes = (native.TENSOR_ROWS, native.TENSOR_SCALARS, native.GRAD, native.ONE_LENGTH)
+        _CODES.append(_Codes(*codes, native.scalar_dtypes(), numbers))
+    return _CODES[0]
 
 
 def key_code(kind: int, dtype=None, grad: bool = False, one_length: bool = False) -> int:
     """The native reader's code of a key (what it reports in a batch's facts):
-    its ``kind`` (a module constant: ``LIST_ROWS``...), the tensors' torch ``dtype`` (None
-    for Python values), whether one requires grad, and whether its rows share one length.
+    its ``kind`` (a constant of the native module: ``LIST_ROWS``...), the tensors' torch
+    ``dtype`` (None for Python values), whether one requires grad, and whether its rows
+    share one length.
 
-    >>> key_code(LIST_ROWS, one_length=True) == LIST_ROWS | ONE_LENGTH
+    >>> native = tensor_reader.native_module()
+    >>> key_code(native.LIST_ROWS, one_length=True) == native.LIST_ROWS | native.ONE_LENGTH
     True
     """
-    typed = 0 if dtype is None else _DTYPES.index(dtype) << _DTYPE_SHIFT
-    return kind | (GRAD if grad else 0) | (ONE_LENGTH if one_length else 0) | typed
+    c = _codes()
+    typed = 0 if dtype is None else c.dtypes.index(dtype) << _DTYPE_SHIFT
+    return kind | (c.grad if grad else 0) | (c.one_length if one_length else 0) | typed
 
 
 def stacks(always: bool, one_length: bool) -> bool:
@@ -264,7 +274,7 @@ def layout_batch(spec: DictSpec, facts: tuple) -> BatchLayout | None:
 
     >>> ids = KeyRule("ids", row=True, always=False, align=True, fill=0)
     >>> spec = DictSpec(("ids",), (ids,), size_of_rows(8, None), mask_from=-1, want=3, left=False)
-    >>> layout = layout_batch(spec, (2, key_code(LIST_ROWS), 3))
+    >>> layout = layout_batch(spec, (2, key_code(tensor_reader.native_module().LIST_ROWS), 3))
     >>> layout.widths, layout.mark, layout.real((4,)), layout.total, layout.shapes
     ((8,), 0, 4, 16, (('ids', (2, 8)),))
     """
@@ -279,18 +289,18 @@ def layout_batch(spec: DictSpec, facts: tuple) -> BatchLayout | None:
 
 def _decide(spec: DictSpec, facts: tuple) -> BatchLayout | None:
     """:func:`layout_batch`'s answer, worked out: the rules applied key by key."""
-    B = facts[0]
+    B, c = facts[0], _codes()
     codes, longests = facts[1::2], facts[2::2]
     widths, dtypes, bits = [], [], []
     padded, stacked, shapes = [], [], []  # shapes: see counted
     total = 0
     for j, (rule, code, longest) in enumerate(zip(spec.rules, codes, longests)):
-        kind, dtype, grad = code & _KIND_BITS, _DTYPES[code >> _DTYPE_SHIFT], bool(code & GRAD)
-        if kind > TENSOR_ROWS:  # numbers
+        kind, dtype, grad = code & (c.grad - 1), c.dtypes[code >> _DTYPE_SHIFT], bool(code & c.grad)
+        if kind > c.tensor_rows:  # numbers
             if rule.row or grad:  # a row key of the plan holds numbers; torch.stack records autograd
                 return None
             widths.append(0)
-            dtypes.append(dtype if kind == TENSOR_SCALARS else _KIND_DTYPES[kind])
+            dtypes.append(dtype if kind == c.tensor_scalars else c.numbers[kind])
             bits.append(0)
             continue
         if not rule.row:
@@ -299,7 +309,7 @@ def _decide(spec: DictSpec, facts: tuple) -> BatchLayout | None:
         b = spec.fill_bits(j, dtype)
         if T < 0 or b is None or T * B * (8 if dtype is None else dtype.itemsize) > ONE_THREAD_BYTES:
             return None
-        if stacks(rule.always, bool(code & ONE_LENGTH)):
+        if stacks(rule.always, bool(code & c.one_length)):
             if grad:
                 return None
             T = longest
@@ -314,7 +324,7 @@ def _decide(spec: DictSpec, facts: tuple) -> BatchLayout | None:
     mark = mask_of(padded, None if spec.mask_from < 0 else spec.mask_from)
     if mark is None:
         return BatchLayout(tuple(widths), tuple(dtypes), tuple(bits), -1, 0, spec.left, (), 0, ())
-    mark_length = longests[mark] if codes[mark] & ONE_LENGTH else None
+    mark_length = longests[mark] if codes[mark] & c.one_length else None
     width = widths[mark]
     widened = [j for j in stacked if widens(spec.rules[j].align, longests[j], mark_length, width)]
     for j in widened:

@@ -874,14 +874,14 @@ PyMethodDef methods[] = {
      "the B values; None for anything else (a missing or extra key, another mapping type)."},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch_tensors",
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_torch_tensors",
                       "Native bridge to torch: reads CPU tensors' sizes, strides and pointers; reads a batch "
                       "of flat dicts and writes it by a layout decided in Python.",
                       -1, methods};
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit_torch_tensors(void) {
+PyMODINIT_FUNC PyInit__torch_tensors(void) {
   PyObject* m = PyModule_Create(&module);
   if (m != nullptr && (PyModule_AddStringConstant(m, "built_for", DYNTILE_TORCH_VERSION) != 0 ||
                        PyModule_AddIntConstant(m, "api", DYNTILE_NATIVE_API) != 0 ||
