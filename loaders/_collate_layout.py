@@ -289,14 +289,15 @@ def layout_batch(spec: DictSpec, facts: tuple) -> BatchLayout | None:
 
 def _decide(spec: DictSpec, facts: tuple) -> BatchLayout | None:
     """:func:`layout_batch`'s answer, worked out: the rules applied key by key."""
-    B, c = facts[0], _codes()
+    B, c = facts[0], _CODES[0] if _CODES else _codes()
     codes, longests = facts[1::2], facts[2::2]
     widths, dtypes, bits = [], [], []
     padded, stacked, shapes = [], [], []  # shapes: see counted
     total = 0
+    kind_bits, rows, one_length = c.grad - 1, c.tensor_rows, c.one_length
     for j, (rule, code, longest) in enumerate(zip(spec.rules, codes, longests)):
-        kind, dtype, grad = code & (c.grad - 1), c.dtypes[code >> _DTYPE_SHIFT], bool(code & c.grad)
-        if kind > c.tensor_rows:  # numbers
+        kind, dtype, grad = code & kind_bits, c.dtypes[code >> _DTYPE_SHIFT], code & c.grad
+        if kind > rows:  # numbers
             if rule.row or grad:  # a row key of the plan holds numbers; torch.stack records autograd
                 return None
             widths.append(0)
@@ -306,10 +307,12 @@ def _decide(spec: DictSpec, facts: tuple) -> BatchLayout | None:
         if not rule.row:
             return None
         T = spec.size_of(longest)
-        b = spec.fill_bits(j, dtype)
+        b = spec.bits[j].get(dtype, _UNSET)
+        if b is _UNSET:
+            b = spec.fill_bits(j, dtype)
         if T < 0 or b is None or T * B * (8 if dtype is None else dtype.itemsize) > ONE_THREAD_BYTES:
             return None
-        if stacks(rule.always, bool(code & c.one_length)):
+        if stacks(rule.always, bool(code & one_length)):
             if grad:
                 return None
             T = longest
@@ -324,9 +327,11 @@ def _decide(spec: DictSpec, facts: tuple) -> BatchLayout | None:
     mark = mask_of(padded, None if spec.mask_from < 0 else spec.mask_from)
     if mark is None:
         return BatchLayout(tuple(widths), tuple(dtypes), tuple(bits), -1, 0, spec.left, (), 0, ())
-    mark_length = longests[mark] if codes[mark] & c.one_length else None
-    width = widths[mark]
-    widened = [j for j in stacked if widens(spec.rules[j].align, longests[j], mark_length, width)]
+    widened = []
+    if stacked:
+        mark_length = longests[mark] if codes[mark] & one_length else None
+        width = widths[mark]
+        widened = [j for j in stacked if widens(spec.rules[j].align, longests[j], mark_length, width)]
     for j in widened:
         widths[j] = width
         shapes.append((spec.keys[j], (B, width)))  # after the padded keys: see counted
