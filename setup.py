@@ -5,7 +5,7 @@ Every ``dyntile/cpu/*.pyx`` becomes one extension module. The build never uses
 attributes (see ``dyntile/cpu/include/dyntile_simd.h``) and chosen at run time.
 
 When torch is importable at build time (``pip install --no-build-isolation``
-after installing torch), ``dyntile/cpu/torch_tensors.cpp`` is built too, against
+after installing torch), ``dyntile/cpu/_torch_tensors.cpp`` is built too, against
 that torch's headers: a native reader of CPU tensors' sizes and pointers that
 ``dyntile.tensor_reader`` uses under that torch version only. It is optional:
 without it (or if it fails to compile) the same calls read tensors through torch's
@@ -87,8 +87,8 @@ def torch_extension():
         return []
     return [
         CppExtension(
-            "dyntile.cpu.torch_tensors",
-            [os.path.join("dyntile", "cpu", "torch_tensors.cpp")],
+            "dyntile.cpu._torch_tensors",
+            [os.path.join("dyntile", "cpu", "_torch_tensors.cpp")],
             include_dirs=[os.path.join("dyntile", "cpu", "include")],  # pylong_read.h
             define_macros=[
                 ("DYNTILE_TORCH_VERSION", f'"{torch.__version__}"'),

@@ -83,7 +83,7 @@ CARRIERS: dict = {}
 
 
 def native_row_layout(multiple: int, plan=None):
-    """How the collate's native route (:mod:`loaders.collate_layout`) takes the padded
+    """How the collate's native route (:mod:`loaders._collate_layout`) takes the padded
     length of rows: ``(multiple, None)`` without a plan (the longest row
     rounded up to ``multiple``), ``(1, boundaries as int64)`` with a one-axis plan (the
     smallest boundary ``>=`` it); ``None`` for a plan they cannot take (more axes, a

@@ -3,14 +3,15 @@
 The padding kernels copy straight from each sample's memory; what they need of a
 tensor is its shape, byte strides and data pointer. Torch's Python bindings give
 each of those at about 65 ns a call, which for a batch of 64 short token rows
-costs more than the copy itself. When ``dyntile.cpu.torch_tensors`` was built
-against the running torch (``pip install --no-build-isolation`` with torch
-installed; see ``setup.py``), :func:`describe_tensors` reads them natively, one
-call per batch; else, or for anything but plain dense CPU tensors, it reads them
-through the bindings (:func:`dyntile.cpu.pad.describe_tensors`). Both give the same
-answer. The same module also reads the columns of a batch of dicts
-(:func:`loaders.leaf_handlers.mapping_columns`), and reads a batch of flat dicts and
-writes it by a layout (:mod:`loaders.collate_layout`); :func:`native_module` hands it out.
+costs more than the copy itself. When the native bridge to torch (the private
+``dyntile.cpu._torch_tensors``, imported here alone) was built against the running
+torch (``pip install --no-build-isolation`` with torch installed; see ``setup.py``),
+:func:`describe_tensors` reads them natively, one call per batch; else, or for
+anything but plain dense CPU tensors, it reads them through the bindings
+(:func:`dyntile.cpu.pad.describe_tensors`). Both give the same answer. The same module
+also reads the columns of a batch of dicts (:func:`loaders._leaf_handlers.mapping_columns`),
+and reads a batch of flat dicts and writes it by a layout (:mod:`loaders._collate_layout`);
+:func:`native_module` hands it out.
 Imported only once a torch tensor is seen: importing dyntile imports no torch.
 """
 
@@ -36,12 +37,12 @@ __all__ = [
 
 _UNSET = object()
 _native = _UNSET
-NATIVE_API = 5  # the functions and signatures this package calls (torch_tensors.cpp: DYNTILE_NATIVE_API)
+NATIVE_API = 6  # the functions and signatures this package calls (_torch_tensors.cpp: DYNTILE_NATIVE_API)
 
 
 def native_module():
-    """The native module :mod:`dyntile.cpu.torch_tensors` (``describe``, ``dict_columns``,
-    ``read_dicts``, ``write_dicts``), or ``None`` when it was not built or was built for another torch
+    """The native module :mod:`dyntile.cpu._torch_tensors` (``describe``, ``dict_columns``,
+    ``collate_dicts``), or ``None`` when it was not built or was built for another torch
     version (its layout of tensors may differ), or torch is not loaded yet."""
     global _native
     if _native is _UNSET:
@@ -51,15 +52,15 @@ def native_module():
         _native = None
         if np.dtype(np.intp).itemsize == 8:
             try:
-                from dyntile.cpu import torch_tensors
+                from dyntile.cpu import _torch_tensors
             except ImportError:
                 pass
             else:
                 if (
-                    torch_tensors.built_for == torch.__version__
-                    and getattr(torch_tensors, "api", 1) == NATIVE_API
+                    _torch_tensors.built_for == torch.__version__
+                    and getattr(_torch_tensors, "api", 1) == NATIVE_API
                 ):
-                    _native = torch_tensors
+                    _native = _torch_tensors
     return _native
 
 
@@ -97,21 +98,21 @@ def native_status() -> str:
     if torch is None:
         return "not loaded: torch is not imported"
     try:
-        from dyntile.cpu import torch_tensors
+        from dyntile.cpu import _torch_tensors
     except ImportError as e:
         return f"not built ({e}): install dyntile with torch present and `pip install --no-build-isolation`"
     if np.dtype(np.intp).itemsize != 8:
         return "not used: it needs a 64-bit Python"
-    api = getattr(torch_tensors, "api", 1)
+    api = getattr(_torch_tensors, "api", 1)
     if api != NATIVE_API:
         return (
             f"not used: built from other sources (native API {api}, this dyntile calls {NATIVE_API}); "
             f"rebuild dyntile with `pip install --no-build-isolation`"
         )
-    if torch_tensors.built_for == torch.__version__:
+    if _torch_tensors.built_for == torch.__version__:
         return "switched off (inside dyntile.tensor_reader.use_native(False): a test or benchmark)"
     return (
-        f"not used: built for torch {torch_tensors.built_for}, running {torch.__version__}; "
+        f"not used: built for torch {_torch_tensors.built_for}, running {torch.__version__}; "
         f"reinstall dyntile with `pip install --no-build-isolation`"
     )
 

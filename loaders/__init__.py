@@ -2,9 +2,10 @@
 
 * :mod:`loaders.collate` -- ``DynTileCollate``: a ``collate_fn`` that pads ragged
   leaves to a bucket plan's shapes, with masks, lengths and per-process counters. Its
-  rules and the plan of a batch are in :mod:`loaders.collate_spec`; the Python executor
-  of a plan in :mod:`loaders.collate_python` (its leaf handlers in
-  :mod:`loaders.leaf_handlers`), the native one in ``dyntile.cpu.torch_tensors``;
+  private parts: the rules and the plan of a batch in :mod:`loaders._collate_spec`, the
+  layout of a flat dict batch in :mod:`loaders._collate_layout` (run by the native
+  module :mod:`dyntile.tensor_reader` hands out), the Python executor of a plan in
+  :mod:`loaders._collate_python` (its leaf handlers in :mod:`loaders._leaf_handlers`);
   counters in :mod:`loaders.collate_stats`;
 * :mod:`loaders.sampler` -- ``BucketBatchSampler``: a ``batch_sampler`` whose
   batches each hold one bucket, sized from a token budget, deterministic per seed

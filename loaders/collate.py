@@ -1,10 +1,10 @@
 """``DynTileCollate``: a ``collate_fn`` that pads ragged leaves to planned shapes.
 
-A batch is planned once per structure (:func:`loaders.collate_spec.plan_batch`, cached
+A batch is planned once per structure (:func:`loaders._collate_spec.plan_batch`, cached
 by the samples' key signature) and run by one of two executors of that plan: for flat
 dicts of rows and numbers the native reader and writer, each batch laid out in between by
-:func:`loaders.collate_layout.layout_batch`; the Python executor for every plan
-(:mod:`loaders.collate_python`). A batch that does not match its plan is planned again.
+:func:`loaders._collate_layout.layout_batch`; the Python executor for every plan
+(:mod:`loaders._collate_python`). A batch that does not match its plan is planned again.
 The option reference is the docs' bucketing guide (``docs/guides/bucketing.md``).
 """
 
@@ -23,9 +23,9 @@ from dyntile.overflow import BUCKET_OVERFLOWS, check_overflow
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import check_multiple, check_tile
 
-from . import collate_python
-from .collate_python import map_tensors
-from .collate_spec import LABEL_KEYS, CollateRules, Mismatch, plan_batch, signature
+from . import _collate_python
+from ._collate_python import map_tensors
+from ._collate_spec import LABEL_KEYS, CollateRules, Mismatch, plan_batch, signature
 from .collate_stats import STATS_KEY, CollateStats, batch_counts
 from .key_names import key_mapping, key_names
 from .pinning import pinning_available, warn_no_pinning_in_worker
@@ -207,11 +207,11 @@ class DynTileCollate:
     def _collate_python(self, spec, samples: Sequence) -> Any:
         samples = samples if type(samples) is list else list(samples)  # the executor never mutates it
         try:
-            got = collate_python.run(self._rules, spec, samples)
+            got = _collate_python.run(self._rules, spec, samples)
         except Mismatch:  # a plan of another structure under this signature
             spec = self._plan(samples[0])
             object.__setattr__(self, "_last", spec)
-            got = collate_python.run(self._rules, spec, samples)
+            got = _collate_python.run(self._rules, spec, samples)
         # overflow="extend" pads this batch to the plan grown by its own sizes; the plan
         # stays as built, so a batch's width never depends on the batches before it
         return self._finish(

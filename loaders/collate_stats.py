@@ -59,7 +59,7 @@ class CollateStats:
             int(batch_stats.get("plan_extensions", 0)),
         )
 
-    def add(self, real: int, padded: int, shapes: list, truncated: int = 0, extended: int = 0) -> None:
+    def add(self, real: int, padded: int, shapes, truncated: int = 0, extended: int = 0) -> None:
         """Add one batch's counts given as ints and its ``(key, shape tuple)`` pairs
         (what a collate calls per batch: no dict, no conversions)."""
         self.batches += 1
@@ -74,29 +74,24 @@ class CollateStats:
             seen[shape] = seen.get(shape, 0) + 1
 
     def as_dict(self) -> dict:
-        """Plain-Python summary (for logging)."""
-        return {
-            "batches": self.batches,
-            "real_elements": self.real_elements,
-            "padded_elements": self.padded_elements,
-            "padding_ratio": self.padding_ratio,
-            "distinct_shapes": self.distinct_shapes,
-            "truncated_samples": self.truncated_samples,
-            "plan_extensions": self.plan_extensions,
-        }
+        """Plain-Python summary (for logging): the counts, the padding ratio and the number
+        of distinct shapes (not the shapes themselves)."""
+        counts = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "shapes"}
+        return {**counts, "padding_ratio": self.padding_ratio, "distinct_shapes": self.distinct_shapes}
 
 
 #: the key under which a batch carries its counts (``return_stats=True``)
 STATS_KEY = "collate_stats"
 
 
-def batch_counts(real: int, padded: int, shapes: list, truncated: int = 0, extended: int = 0) -> dict:
+def batch_counts(real: int, padded: int, shapes, truncated: int = 0, extended: int = 0) -> dict:
     """One batch's counts, as a collate with ``return_stats=True`` adds them under
-    :data:`STATS_KEY` (and :meth:`CollateStats.update` reads them back)."""
+    :data:`STATS_KEY` (and :meth:`CollateStats.update` reads them back); ``shapes`` is
+    copied into a list of the batch's own (a collate's may be shared with later batches)."""
     return {
         "real_elements": real,
         "padded_elements": padded,
-        "shapes": shapes,
+        "shapes": list(shapes),
         "truncated_samples": truncated,
         "plan_extensions": extended,
     }

@@ -59,10 +59,10 @@ from dyntile.planning.packing import (
 )
 from dyntile.tensor_reader import describe_rows
 
-from .collate_spec import LABEL_KEYS, CollateRules
+from ._collate_spec import LABEL_KEYS, CollateRules
+from ._leaf_handlers import check_ints_fit, check_one_dtype, mapping_columns
 from .collate_stats import STATS_KEY, CollateStats, batch_counts
 from .key_names import key_mapping, key_names
-from .leaf_handlers import check_ints_fit, check_one_dtype, mapping_columns
 from .pinning import pinning_available, warn_no_pinning_in_worker
 from .worker_transfer import WorkerBatch
 

@@ -13,7 +13,7 @@ references):
 * ``PadBatchFrames`` -- ragged ``(T_i, 80)`` float32 spectrogram frames -> ``(B, T, 80)``;
 * ``PadBatchInto`` -- the copy alone, into a preallocated ``out=`` buffer;
 * ``PadTensorReader`` -- 64 short torch token rows and 64 ``(T_i, 80)`` frames, their
-  sizes and pointers read by the native reader (``dyntile.cpu.torch_tensors``) or
+  sizes and pointers read by the native reader (``dyntile.cpu._torch_tensors``) or
   through torch's bindings (``native`` is skipped where it was not built);
 * ``PadJagged``    -- rows stored back to back -> ``(B, T)``; references: torch's
   jagged nested tensor ``to_padded_tensor`` and ``pad_sequence`` of the rows' views;
@@ -288,7 +288,7 @@ class PadTensorReader:
         t = _torch()
         native = tensor_reader.native_module()
         if reader == "native" and native is None:
-            raise NotImplementedError("dyntile.cpu.torch_tensors is not built for this torch")
+            raise NotImplementedError("dyntile.cpu._torch_tensors is not built for this torch")
         self._switch = tensor_reader.use_native(reader == "native")
         self._switch.__enter__()
         b, mean, *row = (int(v) for v in batch.split("x"))

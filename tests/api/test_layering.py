@@ -8,7 +8,9 @@
   use it, by the public names of a ``loaders`` module (its ``__all__``);
 * ``loaders`` and the CLI import from a ``dyntile`` module only the names it shares
   (its ``__all__``; a compiled kernel module, which has none, by names without a
-  leading underscore), never a private helper.
+  leading underscore), never a private helper;
+* the native bridge to torch (``dyntile.cpu._torch_tensors``) is imported by
+  ``dyntile/tensor_reader.py`` alone, which loads it under its torch version only.
 """
 
 import ast
@@ -82,6 +84,7 @@ def test_only_the_demo_training_imports_loaders_lazily_by_public_names():
             found.append(where)
             assert path in DEMO_TRAINING, f"{where} imports loaders"
             assert not at_top, f"{where} imports loaders when the module is imported"
+            assert not any(part.startswith("_") for part in module.split(".")), f"{where}: private {module}"
             public = set(importlib.import_module(module).__all__)
             assert set(names) <= public, f"{where}: {module} {names}"
     assert found, "the demo's training no longer imports loaders: update this test"
@@ -139,3 +142,17 @@ def test_no_module_of_dyntile_planning_imports_one_that_imports_it_back():
 
     circles = sorted(name for name in graph if reaches(name, name, set()))
     assert circles == [], f"these planning modules import themselves back: {circles}"
+
+
+BRIDGE = "dyntile.cpu._torch_tensors"
+
+
+def test_the_native_bridge_is_imported_by_the_tensor_reader_alone():
+    parent, name = BRIDGE.rsplit(".", 1)
+    importers = set()
+    for package in ("dyntile", "loaders", "asv_benches"):
+        for path in _files(package):
+            for _, module, names, _ in _imports(path):
+                if module == BRIDGE or (module == parent and name in names):
+                    importers.add(path.relative_to(ROOT).as_posix())
+    assert importers == {"dyntile/tensor_reader.py"}

@@ -1,4 +1,4 @@
-"""The native reader and writer of flat dict batches (read_dicts, write_dicts) and the native
+"""The native reader and writer of flat dict batches (collate_dicts) and the native
 dict_columns, against a reference padded by slicing and the Python columns."""
 
 import collections
@@ -14,7 +14,7 @@ from dyntile import tensor_reader  # noqa: E402
 from reference import pad_reference, torch_real_dtypes  # noqa: E402
 
 native = tensor_reader.native_module()
-pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu.torch_tensors not built for this torch")
+pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu._torch_tensors not built for this torch")
 
 DTYPES = torch_real_dtypes()
 
@@ -38,11 +38,51 @@ def _bits(fill, dtype):
     )
 
 
+_SCALAR_DTYPES = native.scalar_dtypes() if native is not None else ()
+
+
+def _layout(widths, dtypes, bits, mark=-1, want=0, left=False) -> tuple:
+    return (tuple(widths), tuple(dtypes), tuple(bits), mark, want, left)
+
+
+def _run(samples, keys, layout, during=None):
+    """``(got, facts)``: ``collate_dicts`` of ``samples`` by ``layout``, decided for the
+    batch's facts (``during()`` runs as it is decided); ``facts`` is ``None`` when the
+    reader left the batch (nothing was decided)."""
+    seen = []
+
+    def decide(facts):
+        seen.append(facts)
+        if during is not None:
+            during()
+        return layout
+
+    got = native.collate_dicts(samples, tuple(keys), {}, decide)
+    return got, (seen[0] if seen else None)
+
+
+def _info(facts, totals=None):
+    """Per key ``(kind, dtype | None, longest, total, grad)`` of a batch's facts (its
+    ONE_LENGTH flags checked against the totals), ``total`` None without ``totals``."""
+    B, info = facts[0], []
+    totals = totals or (None,) * ((len(facts) - 1) // 2)
+    for code, longest, total in zip(facts[1::2], facts[2::2], totals):
+        kind = code & (native.GRAD - 1)
+        if total is not None:
+            rows = kind in (native.LIST_ROWS, native.TENSOR_ROWS)
+            assert bool(code & native.ONE_LENGTH) == (rows and longest * B == total)
+        info.append((kind, _SCALAR_DTYPES[code >> 5], longest, total, bool(code & native.GRAD)))
+    return tuple(info)
+
+
 def _write(samples, keys, widths, dtypes, bits, mark=-1, want=0, left=False):
-    got = native.read_dicts(samples, tuple(keys))
+    """``((out, mask, lengths), info)`` of a batch written by a layout (see :func:`_info`)."""
+    layout = _layout(widths, dtypes, bits, mark, want, left)
+    got, facts = _run(samples, keys, layout)
     assert got is not None
-    read, info = got
-    return native.write_dicts(read, tuple(widths), tuple(dtypes), tuple(bits), mark, want, left), info
+    out, mask, lengths, laid, totals = got
+    assert laid is layout
+    return (out, mask, lengths), _info(facts, totals)
 
 
 @settings(max_examples=120, deadline=None)
@@ -124,15 +164,13 @@ def test_numbers_are_written_as_torch_tensor_makes_them(items):
     (int64, float64, bool, NaN and -0.0 kept); mixed kinds are not read; an int past
     int64 is met by the writer, which leaves the batch (None)."""
     samples = [{"ids": [1], "y": x} for x in items]
-    got = native.read_dicts(samples, ("ids", "y"))
-    kinds = {type(x) for x in items}
-    if len(kinds) > 1:
-        assert got is None
-        return
-    read, info = got
     kind = type(items[0])
-    assert info[1] == ({int: native.INTS, float: native.FLOATS, bool: native.BOOLS}[kind], None, 0, 0, False)
-    written = native.write_dicts(read, (1, 0), (torch.int64, _KIND_DTYPES[kind]), (0, 0), -1, 0, False)
+    written, facts = _run(samples, ("ids", "y"), _layout((1, 0), (torch.int64, _KIND_DTYPES[kind]), (0, 0)))
+    if len({type(x) for x in items}) > 1:
+        assert written is None and facts is None
+        return
+    number = {int: native.INTS, float: native.FLOATS, bool: native.BOOLS}[kind]
+    assert _info(facts)[1] == (number, None, 0, None, False)
     if not all(-(2**63) <= x < 2**63 for x in items if type(x) is int):
         assert written is None
         return
@@ -147,12 +185,11 @@ def test_numbers_are_written_as_torch_tensor_makes_them(items):
 
 def test_0d_tensors_are_read_with_their_dtype_and_grad():
     samples = [{"ids": [1], "y": torch.tensor(1.5, dtype=torch.bfloat16)} for _ in range(3)]
-    read, info = native.read_dicts(samples, ("ids", "y"))
+    (out, _, _), info = _write(samples, ("ids", "y"), (1, 0), (torch.int64, torch.bfloat16), (0, 0))
     assert info[1] == (native.TENSOR_SCALARS, torch.bfloat16, 0, 0, False)
-    out = native.write_dicts(read, (1, 0), (torch.int64, torch.bfloat16), (0, 0), -1, 0, False)[0]
     assert out["y"].dtype == torch.bfloat16 and out["y"].tolist() == [1.5] * 3
     samples[1]["y"] = torch.tensor(2.0, dtype=torch.bfloat16, requires_grad=True)
-    assert native.read_dicts(samples, ("ids", "y"))[1][1][4] is True
+    assert _info(_run(samples, ("ids", "y"), None)[1])[1][4] is True
 
 
 def test_the_batch_owns_its_memory():
@@ -183,71 +220,94 @@ def test_the_batch_owns_its_memory():
     ],
 )
 def test_the_reader_leaves_what_the_writer_does_not_take(rows):
-    assert native.read_dicts([{"a": r} for r in rows], ("a",)) is None
+    assert _run([{"a": r} for r in rows], ("a",), _layout((4,), (torch.int64,), (0,))) == (None, None)
 
 
 @pytest.mark.parametrize("rows", [[[1, True]], [[1, 2.0]], [[1, 2**63]], [[1], [2, "x"]]])
 def test_the_writer_leaves_lists_of_other_numbers(rows):
     """The reader looks at a list's type only; the writer meets every element, and leaves a
     batch holding anything but exact ints in int64 (None: the Python executor takes it)."""
-    read, info = native.read_dicts([{"a": r} for r in rows], ("a",))
-    assert info[0][0] == native.LIST_ROWS
-    assert native.write_dicts(read, (4,), (torch.int64,), (0,), -1, 0, False) is None
+    got, facts = _run([{"a": r} for r in rows], ("a",), _layout((4,), (torch.int64,), (0,)))
+    assert _info(facts)[0][0] == native.LIST_ROWS and got is None
 
 
 def test_the_reader_needs_exact_dicts_of_its_keys_with_sample_0_in_order():
-    assert native.read_dicts([], ("a",)) is None
-    assert native.read_dicts([{"a": [1]}], ()) is None
-    assert native.read_dicts([{"a": [1], "b": [2]}], ("b", "a")) is None  # sample 0's order
-    assert native.read_dicts([{"a": [1]}, {"b": [2]}], ("a",)) is None  # a missing key
-    assert native.read_dicts([{"a": [1]}, {"a": [2], "b": 1}], ("a",)) is None  # an extra key
-    assert native.read_dicts([collections.OrderedDict(a=[1])], ("a",)) is None
-    read, info = native.read_dicts([{"a": [1], "b": 2}, {"b": 3, "a": [4, 5]}], ("a", "b"))  # any order after
+    def left(samples, keys):
+        return _run(samples, keys, None) == (None, None)
+
+    assert left([], ("a",))
+    assert left([{"a": [1]}], ())
+    assert left([{"a": [1], "b": [2]}], ("b", "a"))  # sample 0's order
+    assert left([{"a": [1]}, {"b": [2]}], ("a",))  # a missing key
+    assert left([{"a": [1]}, {"a": [2], "b": 1}], ("a",))  # an extra key
+    assert left([collections.OrderedDict(a=[1])], ("a",))
+    samples = [{"a": [1], "b": 2}, {"b": 3, "a": [4, 5]}]  # any order after sample 0
+    _, info = _write(samples, ("a", "b"), (2, 0), (torch.int64, torch.int64), (0, 0))
     assert info == ((native.LIST_ROWS, None, 2, 3, False), (native.INTS, None, 0, 0, False))
     with pytest.raises(TypeError):
-        native.read_dicts(({"a": [1]},), ("a",))
+        native.collate_dicts(({"a": [1]},), ("a",), {}, lambda facts: None)
 
 
-def test_the_writer_checks_its_layout():
-    read, _ = native.read_dicts([{"a": [1, 2], "y": 1}], ("a", "y"))
-    with pytest.raises(ValueError, match="one width, dtype and fill per key"):
-        native.write_dicts(read, (2,), (torch.int64,), (0,), -1, 0, False)
-    with pytest.raises(ValueError, match="wider than its width"):
-        native.write_dicts(read, (1, 0), (torch.int64, torch.int64), (0, 0), -1, 0, False)
-    with pytest.raises(ValueError, match="cannot be written in the dtype"):
-        native.write_dicts(read, (2, 0), (torch.int32, torch.int64), (0, 0), -1, 0, False)
-    with pytest.raises(ValueError, match="cannot be written in the dtype"):
-        native.write_dicts(read, (2, 0), (torch.int64, torch.float64), (0, 0), -1, 0, False)
-    with pytest.raises(ValueError, match="mark should be -1 or the index of a row key"):
-        native.write_dicts(read, (2, 0), (torch.int64, torch.int64), (0, 0), 1, 3, False)
-    with pytest.raises(ValueError, match="invalid PyCapsule"):
-        native.write_dicts(object(), (2, 0), (torch.int64, torch.int64), (0, 0), -1, 0, False)
-    out, mask, lengths = native.write_dicts(read, (4, 0), (torch.int64, torch.int64), (0, 0), 0, 3, True)
+@pytest.mark.parametrize(
+    "layout, error, match",
+    [
+        (object(), TypeError, "a layout is a tuple"),
+        (((2, 0), (torch.int64, torch.int64), (0, 0), -1, 0), TypeError, "a layout is a tuple"),
+        (_layout((2,), (torch.int64,), (0,)), ValueError, "one width, dtype and fill per key"),
+        (_layout((1, 0), (torch.int64, torch.int64), (0, 0)), ValueError, "wider than its width"),
+        (_layout((2, 0), (torch.int32, torch.int64), (0, 0)), ValueError, "cannot be written in the dtype"),
+        (_layout((2, 0), (torch.int64, torch.float64), (0, 0)), ValueError, "cannot be written in the dtype"),
+        (_layout((2, 0), (torch.int64, torch.int64), (0, 0), 1, 3), ValueError, "mark should be -1 or"),
+    ],
+)
+def test_the_writer_checks_its_layout(layout, error, match):
+    with pytest.raises(error, match=match):
+        _run([{"a": [1, 2], "y": 1}], ("a", "y"), layout)
+
+
+def test_the_writer_carries_out_mark_want_and_side():
+    (out, mask, lengths), _ = _write(
+        [{"a": [1, 2], "y": 1}], ("a", "y"), (4, 0), (torch.int64,) * 2, (0, 0), 0, 3, True
+    )
     assert out["a"].tolist() == [[0, 0, 1, 2]] and mask.tolist() == [[False, False, True, True]]
-    out, mask, lengths = native.write_dicts(read, (2, 0), (torch.int64, torch.int64), (0, 0), -1, 3, False)
+    (out, mask, lengths), _ = _write(
+        [{"a": [1, 2], "y": 1}], ("a", "y"), (2, 0), (torch.int64,) * 2, (0, 0), -1, 3
+    )
     assert mask is None and lengths is None and out["y"].tolist() == [1]
-    empty, _ = native.read_dicts([{"a": []}, {"a": []}], ("a",))
-    out, mask, lengths = native.write_dicts(empty, (0,), (torch.int64,), (0,), 0, 3, True)
+    (out, mask, lengths), _ = _write([{"a": []}, {"a": []}], ("a",), (0,), (torch.int64,), (0,), 0, 3, True)
     assert out["a"].shape == (2, 0) and mask.shape == (2, 0)  # T == 0: nothing to write
 
 
-def test_a_read_holds_its_values_and_the_writer_sees_a_changed_batch():
-    """The read holds every value it read until the write, which refuses rows resized since."""
-    samples = [{"a": [1, 2, 3]}, {"a": torch.arange(2)}]
-    read, _ = native.read_dicts(samples[:1], ("a",))
-    samples[0]["a"] = None  # the read's reference keeps the list
-    out = native.write_dicts(read, (3,), (torch.int64,), (0,), -1, 0, False)[0]
-    assert out["a"].tolist() == [[1, 2, 3]]
+def test_a_layout_kept_for_the_facts_is_written_without_deciding():
+    layout = _layout((8,), (torch.int64,), (0,), 0, 3)
+    samples = [{"a": [1, 2, 3]}, {"a": [4]}]
+    _, facts = _run(samples, ("a",), layout)
+    out, mask, lengths, laid, totals = native.collate_dicts(samples, ("a",), {facts: layout}, pytest.fail)
+    assert laid is layout and totals == (4,) and out["a"].shape == (2, 8) and lengths.tolist() == [3, 1]
+    assert native.collate_dicts(samples, ("a",), {facts: None}, pytest.fail) is None  # kept as for Python
+    with pytest.raises(_Boom):
+        native.collate_dicts(samples, ("a",), {}, _raise_boom)  # an error of the decider goes up
+
+
+def _raise_boom(facts):
+    raise _Boom(facts)
+
+
+def test_the_read_holds_its_values_and_the_writer_sees_a_batch_changed_while_deciding():
+    """The read holds every value it read until the write, which refuses rows resized
+    by the Python code that decided the layout."""
+    samples = [{"a": [1, 2, 3]}]
+    layout = _layout((3,), (torch.int64,), (0,))
+    got, _ = _run(
+        samples, ("a",), layout, during=lambda: samples[0].update(a=None)
+    )  # its reference keeps the list
+    assert got[0]["a"].tolist() == [[1, 2, 3]]
     row = [1, 2, 3]
-    read, _ = native.read_dicts([{"a": row}], ("a",))
-    row.append(4)
     with pytest.raises(RuntimeError, match="changed between its read and its write"):
-        native.write_dicts(read, (8,), (torch.int64,), (0,), -1, 0, False)
+        _run([{"a": row}], ("a",), _layout((8,), (torch.int64,), (0,)), during=lambda: row.append(4))
     t = torch.arange(4)
-    read, _ = native.read_dicts([{"a": t}], ("a",))
-    t.resize_(2)
     with pytest.raises(RuntimeError, match="changed between its read and its write"):
-        native.write_dicts(read, (8,), (torch.int64,), (0,), -1, 0, False)
+        _run([{"a": t}], ("a",), _layout((8,), (torch.int64,), (0,)), during=lambda: t.resize_(2))
 
 
 def test_the_reader_survives_a_key_whose_eq_changes_the_batch():
@@ -271,10 +331,9 @@ def test_the_reader_survives_a_key_whose_eq_changes_the_batch():
     for equal in (False, True):
         first = {"a": [1, 2, 3]}
         samples = [first, {Clash(equal): [4]}]
-        got = native.read_dicts(samples, ("a",))
+        got, _ = _run(samples, ("a",), _layout((1,), (torch.int64,), (0,)))
         if equal:  # found: sample 0's row as it is now
-            out = native.write_dicts(got[0], (1,), (torch.int64,), (0,), -1, 0, False)[0]
-            assert out["a"].tolist() == [[9], [4]]
+            assert got[0]["a"].tolist() == [[9], [4]]
         else:  # not found: a missing key
             assert got is None
         assert samples == []
@@ -380,16 +439,12 @@ def test_views_past_their_resized_storage_are_never_read():
     base = torch.arange(1 << 16, dtype=torch.float64)
     row, label = base[(1 << 16) - 3 :], base[(1 << 16) - 1]
     base.untyped_storage().resize_(0)
-    assert native.read_dicts([{"a": row}, {"a": torch.ones(2, dtype=torch.float64)}], ("a",)) is None
+    layout = _layout((3,), (torch.float64,), (0,))
+    assert _run([{"a": row}, {"a": torch.ones(2, dtype=torch.float64)}], ("a",), layout) == (None, None)
     bufs = [np.empty(2, np.int64), np.empty(2, np.int64), np.empty(2, np.int64), np.empty(1, np.int64)]
     assert native.describe([torch.ones(2, dtype=torch.float64), row], 1, *bufs)[0] == 1
-    assert (
-        native.read_dicts(
-            [{"ids": [1], "y": label}, {"ids": [2], "y": torch.tensor(2.0, dtype=torch.float64)}],
-            ("ids", "y"),
-        )
-        is None
-    )
+    samples = [{"ids": [1], "y": label}, {"ids": [2], "y": torch.tensor(2.0, dtype=torch.float64)}]
+    assert _run(samples, ("ids", "y"), _layout((1, 0), (torch.int64, torch.float64), (0, 0))) == (None, None)
     from loaders import DynTileCollate
 
     with pytest.raises(RuntimeError, match="out of bounds"):
@@ -402,7 +457,7 @@ class _Boom(Exception):
     pass
 
 
-@pytest.mark.parametrize("call", ["read_dicts", "dict_columns"])
+@pytest.mark.parametrize("call", ["collate_dicts", "dict_columns"])
 def test_an_error_raised_by_a_key_during_a_lookup_propagates(call):
     class Raising:
         """A key whose hash collides with 'b' and whose == raises."""
@@ -418,4 +473,4 @@ def test_an_error_raised_by_a_key_during_a_lookup_propagates(call):
         if call == "dict_columns":
             native.dict_columns(samples)
         else:
-            native.read_dicts(samples, ("a", "b"))
+            native.collate_dicts(samples, ("a", "b"), {}, pytest.fail)

@@ -1,4 +1,4 @@
-"""The native tensor reader (dyntile.cpu.torch_tensors) against torch's own answers,
+"""The native tensor reader (dyntile.cpu._torch_tensors) against torch's own answers,
 and the padding routes with and without it."""
 
 import os
@@ -16,14 +16,14 @@ from reference import torch_real_dtypes  # noqa: E402
 
 native = tensor_reader.native_reader()
 native_module_before = tensor_reader.native_module()
-needs_native = pytest.mark.skipif(native is None, reason="dyntile.cpu.torch_tensors not built for this torch")
+needs_native = pytest.mark.skipif(native is None, reason="the native reader is not built for this torch")
 
 
 @pytest.fixture(params=["native", "bindings"])
 def route(request):
     """Run a test once with the native reader (when built) and once without it."""
     if request.param == "native" and native is None:
-        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+        pytest.skip("dyntile.cpu._torch_tensors not built for this torch")
     with tensor_reader.use_native(request.param == "native"):
         yield request.param
 
@@ -34,7 +34,7 @@ def test_ci_builds_the_native_reader():
     if os.environ.get("DYNTILE_REQUIRE_NATIVE") != "1":
         pytest.skip("set DYNTILE_REQUIRE_NATIVE=1 to require the native reader")
     assert native is not None
-    from dyntile.cpu import torch_tensors
+    from dyntile.cpu import _torch_tensors as torch_tensors
 
     assert torch_tensors.built_for == torch.__version__ and torch_tensors.api == tensor_reader.NATIVE_API
 
@@ -43,7 +43,7 @@ def test_a_build_from_other_sources_is_not_used(monkeypatch):
     """A module built from older (or newer) sources than this package, as an editable
     install keeps after a pull, is set aside (the Python route runs), never called with
     functions it lacks; the status says to rebuild."""
-    torch_tensors = pytest.importorskip("dyntile.cpu.torch_tensors")
+    torch_tensors = pytest.importorskip("dyntile.cpu._torch_tensors")
     monkeypatch.setattr(torch_tensors, "api", tensor_reader.NATIVE_API - 1)
     from loaders import DynTileCollate
 
@@ -134,7 +134,7 @@ def test_native_refuses_complex_and_checks_its_buffers():
 
 
 def test_reader_is_refused_under_another_torch_version(monkeypatch):
-    pytest.importorskip("dyntile.cpu.torch_tensors")
+    pytest.importorskip("dyntile.cpu._torch_tensors")
     assert tensor_reader.native_status().startswith("in use")
     monkeypatch.setattr(torch, "__version__", "0.0.0-other")
     with tensor_reader.use_native():  # judged afresh, under the other version
@@ -146,7 +146,7 @@ def test_reader_is_refused_under_another_torch_version(monkeypatch):
 
 
 def test_status_when_switched_off():
-    pytest.importorskip("dyntile.cpu.torch_tensors")
+    pytest.importorskip("dyntile.cpu._torch_tensors")
     with tensor_reader.use_native(False):
         assert tensor_reader.native_module() is None
         assert tensor_reader.native_status().startswith("switched off")
@@ -158,8 +158,8 @@ def test_status_without_the_module(monkeypatch):
 
     import dyntile.cpu
 
-    monkeypatch.setitem(sys.modules, "dyntile.cpu.torch_tensors", None)  # import fails
-    monkeypatch.delattr(dyntile.cpu, "torch_tensors", raising=False)
+    monkeypatch.setitem(sys.modules, "dyntile.cpu._torch_tensors", None)  # import fails
+    monkeypatch.delattr(dyntile.cpu, "_torch_tensors", raising=False)
     with tensor_reader.use_native():  # judged afresh, without the module
         assert tensor_reader.native_reader() is None
         assert tensor_reader.native_status().startswith("not built")

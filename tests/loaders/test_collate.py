@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import default_collate
 
+import loaders._collate_python as _collate_python
 import loaders.collate as collate_module
-import loaders.collate_python as collate_python
 from dyntile.planning import BucketPlan, plan_buckets
 from loaders import DynTileCollate
 from test_collate_outputs import python_only
@@ -675,7 +675,7 @@ def test_pin_memory_skipped_in_a_worker_with_one_warning(monkeypatch):
 )
 def test_tensor_leaves_without_the_native_reader(test):
     """The same answers when tensors are read through torch's bindings (a build without
-    dyntile.cpu.torch_tensors, or another torch version)."""
+    dyntile.cpu._torch_tensors, or another torch version)."""
     from dyntile import tensor_reader
 
     with tensor_reader.use_native(False):
@@ -724,7 +724,7 @@ def _walk_only(collate: DynTileCollate, samples):
 
 def _no_python_executor(monkeypatch):
     """Fail the test if a batch reaches the Python executor (a test that the native one runs)."""
-    monkeypatch.setattr(collate_python, "run", lambda *a: pytest.fail("ran the Python executor"))
+    monkeypatch.setattr(_collate_python, "run", lambda *a: pytest.fail("ran the Python executor"))
 
 
 @pytest.mark.parametrize("route", ["native", "bindings", "walk"])
@@ -820,75 +820,49 @@ def test_flat_rows_route_equals_the_walk(
     from dyntile import tensor_reader
 
     with tensor_reader.use_native(native):
-        _flat_rows_case(
-            lengths,
-            equal,
-            kind,
-            side,
-            use_plan,
-            named,
-            mask_from,
-            return_stats,
-            outputs,
-            number,
-            number_first,
+        if equal:
+            lengths = [lengths[0]] * len(lengths)
+        rng = np.random.default_rng(sum(lengths) + len(lengths))
+        seqs = [rng.integers(1, 500, n) for n in lengths]
+
+        def leaf(a, i):
+            if kind == "list" or (kind == "mixed" and i == 0):
+                return a.tolist()
+            t = torch.from_numpy(np.repeat(a, 2))[::2] if kind == "strided" else torch.from_numpy(a.copy())
+            return t
+
+        samples = [{"input_ids": leaf(s, 0), "labels": leaf(s * 2, 1)} for s in seqs]
+        if number is not None:
+            value = NUMBER_KEYS[number]
+            samples = [
+                dict({"label": value(i)}, **x) if number_first else dict(x, label=value(i))
+                for i, x in enumerate(samples)
+            ]
+        if outputs == "mask key in data":  # a sample's own attention_mask is kept, not replaced
+            samples = [
+                dict(x, attention_mask=leaf(np.ones(len(s), np.int64), 0)) for x, s in zip(samples, seqs)
+            ]
+        pad_keys = {"default": None, "none": (), "labels": ("labels",)}[named]
+        options = dict(
+            plan=BucketPlan((8, 32)) if use_plan else None,
+            side=side,
+            pad_keys=pad_keys,
+            pad_values={"input_ids": 0, "labels": -100} if named == "default" else None,
+            mask_from=mask_from,
+            return_stats=return_stats,
+            mask_key=None if outputs == "no mask" else "attention_mask",
+            lengths_key=None if outputs == "no lengths" else "lengths",
+            mask_dtype=torch.float32 if outputs == "float mask" else torch.bool,
         )
-
-
-def _flat_rows_case(
-    lengths,
-    equal,
-    kind,
-    side,
-    use_plan,
-    named,
-    mask_from,
-    return_stats,
-    outputs,
-    number=None,
-    number_first=False,
-):
-    if equal:
-        lengths = [lengths[0]] * len(lengths)
-    rng = np.random.default_rng(sum(lengths) + len(lengths))
-    seqs = [rng.integers(1, 500, n) for n in lengths]
-
-    def leaf(a, i):
-        if kind == "list" or (kind == "mixed" and i == 0):
-            return a.tolist()
-        t = torch.from_numpy(np.repeat(a, 2))[::2] if kind == "strided" else torch.from_numpy(a.copy())
-        return t
-
-    samples = [{"input_ids": leaf(s, 0), "labels": leaf(s * 2, 1)} for s in seqs]
-    if number is not None:
-        value = NUMBER_KEYS[number]
-        samples = [
-            dict({"label": value(i)}, **x) if number_first else dict(x, label=value(i))
-            for i, x in enumerate(samples)
-        ]
-    if outputs == "mask key in data":  # a sample's own attention_mask is kept, not replaced
-        samples = [dict(x, attention_mask=leaf(np.ones(len(s), np.int64), 0)) for x, s in zip(samples, seqs)]
-    pad_keys = {"default": None, "none": (), "labels": ("labels",)}[named]
-    options = dict(
-        plan=BucketPlan((8, 32)) if use_plan else None,
-        side=side,
-        pad_keys=pad_keys,
-        pad_values={"input_ids": 0, "labels": -100} if named == "default" else None,
-        mask_from=mask_from,
-        return_stats=return_stats,
-        mask_key=None if outputs == "no mask" else "attention_mask",
-        lengths_key=None if outputs == "no lengths" else "lengths",
-        mask_dtype=torch.float32 if outputs == "float mask" else torch.bool,
-    )
-    fast, walk = DynTileCollate(**options), DynTileCollate(**options)
-    try:
-        want = _walk_only(walk, samples)
-    except Exception as e:  # the same error, by the same route
-        with pytest.raises(type(e), match=re.escape(str(e)[:40])):
-            fast(samples)
-        return
-    assert_same_batch(fast(samples), want)
-    assert fast.stats.as_dict() == walk.stats.as_dict() and fast.stats.shapes == walk.stats.shapes
+        fast, walk = DynTileCollate(**options), DynTileCollate(**options)
+        try:
+            want = _walk_only(walk, samples)
+        except Exception as e:  # the same error, by the same route
+            with pytest.raises(type(e), match=re.escape(str(e)[:40])):
+                fast(samples)
+            return
+        assert_same_batch(fast(samples), want)
+        assert fast.stats.as_dict() == walk.stats.as_dict() and fast.stats.shapes == walk.stats.shapes
 
 
 def assert_same_batch(got: dict, want: dict) -> None:
@@ -906,7 +880,7 @@ def test_flat_rows_route_is_taken(monkeypatch):
     from dyntile import tensor_reader
 
     if tensor_reader.native_module() is None:
-        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+        pytest.skip("dyntile.cpu._torch_tensors not built for this torch")
     collate = DynTileCollate(pad_values={"input_ids": 0})
     _no_python_executor(monkeypatch)
     out = collate([{"input_ids": [1, 2, 3]}, {"input_ids": torch.tensor([4]).tolist()}])
@@ -921,7 +895,7 @@ def test_native_flat_rows_route_is_taken(leaf, monkeypatch):
     from dyntile import tensor_reader
 
     if tensor_reader.native_module() is None:
-        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+        pytest.skip("dyntile.cpu._torch_tensors not built for this torch")
     _no_python_executor(monkeypatch)
     collate = DynTileCollate(pad_values={"labels": -100}, side="left")
     out = collate(
@@ -953,7 +927,7 @@ def test_native_route_stacks_numbers_beside_the_rows(numbers, dtype, monkeypatch
     from dyntile import tensor_reader
 
     if tensor_reader.native_module() is None:
-        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+        pytest.skip("dyntile.cpu._torch_tensors not built for this torch")
     _no_python_executor(monkeypatch)
     collate = DynTileCollate(pad_values={"input_ids": 0})
     samples = [{"label": numbers[0], "input_ids": [1, 2, 3]}, {"label": numbers[1], "input_ids": [4]}]
@@ -974,7 +948,7 @@ def test_native_route_reads_keys_in_any_order_and_equal_key_objects(monkeypatch)
     from dyntile import tensor_reader
 
     if tensor_reader.native_module() is None:
-        pytest.skip("dyntile.cpu.torch_tensors not built for this torch")
+        pytest.skip("dyntile.cpu._torch_tensors not built for this torch")
     other_ids = "".join(["input", "_ids"])  # equal to "input_ids", not the same object
     literal = "input_ids"
     assert other_ids == literal and other_ids is not literal

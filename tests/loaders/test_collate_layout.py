@@ -8,23 +8,24 @@ import torch
 
 from dyntile import tensor_reader
 from dyntile.planning import BucketPlan
-from loaders import DynTileCollate
-from loaders.collate_layout import (
+from loaders import DynTileCollate, _collate_layout
+from loaders._collate_layout import (
     NUMBER_DTYPES,
     BatchLayout,
     DictSpec,
     KeyRule,
     counted,
+    key_code,
     layout_batch,
     mask_of,
     size_of_rows,
     stacks,
     widens,
 )
-from loaders.collate_spec import plan_batch
+from loaders._collate_spec import plan_batch
 
 native = tensor_reader.native_module()
-pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu.torch_tensors not built for this torch")
+pytestmark = pytest.mark.skipif(native is None, reason="dyntile.cpu._torch_tensors not built for this torch")
 
 
 def spec_of(sample: dict, **options) -> DictSpec:
@@ -43,8 +44,27 @@ def number(kind: int, dtype=None, grad=False) -> tuple:
     return (kind, dtype, 0, 0, grad)
 
 
+def facts_of(read: tuple) -> tuple:
+    """The native reader's facts of a batch ``(B, per key (kind, dtype, longest, total, grad))``."""
+    B, keys = read
+    facts = [B]
+    for kind, dtype, longest, total, grad in keys:
+        one = kind in (native.LIST_ROWS, native.TENSOR_ROWS) and longest * B == total
+        facts += [key_code(kind, dtype, grad, one), longest]
+    return tuple(facts)
+
+
+def lay(spec: DictSpec, read: tuple) -> BatchLayout | None:
+    """The layout of a batch described as ``(B, per key (kind, dtype, longest, total, grad))``."""
+    return layout_batch(spec, facts_of(read))
+
+
+def real_of(layout: BatchLayout, read: tuple) -> int:
+    return layout.real(tuple(total for _, _, _, total, _ in read[1]))
+
+
 def test_the_rules_as_functions():
-    assert stacks(False, 4, 3, 12) and not stacks(True, 4, 3, 12) and not stacks(False, 4, 3, 11)
+    assert stacks(False, True) and not stacks(True, True) and not stacks(False, False)
     assert mask_of(["b", "c"]) == "b" and mask_of(["b"], "a") == "a" and mask_of([]) is None
     assert widens(True, 4, 4, 8) and not widens(True, 4, 4, 4) and not widens(True, 4, None, 8)
     assert not widens(False, 4, 4, 8) and not widens(True, 3, 4, 8)
@@ -54,21 +74,22 @@ def test_the_rules_as_functions():
 
 def test_a_row_key_of_one_length_that_is_no_declared_sequence_is_stacked():
     spec = spec_of({"ids": [1], "emb": [1]}, pad_values={"ids": 0})  # ids declared, emb a feature
-    layout = layout_batch(spec, (3, (rows(4, 12), rows(4, 12))))
+    read = (3, (rows(4, 12), rows(4, 12)))
+    layout = lay(spec, read)
     assert layout.widths == (8, 4)  # the declared sequence pads; the feature keeps its one length
-    assert layout.shapes == [("ids", (3, 8))] and (layout.real, layout.total) == (12, 24)
-    ragged = layout_batch(spec, (3, (rows(4, 12), rows(4, 10))))
+    assert layout.shapes == (("ids", (3, 8)),) and (real_of(layout, read), layout.total) == (12, 24)
+    ragged = lay(spec, (3, (rows(4, 12), rows(4, 10))))
     assert ragged.widths == (8, 8) and [k for k, _ in ragged.shapes] == ["ids", "emb"]
 
 
 def test_without_mask_from_the_mask_and_lengths_come_from_the_first_padded_key():
     spec = spec_of({"a": [1], "b": [1], "c": [1]})
-    assert layout_batch(spec, (2, (rows(3, 6), rows(5, 6), rows(2, 3)))).mark == 1  # a is stacked
-    assert layout_batch(spec, (2, (rows(3, 5), rows(5, 6), rows(2, 3)))).mark == 0
-    none = layout_batch(spec, (2, (rows(3, 6), rows(5, 10), rows(2, 4))))
-    assert none.mark == -1 and none.want == 0 and none.shapes == []  # all stacked: no mask
+    assert lay(spec, (2, (rows(3, 6), rows(5, 6), rows(2, 3)))).mark == 1  # a is stacked
+    assert lay(spec, (2, (rows(3, 5), rows(5, 6), rows(2, 3)))).mark == 0
+    none = lay(spec, (2, (rows(3, 6), rows(5, 10), rows(2, 4))))
+    assert none.mark == -1 and none.want == 0 and none.shapes == ()  # all stacked: no mask
     named = spec_of({"a": [1], "b": [1]}, mask_from="b")
-    assert layout_batch(named, (2, (rows(3, 5), rows(5, 6)))).mark == 1
+    assert lay(named, (2, (rows(3, 5), rows(5, 6)))).mark == 1
     assert spec.want == 3 and spec_of({"a": [1]}, mask_key=None).want == 1
     assert spec_of({"a": [1]}, lengths_key=None).want == 2
 
@@ -76,23 +97,24 @@ def test_without_mask_from_the_mask_and_lengths_come_from_the_first_padded_key()
 def test_token_and_label_keys_of_the_mask_keys_length_take_its_width():
     sample = {"input_ids": [1], "labels": [1], "token_type_ids": [1], "emb": [1]}
     spec = spec_of(sample, pad_values={"input_ids": 0})
-    layout = layout_batch(spec, (2, (rows(5, 10), rows(5, 10), rows(5, 10), rows(5, 10))))
+    read = (2, (rows(5, 10), rows(5, 10), rows(5, 10), rows(5, 10)))
+    layout = lay(spec, read)
     assert layout.widths == (8, 8, 8, 5)  # emb: a feature of that length keeps its shape
     assert [k for k, _ in layout.shapes] == ["input_ids", "labels", "token_type_ids"]  # widened after
-    assert (layout.real, layout.total) == (30, 48)
-    other = layout_batch(spec, (2, (rows(5, 10), rows(4, 8), rows(5, 10), rows(5, 10))))
+    assert (real_of(layout, read), layout.total) == (30, 48)
+    other = lay(spec, (2, (rows(5, 10), rows(4, 8), rows(5, 10), rows(5, 10))))
     assert other.widths == (8, 4, 8, 5)  # another length: stacked as it is
-    ragged = layout_batch(spec, (2, (rows(5, 9), rows(5, 10), rows(5, 10), rows(5, 10))))
+    ragged = lay(spec, (2, (rows(5, 9), rows(5, 10), rows(5, 10), rows(5, 10))))
     assert ragged.widths == (8, 5, 5, 5)  # the mask key's rows differ in length: nothing to align to
-    exact = layout_batch(spec_of(sample, pad_values={"input_ids": 0}, multiple=1), (2, (rows(5, 10),) * 4))
+    exact = lay(spec_of(sample, pad_values={"input_ids": 0}, multiple=1), (2, (rows(5, 10),) * 4))
     assert exact.widths == (5, 5, 5, 5) and [k for k, _ in exact.shapes] == ["input_ids"]
 
 
 def test_the_counts_list_padded_keys_in_key_order_then_the_widened_ones():
     spec = spec_of({"labels": [1], "ids": [1], "x": [1]}, pad_values={"ids": 0, "x": 0})
-    layout = layout_batch(spec, (2, (rows(3, 6), rows(3, 6), rows(9, 10))))
+    layout = lay(spec, (2, (rows(3, 6), rows(3, 6), rows(9, 10))))
     assert [k for k, _ in layout.shapes] == ["ids", "x", "labels"]
-    assert layout.shapes == [("ids", (2, 8)), ("x", (2, 16)), ("labels", (2, 8))]
+    assert layout.shapes == (("ids", (2, 8)), ("x", (2, 16)), ("labels", (2, 8)))
 
 
 @pytest.mark.parametrize(
@@ -106,21 +128,21 @@ def test_the_counts_list_padded_keys_in_key_order_then_the_widened_ones():
 )
 def test_python_numbers_are_int64_float64_or_bool_and_0d_tensors_keep_their_dtype(kind, dtype, want):
     spec = spec_of({"ids": [1], "y": 1 if dtype is None else torch.tensor(1.0)})
-    layout = layout_batch(spec, (2, (rows(3, 5), number(getattr(native, kind), dtype))))
+    layout = lay(spec, (2, (rows(3, 5), number(getattr(native, kind), dtype))))
     assert layout.dtypes == (torch.int64, want) and layout.widths == (8, 0)
 
 
 def test_row_dtypes_and_fill_bits():
     spec = spec_of({"ids": [1], "x": torch.ones(1, dtype=torch.int16)}, pad_values={"ids": -1, "x": 2})
-    layout = layout_batch(spec, (2, (rows(3, 5), rows(3, 4, torch.int16))))
+    layout = lay(spec, (2, (rows(3, 5), rows(3, 4, torch.int16))))
     assert layout.dtypes == (torch.int64, torch.int16) and layout.bits == ((1 << 64) - 1, 2)
-    half = layout_batch(spec, (2, (rows(3, 5), rows(3, 4, torch.float16))))  # another dtype this batch
+    half = lay(spec, (2, (rows(3, 5), rows(3, 4, torch.float16))))  # another dtype this batch
     assert half.dtypes[1] == torch.float16 and half.bits[1] == 0x4000  # 2.0 in float16
 
 
 def test_a_plan_gives_the_width_and_left_padding_is_carried():
     spec = spec_of({"ids": [1]}, plan=BucketPlan((8, 24)), side="left")
-    layout = layout_batch(spec, (2, (rows(9, 12),)))
+    layout = lay(spec, (2, (rows(9, 12),)))
     assert layout.widths == (24,) and layout.left and layout.mark == 0 and layout.want == 3
 
 
@@ -147,13 +169,13 @@ def test_what_the_layout_leaves_to_the_python_executor(sample, options, read):
     if spec is None:  # a fill sample 0's dtype cannot hold: left at planning already
         assert options.get("fill") == 200 and sample["x"].dtype == torch.int8
         return
-    assert layout_batch(spec, read) is None
+    assert lay(spec, read) is None
 
 
 def test_the_uint8_fill_that_int8_cannot_hold():
     spec = spec_of({"ids": [1], "x": torch.ones(1, dtype=torch.uint8)}, pad_values={"x": 200})
-    assert layout_batch(spec, (2, (rows(3, 5), rows(3, 5, torch.uint8)))).bits[1] == 200
-    assert layout_batch(spec, (2, (rows(3, 5), rows(3, 5, torch.int8)))) is None
+    assert lay(spec, (2, (rows(3, 5), rows(3, 5, torch.uint8)))).bits[1] == 200
+    assert lay(spec, (2, (rows(3, 5), rows(3, 5, torch.int8)))) is None
 
 
 def test_the_layout_is_what_the_collate_writes():
@@ -163,10 +185,17 @@ def test_the_layout_is_what_the_collate_writes():
         {"input_ids": [7], "labels": [8], "y": 2.0},
     ]
     spec = spec_of(samples[0], side="left")
-    read, keys = native.read_dicts(samples, spec.keys)
-    layout = layout_batch(spec, (2, keys))
-    assert isinstance(layout, BatchLayout)
-    out, mask, lengths = native.write_dicts(read, *layout[:6])
+    decided = []
+
+    def decide(facts):
+        decided.append(facts)
+        return layout_batch(spec, facts)
+
+    out, mask, lengths, layout, totals = native.collate_dicts(samples, spec.keys, spec.layouts, decide)
+    assert isinstance(layout, BatchLayout) and spec.layouts[decided[0]] is layout  # kept for its facts
+    assert layout.real(totals) == 8 and layout.counted is None  # every row key counted
+    again = native.collate_dicts(samples, spec.keys, spec.layouts, decide)
+    assert again[3] is layout and len(decided) == 1  # found there: not decided again
     want = DynTileCollate(side="left")(samples)
     for k in out:
         assert torch.equal(out[k], want[k]), k
@@ -191,3 +220,13 @@ def test_a_spec_knows_its_keys_rules_and_sizes():
         KeyRule("score", False, False, False, 0),
     )
     assert spec.size_of == size_of_rows(8, None) and spec.size_of(9) == 16
+
+
+def test_a_spec_keeps_a_layout_per_facts_and_starts_over_past_max_layouts(monkeypatch):
+    spec = spec_of({"ids": [1]})
+    first = lay(spec, (2, (rows(3, 5),)))
+    assert lay(spec, (2, (rows(3, 4),))) is first  # the same facts: the totals enter the counts only
+    monkeypatch.setattr(_collate_layout, "MAX_LAYOUTS", 3)
+    for n in range(4, 12):
+        assert lay(spec, (2, (rows(n, 2 * n - 1),))).widths == (-(-n // 8) * 8,)
+        assert len(spec.layouts) <= 3

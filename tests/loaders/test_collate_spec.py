@@ -1,4 +1,4 @@
-"""The collate's rules and its planner, rule by rule (loaders/collate_spec.py)."""
+"""The collate's rules and its planner, rule by rule (loaders/_collate_spec.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from dyntile import tensor_reader
 from dyntile.planning import BucketPlan
 from loaders import DynTileCollate
-from loaders.collate_spec import (
+from loaders._collate_spec import (
     IGNORE_INDEX,
     CollateRules,
     LeafSpec,

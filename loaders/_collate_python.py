@@ -1,10 +1,10 @@
-"""The Python executor of a collate spec: runs every :class:`~loaders.collate_spec.BatchSpec`.
+"""The Python executor of a collate spec: runs every :class:`~loaders._collate_spec.BatchSpec`.
 
-:func:`run` walks the spec over the samples (the handlers of :mod:`loaders.leaf_handlers`
+:func:`run` walks the spec over the samples (the handlers of :mod:`loaders._leaf_handlers`
 collate each place), then applies what needs the whole batch: the row sequences aligned
 with the mask key take its width, the batch dimension is padded (``batch_multiple``,
 ``bucket_rows``), padded leaves are tiled, and the mask and lengths are made. Every
-decision it takes comes from :class:`~loaders.collate_spec.CollateRules`.
+decision it takes comes from :class:`~loaders._collate_spec.CollateRules`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from dyntile import tensor_reader
 from dyntile.masks import padding_mask
 from dyntile.padding import pad_batch, pad_rows
 
-from .collate_layout import mask_of, stacks, widens
-from .collate_spec import MAP, CollateRules, LeafSpec, Mismatch, NodeSpec, join_key, kind_of
-from .leaf_handlers import HANDLERS
+from ._collate_layout import mask_of, stacks, widens
+from ._collate_spec import MAP, CollateRules, LeafSpec, Mismatch, NodeSpec, join_key, kind_of
+from ._leaf_handlers import HANDLERS
 
 __all__ = ["PythonBatch", "Result", "map_tensors", "run"]
 
@@ -182,7 +182,7 @@ class PythonBatch:
         shape = tuple(batch.shape)
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)
-        if stacks(spec.always, len(items), longest, total):  # one length: the samples, stacked
+        if stacks(spec.always, longest * len(items) == total):  # one length: the samples, stacked
             return self.stacked(items, spec, _stacked_rows(batch, longest, r.side, items))
         self._note(key, lengths, (0,), shape, total)
         return batch

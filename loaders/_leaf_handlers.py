@@ -1,11 +1,11 @@
 """The Python executor's handlers: one small function per kind of place in a sample.
 
 Like ``torch.utils.data._utils.collate.collate_fn_map``, :data:`HANDLERS` maps a kind
-(:func:`loaders.collate_spec.kind_of`) to a handler ``handler(ctx, items, spec)``:
+(:func:`loaders._collate_spec.kind_of`) to a handler ``handler(ctx, items, spec)``:
 ``items`` are the B samples' values at one place of the sample structure, ``spec`` is
-that place's :class:`~loaders.collate_spec.LeafSpec` or
-:class:`~loaders.collate_spec.NodeSpec`, and ``ctx`` is the batch being collated
-(:class:`loaders.collate_python.PythonBatch`: ``ctx.walk`` recurses into structures,
+that place's :class:`~loaders._collate_spec.LeafSpec` or
+:class:`~loaders._collate_spec.NodeSpec`, and ``ctx`` is the batch being collated
+(:class:`loaders._collate_python.PythonBatch`: ``ctx.walk`` recurses into structures,
 ``ctx.pad`` pads a ragged leaf).
 
 Structures: mappings -> dict, namedtuples -> the same namedtuple, tuples and lists
@@ -28,8 +28,8 @@ import torch
 from dyntile import tensor_reader
 from dyntile.dtypes import promote_samples
 
-from .collate_layout import NUMBER_DTYPES
-from .collate_spec import (
+from ._collate_layout import NUMBER_DTYPES
+from ._collate_spec import (
     ARRAY,
     KEEP,
     MAP,

@@ -1,8 +1,8 @@
 // The native bridge to torch: read a list of CPU torch tensors' sizes, byte strides and
 // data pointers in one call (describe), the columns of a batch of dicts (dict_columns),
-// and a batch of flat dicts of rows and numbers in one pass (read_dicts), then write it
-// into new torch tensors by a layout decided in Python (write_dicts: the layout comes
-// from loaders/collate_layout.py; this reads and writes and decides nothing).
+// and a batch of flat dicts of rows and numbers in one pass, written into new torch tensors
+// by a layout decided in Python (collate_dicts: the layout comes from
+// loaders/collate_layout.py; this reads and writes and decides nothing).
 //
 // The Python route (dyntile/cpu/pad.pyx: describe_tensors) pays torch's binding for
 // every attribute of every sample (t.dtype, t.shape, t.stride(), t.data_ptr()), which is
@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <memory>
 #include <stdexcept>
 #include <type_traits>
@@ -45,7 +46,7 @@
 // module of its own NATIVE_API only, so that a build left from older sources (an
 // editable install after a pull) is not used rather than failing. Bump both with any
 // new function or changed signature.
-#define DYNTILE_NATIVE_API 5
+#define DYNTILE_NATIVE_API 6
 
 namespace {
 
@@ -249,7 +250,7 @@ void copy_row(char* dst, const char* src, int64_t n, int64_t stride, int64_t wid
   }
 }
 
-// what read_dicts learnt of each row of a key (arrays in the call's Scratch)
+// what collate_dicts learnt of each row of a key (arrays in the call's Scratch)
 struct Rows {
   int64_t* lens = nullptr;
   const char** ptrs = nullptr;      // tensors: data pointers
@@ -379,12 +380,13 @@ PyObject* first_requiring_grad(PyObject*, PyObject* args) {
   return PyLong_FromSsize_t(-1);
 }
 
-// ---- read_dicts / write_dicts: a batch of flat dicts, read in one pass and written by a layout
+// ---- collate_dicts: a batch of flat dicts, read in one pass and written by a layout
 //
-// The reader reports what each key's values are (kind, dtype, longest row, total, grad) and
-// decides nothing; the caller (loaders/collate_layout.py: layout_batch) decides each key's
-// width, dtype and fill, and where the mask and lengths come from; the writer carries that
-// out. Between the two calls the read holds a reference to every value it read.
+// The reader reports the batch's facts (per key its kind, dtype, grad, whether its rows
+// share one length, and its longest row) and decides nothing; the layout (each key's width,
+// dtype and fill, where the mask and lengths come from) is the caller's: found under the
+// facts in its dict of layouts, or, for facts not seen yet, decided by its Python function
+// (loaders/collate_layout.py: layout_batch); the writer carries it out.
 
 // What the reader sees of one key's B values (module constants of the same names)
 enum KeyKind : int { LIST_ROWS = 0, TENSOR_ROWS = 1, INTS = 2, FLOATS = 3, BOOLS = 4, TENSOR_SCALARS = 5 };
@@ -395,7 +397,7 @@ struct KeyRead {
   c10::ScalarType dtype = c10::ScalarType::Long;
 };
 
-// One batch as read_dicts read it (the capsule's pointer): alive until the capsule goes
+// One batch as collate_dicts reads it: every value it read is held until it is written
 struct DictRead {
   Py_ssize_t n = 0, nk = 0;
   PyObject* keys = nullptr;                    // the spec's keys tuple (held)
@@ -412,8 +414,6 @@ struct DictRead {
     return o;
   }
 };
-
-constexpr const char* READ_CAPSULE = "dyntile.DictRead";
 
 // One DictRead kept for the next batch (under the GIL): a batch's read costs no allocation
 // of its scratch block, whose free would make the next batch's large allocations
@@ -442,11 +442,6 @@ void release_read(DictRead* r) {
 struct ReleaseRead {
   void operator()(DictRead* r) const { release_read(r); }
 };
-
-void free_read(PyObject* capsule) {
-  DictRead* r = static_cast<DictRead*>(PyCapsule_GetPointer(capsule, READ_CAPSULE));
-  if (r != nullptr) release_read(r);
-}
 
 // equal exact str keys compare without running Python code
 inline bool same_key(PyObject* k, PyObject* want) {
@@ -521,77 +516,97 @@ bool read_key(PyObject* const* items, Py_ssize_t n, KeyRead& k, Scratch& scratch
   return true;
 }
 
-// read_dicts(samples, keys) -> None | (read, ((kind, dtype | None, longest, total, grad), ...))
-PyObject* read_dicts(PyObject*, PyObject* args) {
-  PyObject *samples, *keys;
-  if (!PyArg_ParseTuple(args, "O!O!", &PyList_Type, &samples, &PyTuple_Type, &keys)) return nullptr;
-  const Py_ssize_t n = PyList_GET_SIZE(samples), nk = PyTuple_GET_SIZE(keys);
-  if (n == 0 || nk == 0) Py_RETURN_NONE;
-  std::unique_ptr<DictRead, ReleaseRead> r(take_read());
-  r->n = n;
-  r->nk = nk;
-  r->held.reserve(static_cast<size_t>(n * (nk + 1) + 1));
-  r->keys = r->hold(keys);
-  r->values = r->scratch.take<PyObject*>(n * nk);
-  r->key = r->scratch.take<KeyRead>(nk);
-  const int got = read_values(samples, *r);
-  if (got <= 0) {
-    if (got < 0) return nullptr;
-    Py_RETURN_NONE;
-  }
+// A key's code in a batch's facts: its kind (bits 0-2), whether a tensor of it requires
+// grad (bit 3), whether its rows share one length (bit 4), and for tensors 1 + the scalar
+// type (bits 5 on; scalar_dtypes() maps it back to a torch dtype)
+constexpr int64_t GRAD = 8, ONE_LENGTH = 16, DTYPE_SHIFT = 5;   // (module constants GRAD, ONE_LENGTH)
+
+int64_t key_code(const KeyRead& k, Py_ssize_t n) {
+  const bool typed = k.kind == TENSOR_ROWS || k.kind == TENSOR_SCALARS;
+  const bool rows = k.kind <= TENSOR_ROWS;
+  return k.kind | (k.rows.grad ? GRAD : 0) | (rows && k.rows.longest * n == k.rows.total ? ONE_LENGTH : 0) |
+         (typed ? (static_cast<int64_t>(k.dtype) + 1) << DTYPE_SHIFT : 0);
+}
+
+// Read a batch into r (n, nk and keys set): 1 read; 0 not a batch the writer takes; -1 an
+// error is set
+int read_batch(PyObject* samples, DictRead& r) {
+  const Py_ssize_t n = r.n, nk = r.nk;
+  r.held.reserve(static_cast<size_t>(n * (nk + 1) + 1));
+  r.values = r.scratch.take<PyObject*>(n * nk);
+  r.key = r.scratch.take<KeyRead>(nk);
+  const int got = read_values(samples, r);
+  if (got <= 0) return got;
   try {
     for (Py_ssize_t j = 0; j < nk; j++) {
-      r->key[j] = KeyRead{};
-      if (!read_key(&r->values[j * n], n, r->key[j], r->scratch)) Py_RETURN_NONE;
+      r.key[j] = KeyRead{};
+      if (!read_key(&r.values[j * n], n, r.key[j], r.scratch)) return 0;
     }
   } catch (const std::bad_alloc&) {
-    return PyErr_NoMemory();
+    PyErr_NoMemory();
+    return -1;
   } catch (const std::exception&) {  // c10::Error from an unusual tensor: the writer does not take it
-    Py_RETURN_NONE;
+    return 0;
   }
-  PyObject* info = PyTuple_New(nk);
-  if (info == nullptr) return nullptr;
-  for (Py_ssize_t j = 0; j < nk; j++) {   // (tuples built item by item: Py_BuildValue parses its format)
-    const KeyRead& k = r->key[j];
-    const bool typed = k.kind == TENSOR_ROWS || k.kind == TENSOR_SCALARS;
-    PyObject* dtype = typed ? reinterpret_cast<PyObject*>(torch::getTHPDtype(k.dtype)) : Py_None;
-    PyObject* item = PyTuple_New(5);
-    PyObject* kind = PyLong_FromLong(k.kind);
-    PyObject* longest = PyLong_FromLongLong(k.rows.longest);
-    PyObject* total = PyLong_FromLongLong(k.rows.total);
-    if (item == nullptr || kind == nullptr || longest == nullptr || total == nullptr) {
-      Py_XDECREF(item);
-      Py_XDECREF(kind);
-      Py_XDECREF(longest);
-      Py_XDECREF(total);
-      Py_DECREF(info);
-      return nullptr;
+  return 1;
+}
+
+// a new tuple of the references items (stolen; null when one is null, with all released)
+PyObject* tuple_of(std::initializer_list<PyObject*> items) {
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(items.size()));
+  bool ok = t != nullptr;
+  for (PyObject* item : items) ok = ok && item != nullptr;
+  Py_ssize_t i = 0;
+  for (PyObject* item : items) {
+    if (ok) PyTuple_SET_ITEM(t, i++, item);
+    else Py_XDECREF(item);
+  }
+  if (!ok) Py_XDECREF(t);
+  return ok ? t : nullptr;
+}
+
+// the facts of a read, (B, code, longest, code, longest, ...), and its row totals (total, ...):
+// tuples of ints alone, so that looking the facts up in a dict runs no Python code
+bool facts_of(const DictRead& r, PyObject*& facts, PyObject*& totals) {
+  facts = PyTuple_New(1 + 2 * r.nk);
+  totals = PyTuple_New(r.nk);
+  bool ok = facts != nullptr && totals != nullptr;
+  auto put = [&ok](PyObject* tuple, Py_ssize_t i, PyObject* item) {
+    if (item == nullptr) ok = false;
+    else PyTuple_SET_ITEM(tuple, i, item);
+  };
+  if (ok) put(facts, 0, PyLong_FromSsize_t(r.n));
+  for (Py_ssize_t j = 0; j < r.nk && ok; j++) {
+    const KeyRead& k = r.key[j];
+    put(facts, 1 + 2 * j, PyLong_FromLongLong(key_code(k, r.n)));
+    put(facts, 2 + 2 * j, PyLong_FromLongLong(k.rows.longest));
+    put(totals, j, PyLong_FromLongLong(k.rows.total));
+  }
+  if (!ok) {
+    Py_CLEAR(facts);
+    Py_CLEAR(totals);
+  }
+  return ok;
+}
+
+// scalar_dtypes() -> (None, the torch dtype of scalar type 0, of 1, ...): a key code's dtype
+PyObject* scalar_dtypes(PyObject*, PyObject*) {
+  constexpr Py_ssize_t count = static_cast<Py_ssize_t>(c10::ScalarType::NumOptions);
+  PyObject* out = PyTuple_New(count + 1);
+  if (out == nullptr) return nullptr;
+  Py_INCREF(Py_None);
+  PyTuple_SET_ITEM(out, 0, Py_None);
+  for (Py_ssize_t i = 0; i < count; i++) {
+    PyObject* dtype = Py_None;
+    try {
+      dtype = reinterpret_cast<PyObject*>(torch::getTHPDtype(static_cast<c10::ScalarType>(i)));
+    } catch (const std::exception&) {   // a scalar type without a Python dtype: never read
     }
+    if (dtype == nullptr) dtype = Py_None;
     Py_INCREF(dtype);
-    PyObject* grad = k.rows.grad ? Py_True : Py_False;
-    Py_INCREF(grad);
-    PyTuple_SET_ITEM(item, 0, kind);
-    PyTuple_SET_ITEM(item, 1, dtype);
-    PyTuple_SET_ITEM(item, 2, longest);
-    PyTuple_SET_ITEM(item, 3, total);
-    PyTuple_SET_ITEM(item, 4, grad);
-    PyTuple_SET_ITEM(info, j, item);
+    PyTuple_SET_ITEM(out, i + 1, dtype);
   }
-  PyObject* capsule = PyCapsule_New(r.get(), READ_CAPSULE, free_read);
-  if (capsule == nullptr) {
-    Py_DECREF(info);
-    return nullptr;
-  }
-  r.release();
-  PyObject* both = PyTuple_New(2);
-  if (both == nullptr) {
-    Py_DECREF(capsule);
-    Py_DECREF(info);
-    return nullptr;
-  }
-  PyTuple_SET_ITEM(both, 0, capsule);
-  PyTuple_SET_ITEM(both, 1, info);
-  return both;
+  return out;
 }
 
 // true when a key's values are still as read (nothing between the two calls resized a list
@@ -621,7 +636,7 @@ bool as_read(PyObject* const* items, Py_ssize_t n, const KeyRead& k) {
 
 // the (B, T) batch of one row key, each row at its side and padded with fill_bits; false
 // (out undefined) when an element of a list is not an exact int in int64. A function of its
-// own (not inlined into write_dicts): the int reading loop compiles tighter here
+// own (not inlined into write_batch): the int reading loop compiles tighter here
 [[gnu::noinline]] bool write_rows(PyObject* const* items, Py_ssize_t n, const KeyRead& k, int64_t T, uint64_t bits, bool left,
                 at::Tensor& out) {
   const Rows& rows = k.rows;
@@ -675,97 +690,135 @@ bool writable(const KeyRead& k, c10::ScalarType dtype) {
   }
 }
 
-// write_dicts(read, widths, dtypes, fill_bits, mark, want, left) -> None | (out, mask | None, lengths | None)
-PyObject* write_dicts(PyObject*, PyObject* args) {
-  PyObject *capsule, *widths, *dtypes, *bits_obj;
-  Py_ssize_t mark;
-  int want, left;
-  if (!PyArg_ParseTuple(args, "OO!O!O!nip", &capsule, &PyTuple_Type, &widths, &PyTuple_Type, &dtypes,
-                        &PyTuple_Type, &bits_obj, &mark, &want, &left))
-    return nullptr;
-  DictRead* r = static_cast<DictRead*>(PyCapsule_GetPointer(capsule, READ_CAPSULE));
-  if (r == nullptr) return nullptr;
-  const Py_ssize_t n = r->n, nk = r->nk;
-  if (PyTuple_GET_SIZE(widths) != nk || PyTuple_GET_SIZE(dtypes) != nk || PyTuple_GET_SIZE(bits_obj) != nk) {
-    PyErr_SetString(PyExc_ValueError, "write_dicts: a layout needs one width, dtype and fill per key");
-    return nullptr;
+// Write a read batch by its layout, a tuple whose first six items are (widths, dtypes,
+// fill bits, mark, want, left); check: whether Python code ran since the read (the values
+// are then checked to be as read). 1: written (out a new dict of the keys' tensors, mask
+// and lengths as want asks); 0: a list holds something other than exact ints in int64;
+// -1: an error is set.
+int write_batch(DictRead& r, PyObject* layout, bool check, PyObject*& out, at::Tensor& mask, at::Tensor& lengths) {
+  if (!PyTuple_Check(layout) || PyTuple_GET_SIZE(layout) < 6) {
+    PyErr_SetString(PyExc_TypeError, "collate_dicts: a layout is a tuple (widths, dtypes, fill_bits, mark, want, left, ...)");
+    return -1;
   }
-  const bool mark_rows = mark >= 0 && mark < nk && r->key[mark].kind <= TENSOR_ROWS;
-  if (mark >= nk || (mark >= 0 && !mark_rows)) {
-    PyErr_SetString(PyExc_ValueError, "write_dicts: mark should be -1 or the index of a row key");
-    return nullptr;
+  PyObject* widths = PyTuple_GET_ITEM(layout, 0);
+  PyObject* dtypes = PyTuple_GET_ITEM(layout, 1);
+  PyObject* bits_obj = PyTuple_GET_ITEM(layout, 2);
+  const Py_ssize_t mark = PyLong_AsSsize_t(PyTuple_GET_ITEM(layout, 3));
+  const long want = PyLong_AsLong(PyTuple_GET_ITEM(layout, 4));
+  const int left = PyObject_IsTrue(PyTuple_GET_ITEM(layout, 5));
+  if (PyErr_Occurred()) return -1;
+  const Py_ssize_t n = r.n, nk = r.nk;
+  if (!PyTuple_Check(widths) || !PyTuple_Check(dtypes) || !PyTuple_Check(bits_obj) ||
+      PyTuple_GET_SIZE(widths) != nk || PyTuple_GET_SIZE(dtypes) != nk || PyTuple_GET_SIZE(bits_obj) != nk) {
+    PyErr_SetString(PyExc_ValueError, "collate_dicts: a layout needs one width, dtype and fill per key");
+    return -1;
+  }
+  if (mark < -1 || mark >= nk || (mark >= 0 && r.key[mark].kind > TENSOR_ROWS)) {
+    PyErr_SetString(PyExc_ValueError, "collate_dicts: mark should be -1 or the index of a row key");
+    return -1;
   }
   std::vector<at::Tensor> made(nk);
   int64_t mark_T = 0;
   for (Py_ssize_t j = 0; j < nk; j++) {
-    const KeyRead& k = r->key[j];
-    PyObject* const* items = &r->values[j * n];
+    const KeyRead& k = r.key[j];
+    PyObject* const* items = &r.values[j * n];
     PyObject* dt = PyTuple_GET_ITEM(dtypes, j);
     if (!THPDtype_Check(dt) || !writable(k, reinterpret_cast<THPDtype*>(dt)->scalar_type)) {
-      PyErr_Format(PyExc_ValueError, "write_dicts: key %zd cannot be written in the dtype %R", j, dt);
-      return nullptr;
+      PyErr_Format(PyExc_ValueError, "collate_dicts: key %zd cannot be written in the dtype %R", j, dt);
+      return -1;
     }
     const c10::ScalarType dtype = reinterpret_cast<THPDtype*>(dt)->scalar_type;
-    if (!as_read(items, n, k)) {
+    if (check && !as_read(items, n, k)) {
       PyErr_SetString(PyExc_RuntimeError, "the batch changed between its read and its write");
-      return nullptr;
+      return -1;
     }
     if (k.kind > TENSOR_ROWS) {
       made[j] = write_numbers(items, n, k, dtype);
-      if (!made[j].defined()) Py_RETURN_NONE;
+      if (!made[j].defined()) return 0;
       continue;
     }
     const long long T = PyLong_AsLongLong(PyTuple_GET_ITEM(widths, j));
     const unsigned long long bits = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(bits_obj, j));
-    if (PyErr_Occurred()) return nullptr;
+    if (PyErr_Occurred()) return -1;
     if (T < k.rows.longest) {
-      PyErr_Format(PyExc_ValueError, "write_dicts: key %zd has rows of %lld, wider than its width %lld", j,
+      PyErr_Format(PyExc_ValueError, "collate_dicts: key %zd has rows of %lld, wider than its width %lld", j,
                    static_cast<long long>(k.rows.longest), T);
-      return nullptr;
+      return -1;
     }
-    if (!write_rows(items, n, k, T, bits, left, made[j])) Py_RETURN_NONE;   // a list of other numbers
+    if (!write_rows(items, n, k, T, bits, left, made[j])) return 0;   // a list of other numbers
     if (j == mark) mark_T = T;
   }
-  at::Tensor lengths, mask;
   if (mark >= 0 && (want & 1)) {
     lengths = at::detail::empty_cpu({n}, at::kLong);
-    std::memcpy(lengths.data_ptr(), r->key[mark].rows.lens, static_cast<size_t>(n) * 8);
+    std::memcpy(lengths.data_ptr(), r.key[mark].rows.lens, static_cast<size_t>(n) * 8);
   }
   if (mark >= 0 && (want & 2)) {
     const int64_t T = mark_T;
     mask = at::detail::empty_cpu({n, T}, at::kBool);
     char* p = static_cast<char*>(mask.data_ptr());
     for (Py_ssize_t i = 0; T > 0 && i < n; i++, p += T) {   // T == 0: no data pointer to write to
-      const int64_t m = r->key[mark].rows.lens[i];
+      const int64_t m = r.key[mark].rows.lens[i];
       fill_bytes(p, left ? 0 : 1, static_cast<size_t>(left ? T - m : m));
       fill_bytes(p + (left ? T - m : m), left ? 1 : 0, static_cast<size_t>(left ? m : T - m));
     }
   }
-  PyObject* out = PyDict_New();
-  if (out == nullptr) return nullptr;
+  out = PyDict_New();
+  if (out == nullptr) return -1;
   for (Py_ssize_t j = 0; j < nk; j++) {
     PyObject* t = wrap(made[j]);
-    const bool ok = t != nullptr && PyDict_SetItem(out, PyTuple_GET_ITEM(r->keys, j), t) == 0;
+    const bool ok = t != nullptr && PyDict_SetItem(out, PyTuple_GET_ITEM(r.keys, j), t) == 0;
     Py_XDECREF(t);
     if (!ok) {
-      Py_DECREF(out);
-      return nullptr;
+      Py_CLEAR(out);
+      return -1;
     }
   }
-  PyObject* got = PyTuple_New(3);
-  PyObject* m = wrap(mask);
-  PyObject* l = wrap(lengths);
-  if (got == nullptr || m == nullptr || l == nullptr) {
-    Py_XDECREF(got);
-    Py_XDECREF(m);
-    Py_XDECREF(l);
-    Py_DECREF(out);
+  return 1;
+}
+
+// collate_dicts(samples, keys, layouts, decide) -> None | (out, mask | None, lengths | None, layout, totals)
+PyObject* collate_dicts(PyObject*, PyObject* args) {
+  PyObject *samples, *keys, *layouts, *decide;
+  if (!PyArg_ParseTuple(args, "O!O!O!O", &PyList_Type, &samples, &PyTuple_Type, &keys, &PyDict_Type, &layouts,
+                        &decide))
     return nullptr;
+  const Py_ssize_t n = PyList_GET_SIZE(samples), nk = PyTuple_GET_SIZE(keys);
+  if (n == 0 || nk == 0) Py_RETURN_NONE;
+  std::unique_ptr<DictRead, ReleaseRead> r(take_read());
+  r->n = n;
+  r->nk = nk;
+  r->keys = r->hold(keys);
+  const int got = read_batch(samples, *r);
+  if (got <= 0) {
+    if (got < 0) return nullptr;
+    Py_RETURN_NONE;
   }
-  PyTuple_SET_ITEM(got, 0, out);
-  PyTuple_SET_ITEM(got, 1, m);
-  PyTuple_SET_ITEM(got, 2, l);
-  return got;
+  PyObject *facts, *totals;
+  if (!facts_of(*r, facts, totals)) return nullptr;
+  // the facts are ints alone: their lookup runs no Python code, and the batch stays as read
+  PyObject* layout = PyDict_GetItemWithError(layouts, facts);
+  const bool decided = layout == nullptr;
+  if (layout != nullptr) {
+    Py_INCREF(layout);
+  } else if (!PyErr_Occurred()) {
+    layout = PyObject_CallOneArg(decide, facts);
+  }
+  Py_DECREF(facts);
+  if (layout == nullptr || layout == Py_None) {
+    Py_DECREF(totals);
+    if (layout == nullptr) return nullptr;
+    return layout;   // None: the caller's other route collates the batch
+  }
+  PyObject* out = nullptr;
+  at::Tensor mask, lengths;
+  const int written = write_batch(*r, layout, decided, out, mask, lengths);
+  if (written <= 0) {
+    Py_DECREF(layout);
+    Py_DECREF(totals);
+    if (written < 0) return nullptr;
+    Py_RETURN_NONE;
+  }
+  return tuple_of({out, wrap(mask), wrap(lengths), layout, totals});
 }
 
 // The C API must never see a C++ exception (it would end the process): out of memory is
@@ -790,22 +843,27 @@ PyMethodDef methods[] = {
      "data pointers (B) and per-axis maxima (ndim). refused is -1 when every sample is a plain dense\n"
      "CPU tensor of that rank and of the first sample's dtype (not complex), else the index of the\n"
      "first that is not (the buffers then hold nothing to use); elements counts their items."},
-    {"read_dicts", guarded<read_dicts>, METH_VARARGS,
-     "read_dicts(samples, keys) -> None | (read, ((kind, dtype, longest, total, grad), ...))\n\n"
-     "Read a batch of exact dicts holding the keys of the tuple keys (sample 0 in their order), one\n"
-     "pass: per key the kind of its values (the module's LIST_ROWS: exact lists; TENSOR_ROWS: plain 1-D\n"
-     "CPU tensors of one dtype; INTS, FLOATS, BOOLS: Python numbers of one kind; TENSOR_SCALARS: plain\n"
-     "0-d CPU tensors of one dtype), the tensors' torch dtype (else None), the longest row and the sum\n"
-     "of the row lengths (0 for numbers), and whether a tensor requires grad. read holds every value\n"
-     "until write_dicts runs it. None, with nothing raised, for any other batch. It decides nothing."},
-    {"write_dicts", guarded<write_dicts>, METH_VARARGS,
-     "write_dicts(read, widths, dtypes, fill_bits, mark, want, left) -> None | (out, mask, lengths)\n\n"
-     "Write a batch read by read_dicts as its layout says: per key, row keys padded to widths[j] with\n"
-     "fill_bits[j] (the fill's bit pattern), on the left when left; number keys stacked; each in\n"
-     "dtypes[j] (int64 for lists of ints and Python ints, float64 for floats, bool for bools, a\n"
-     "tensor's own). mask (bool (B, T), true on data) and lengths (int64 (B,)) are of the row key at\n"
-     "index mark (-1: none) as want asks (1 lengths, 2 mask), else None. None when a list holds\n"
-     "something other than exact ints in int64 (the read looks at sample 0's type only)."},
+    {"collate_dicts", guarded<collate_dicts>, METH_VARARGS,
+     "collate_dicts(samples, keys, layouts, decide) -> None | (out, mask, lengths, layout, totals)\n\n"
+     "Read a batch of B exact dicts holding the keys of the tuple keys (sample 0 in their order) in one\n"
+     "pass, and write it by its layout: layouts[facts], else decide(facts) (a layout or None). facts is\n"
+     "(B, code, longest) per key: the code says the kind of its values (bits 0-2: the module's LIST_ROWS:\n"
+     "exact lists; TENSOR_ROWS: plain 1-D CPU tensors of one dtype; INTS, FLOATS, BOOLS: Python numbers\n"
+     "of one kind; TENSOR_SCALARS: plain 0-d CPU tensors of one dtype), whether a tensor requires grad\n"
+     "(GRAD), whether the rows share one length (ONE_LENGTH), and for tensors 1 + their scalar type\n"
+     "(bits 5 on: scalar_dtypes()[code >> 5] is the torch dtype); longest is the longest row (0 for\n"
+     "numbers). A layout is a tuple whose first items are (widths, dtypes, fill_bits, mark, want, left):\n"
+     "per key, row keys padded to widths[j] with fill_bits[j] (the fill's bit pattern), on the left when\n"
+     "left; number keys stacked; each in dtypes[j] (int64 for lists of ints and Python ints, float64 for\n"
+     "floats, bool for bools, a tensor's own); mask (bool (B, T), true on data) and lengths (int64 (B,))\n"
+     "of the row key at index mark (-1: none) as want asks (1 lengths, 2 mask), else None. totals holds\n"
+     "each key's sum of row lengths. None, with nothing raised, for a batch the reader does not take, a\n"
+     "layout of None, or a list holding something other than exact ints in int64 (the read looks at\n"
+     "sample 0's type only). It decides nothing."},
+    {"scalar_dtypes", guarded<scalar_dtypes>, METH_NOARGS,
+     "scalar_dtypes() -> tuple\n\n"
+     "None, then the torch dtype of each scalar type in its order: the dtype of a key code c is\n"
+     "scalar_dtypes()[c >> 5]."},
     {"first_requiring_grad", guarded<first_requiring_grad>, METH_VARARGS,
      "first_requiring_grad(items) -> int\n\n"
      "The index of the first torch tensor in the list items that requires grad, or -1 (other objects\n"
@@ -816,14 +874,14 @@ PyMethodDef methods[] = {
      "the B values; None for anything else (a missing or extra key, another mapping type)."},
     {nullptr, nullptr, 0, nullptr}};
 
-PyModuleDef module = {PyModuleDef_HEAD_INIT, "torch_tensors",
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_torch_tensors",
                       "Native bridge to torch: reads CPU tensors' sizes, strides and pointers; reads a batch "
                       "of flat dicts and writes it by a layout decided in Python.",
                       -1, methods};
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit_torch_tensors(void) {
+PyMODINIT_FUNC PyInit__torch_tensors(void) {
   PyObject* m = PyModule_Create(&module);
   if (m != nullptr && (PyModule_AddStringConstant(m, "built_for", DYNTILE_TORCH_VERSION) != 0 ||
                        PyModule_AddIntConstant(m, "api", DYNTILE_NATIVE_API) != 0 ||
@@ -832,7 +890,9 @@ PyMODINIT_FUNC PyInit_torch_tensors(void) {
                        PyModule_AddIntConstant(m, "INTS", INTS) != 0 ||
                        PyModule_AddIntConstant(m, "FLOATS", FLOATS) != 0 ||
                        PyModule_AddIntConstant(m, "BOOLS", BOOLS) != 0 ||
-                       PyModule_AddIntConstant(m, "TENSOR_SCALARS", TENSOR_SCALARS) != 0)) {
+                       PyModule_AddIntConstant(m, "TENSOR_SCALARS", TENSOR_SCALARS) != 0 ||
+                       PyModule_AddIntConstant(m, "GRAD", GRAD) != 0 ||
+                       PyModule_AddIntConstant(m, "ONE_LENGTH", ONE_LENGTH) != 0)) {
     Py_DECREF(m);
     return nullptr;
   }

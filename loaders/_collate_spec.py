@@ -5,12 +5,12 @@ decision made from them: a key's fill, whether it is a declared sequence, the ax
 sizes it is padded to, the rows of a padded batch. :func:`plan_batch` reads sample 0's
 structure and returns a :class:`BatchSpec`: a tree of :class:`NodeSpec` (dicts, tuples,
 namedtuples) over :class:`LeafSpec` (row sequences, tensors, number columns, kept lists),
-and for flat dicts of rows and numbers the :class:`~loaders.collate_layout.DictSpec` that
+and for flat dicts of rows and numbers the :class:`~loaders._collate_layout.DictSpec` that
 the native reader and writer run, each batch laid out by
-:func:`~loaders.collate_layout.layout_batch`.
+:func:`~loaders._collate_layout.layout_batch`.
 
 A batch that the native route leaves (``None``) goes to the Python executor
-(:mod:`loaders.collate_python`) under the same plan; it raises :class:`Mismatch` when
+(:mod:`loaders._collate_python`) under the same plan; it raises :class:`Mismatch` when
 sample 0 is not of the spec's structure, and the collate then plans the batch again.
 """
 
@@ -31,7 +31,7 @@ from dyntile.padding import native_row_dtype, native_row_layout
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import normalize_axis
 
-from .collate_layout import DictSpec, KeyRule, run_layout, size_of_rows
+from ._collate_layout import DictSpec, KeyRule, run_layout, size_of_rows
 
 __all__ = [
     "IGNORE_INDEX",
@@ -215,8 +215,8 @@ class NodeSpec:
 @dataclasses.dataclass(frozen=True, eq=False)
 class BatchSpec:
     """The plan of a batch: the spec of its samples, the native route's
-    :class:`~loaders.collate_layout.DictSpec` and the native route itself
-    (:func:`~loaders.collate_layout.run_layout`; both ``None`` when only the Python
+    :class:`~loaders._collate_layout.DictSpec` and the native route itself
+    (:func:`~loaders._collate_layout.run_layout`; both ``None`` when only the Python
     executor runs it)."""
 
     root: LeafSpec | NodeSpec
@@ -324,7 +324,7 @@ def _is_row(spec) -> bool:
 
 
 def dict_spec(rules: CollateRules, root, sample) -> DictSpec | None:
-    """The native route's :class:`~loaders.collate_layout.DictSpec` for ``root``, or
+    """The native route's :class:`~loaders._collate_layout.DictSpec` for ``root``, or
     ``None`` unless it is a flat dict of str keys whose values the native reader takes
     (row sequences and number columns, at least one row key, ``mask_from`` among them)
     under options the writer takes."""
