@@ -93,6 +93,35 @@ def test_bucketer_through_dyntile_collate_each_sample_once(workers):
     _each_once(seen, len(data))
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    lengths=st.lists(st.integers(0, 256), min_size=1, max_size=120),
+    overflow=st.sampled_from(["extend", "split"]),
+    buffer=st.integers(4, 50),
+    seed=st.integers(0, 3),
+)
+def test_each_batch_decodes_to_its_shape_and_windows_yield_whole_batches(lengths, overflow, buffer, seed):
+    """The packer's rows, less the spare rows carried on, dealt again: the collate's decoder
+    (pack_rows) finds rows that fit the shape, every sample is yielded once, and a window
+    that carries rows on yields batches of B rows each (without split samples, whose
+    rows stay together in one batch)."""
+    from dyntile.planning.packing import pack_rows
+
+    data = [{"input_ids": np.zeros(n, np.int64), "id": i} for i, n in enumerate(lengths)]
+    packer = StreamingPacker(
+        data, max_tokens=256, seq_len=64, buffer_size=buffer, overflow=overflow, seed=seed
+    )
+    batches = [_ids(b) for b in packer]
+    _each_once(batches, len(data))
+    rows = [pack_rows([lengths[i] for i in b], packer.shapes, overflow=overflow) for b in batches]
+    assert all(r.shape in packer.shapes for r in rows)
+    if overflow == "split":
+        return
+    short = sum(int(r.rows.max(initial=0)) + 1 < r.shape[0] for r in rows)
+    n_windows = -(-len(data) // max(1, buffer // 2))
+    assert short <= n_windows * len(packer.shapes)
+
+
 # ------------------------------------------------------------------ resume
 
 
