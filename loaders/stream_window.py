@@ -43,9 +43,32 @@ from .epoch_sampler import check_non_negative
 from .stream_ranks import agree_steps, gather_counts
 from .stream_source import StreamSource, process_ranks
 
-__all__ = ["StreamWindows", "STATE_VERSION"]
+__all__ = ["StreamWindows", "STATE_VERSION", "window_args"]
 
 STATE_VERSION = 1
+
+#: the arguments of :class:`StreamWindows` that its subclasses take as they are
+WINDOW_ARGS = (
+    "max_tokens",
+    "buffer_size",
+    "length",
+    "seed",
+    "shuffle",
+    "drop_last",
+    "source_shards",
+    "num_replicas",
+    "rank",
+)
+
+
+def window_args(names: dict) -> dict:
+    """The :data:`WINDOW_ARGS` among a subclass constructor's ``locals()``.
+
+    >>> window_args(dict(max_tokens=64, buffer_size=8, length=None, seed=0, shuffle=True, drop_last=False,
+    ...                  source_shards=None, num_replicas=None, rank=None, plan=None))["buffer_size"]
+    8
+    """
+    return {k: names[k] for k in WINDOW_ARGS}
 
 
 @dataclasses.dataclass

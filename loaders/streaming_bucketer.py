@@ -29,7 +29,7 @@ from dyntile.planning.buckets import BucketPlan, plan_buckets
 from dyntile.shapes import check_multiple, round_up
 
 from .stream_ranks import rank0_value
-from .stream_window import StreamWindows
+from .stream_window import StreamWindows, window_args
 
 __all__ = ["StreamingBucketer"]
 
@@ -76,19 +76,7 @@ class StreamingBucketer(StreamWindows):
         num_replicas: int | None = None,
         rank: int | None = None,
     ):
-        super().__init__(
-            source,
-            max_tokens=max_tokens,
-            buffer_size=buffer_size,
-            length=length,
-            seed=seed,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            source_shards=source_shards,
-            num_replicas=num_replicas,
-            rank=rank,
-            exact=False,
-        )
+        super().__init__(source, exact=False, **window_args(locals()))
         self.overflow = check_overflow(overflow, _OVERFLOWS)
         m = check_multiple(multiple)
         if plan is None:

@@ -28,11 +28,11 @@ import numpy as np
 
 from dyntile.planning.packing import _deal_rows as deal_rows
 from dyntile.planning.packing import check_packing_overflow, pack_into_shapes, packing_shapes
-from dyntile.planning.packing_cost import RowCost, cost_model
+from dyntile.planning.packing_cost import COST_OPTIONS, RowCost, cost_model
 from dyntile.shapes import check_multiple, round_up
 
 from .stream_ranks import rank0_value
-from .stream_window import StreamWindows
+from .stream_window import StreamWindows, window_args
 
 __all__ = ["StreamingPacker", "stream_shapes"]
 
@@ -62,8 +62,9 @@ class StreamingPacker(StreamWindows):
     ``source``: an iterable of samples that ``iter()`` starts over (a list, a torch or
     ``datasets`` ``IterableDataset``) or a generator function. ``max_tokens``: the
     budget of a batch; ``seq_len``, ``max_len``, ``overflow``, ``multiple`` and the
-    cost options (``attention``, ``causal``, ``d_model``, ``attention_weight``,
-    ``step_cost``, or one ``cost=`` :class:`~dyntile.planning.packing_cost.RowCost`) fix :attr:`shapes`
+    cost: one ``cost=`` :class:`~dyntile.planning.packing_cost.RowCost`, or its options
+    as keywords (``attention``, ``causal``, ``d_model``, ``attention_weight``,
+    ``step_cost``: those of :func:`~dyntile.planning.row_cost`) fix :attr:`shapes`
     (module docstring). ``buffer_size``: samples planned together (at least ``B``).
     ``length``: how long a sample is (default: its ``input_ids``, or ``len(sample)``;
     a key name or a function), checked against its token sequences.
@@ -98,30 +99,19 @@ class StreamingPacker(StreamWindows):
         source_shards=None,
         num_replicas: int | None = None,
         rank: int | None = None,
-        attention: str = "varlen",
-        causal: bool = True,
-        d_model: int | None = None,
-        attention_weight: float | None = None,
-        step_cost: float | None = None,
         cost: RowCost | None = None,
+        **cost_options,
     ):
-        super().__init__(
-            source,
-            max_tokens=max_tokens,
-            buffer_size=buffer_size,
-            length=length,
-            seed=seed,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            source_shards=source_shards,
-            num_replicas=num_replicas,
-            rank=rank,
-            exact=True,
-        )
+        super().__init__(source, exact=True, **window_args(locals()))
         self.overflow = check_packing_overflow(overflow)
         m = check_multiple(multiple)
-        options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
-        self._cost = cost_model(cost, max_tokens=self.max_tokens, step_cost=step_cost, **options)
+        unknown = sorted(set(cost_options) - set(COST_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"StreamingPacker got unexpected keyword argument(s) {unknown}: the cost options are "
+                f"{sorted(COST_OPTIONS)} (see dyntile.planning.row_cost)"
+            )
+        self._cost = cost_model(cost, max_tokens=self.max_tokens, **cost_options)
         if seq_len is None:
             probe = self._source.probe(self.buffer_size if probe_size is None else operator.index(probe_size))
             if probe.size == 0:
