@@ -20,7 +20,8 @@ sync point, because every rank takes the same ``m`` steps between two of them.
 
 ``DataLoader`` workers cannot reach the process group, so with ``num_workers > 0``
 the main process agrees instead: :class:`RanksInStep` wraps the loader and asks
-every step (cost balancing, which needs the planner's batches, is then not done).
+every step; the costs of a step's batches are then balanced by the rule every
+worker of every rank follows alone (*Cost balance* in :mod:`loaders.stream_window`).
 """
 
 from __future__ import annotations

@@ -8,10 +8,38 @@ carries on. So at most ``buffer_size`` samples are held, whatever the length of
 the stream, and each window's batches are a pure function of its samples and a
 key ``(seed, epoch, pass, reader, window start)``.
 
-Batches are taken in *chunks* of ``m`` consecutive batches of the current window,
-each chunk in order of decreasing cost (the planner's cost model). With several
-ranks, ``m`` is agreed between them at each chunk's start
-(:mod:`loaders.stream_ranks`); alone, a chunk is the rest of the window.
+Cost balance between readers. Every rank (and every ``DataLoader`` worker of a
+rank) is a *reader* of its own part of the source, and they do not talk, so each
+arranges its batches by one rule that puts batches of comparable cost (the
+planner's cost model) at the same step of every reader. With ``balance_steps=G``
+(default 4):
+
+* every window but a reader's last yields a multiple of ``G`` batches: the
+  ``n mod G`` of its ``n`` batches that hold the fewest samples go back to the next window as samples
+  (carried, as a bucket's unfinished batch is), unless the carried samples would
+  then pass half the buffer;
+* a window's batches, sorted by decreasing cost, are dealt into its *groups* of
+  ``G`` consecutive steps like cards (batch ``p`` of the sorted list goes to group
+  ``p mod (n / G)``, at slot ``p div (n / G)``), so slot ``j`` of every group is
+  about the ``j / G`` quantile of the window's costs.
+
+So a reader's step ``s`` is slot ``s mod G`` of a group, whatever the windows
+before it held, on every reader alike. The guarantee: at every step before any
+reader's last window, the batches of all readers hold the same slot of their
+windows' cost order; readers whose parts come from one distribution (the round
+robin of samples over readers gives that) then take batches of comparable cost,
+much closer than in an arbitrary order (the test measures it), but not equal
+(each is its own window's quantile). Batch ``i`` of rank ``r`` with ``num_workers=W``
+is step ``i div W`` of worker ``i mod W``, which has the same slot on every rank. The
+alignment is lost from a window whose carry would pass half the buffer (too few
+batches in a window: raise ``buffer_size`` or lower ``balance_steps``), and in the
+epoch's tail. ``balance_steps=1`` yields each window in decreasing cost.
+
+Batches are taken in *chunks* of ``m`` consecutive batches of the current window.
+With several ranks under a process group and ``num_workers=0``, ``m`` is agreed
+between them at each chunk's start (:mod:`loaders.stream_ranks`) and each chunk is
+taken in decreasing cost, so the costliest batches of all ranks share a step
+exactly; otherwise a chunk is the rest of the window, in the order above.
 
 Resume. The state is the position, never the samples: the epoch, the pass (0: the
 data; 1, 2, ...: repeats that keep a dry rank in step), the window's start in this
@@ -58,6 +86,7 @@ WINDOW_ARGS = (
     "source_shards",
     "num_replicas",
     "rank",
+    "balance_steps",
 )
 
 
@@ -65,7 +94,7 @@ def window_args(names: dict) -> dict:
     """The :data:`WINDOW_ARGS` among a subclass constructor's ``locals()``.
 
     >>> window_args(dict(max_tokens=64, buffer_size=8, length=None, seed=0, shuffle=True, drop_last=False,
-    ...                  source_shards=None, num_replicas=None, rank=None, plan=None))["buffer_size"]
+    ...                  source_shards=None, num_replicas=None, rank=None, balance_steps=4))["buffer_size"]
     8
     """
     return {k: names[k] for k in WINDOW_ARGS}
@@ -121,6 +150,7 @@ class _Pass:
         owner._check_window(lengths, positions)
         key = (cur["epoch"], cur["pass"], self.reader[0], cur["start"])
         batches, costs, carry = owner._plan_window(lengths, owner._window_seed(key), last)
+        batches, costs, carry = owner._balance(batches, costs, carry, last)
         return _Window(samples + new_s, positions, lengths, batches, costs, carry, self.part.pos, last)
 
     def next_window(self) -> None:
@@ -147,9 +177,12 @@ class _Pass:
             self.next_window()
         return len(self.win.batches) - cur["k0"]
 
-    def chunk(self) -> np.ndarray:
-        """Window indices of the current chunk's batches, the costliest first."""
+    def chunk(self, by_cost: bool) -> np.ndarray:
+        """Window indices of the current chunk's batches: the costliest first (``by_cost``),
+        else in the window's order."""
         k0, m = self.cur["k0"], self.cur["m"]
+        if not by_cost:
+            return np.arange(k0, k0 + m)
         costs = self.win.costs[k0 : k0 + m]
         return k0 + np.argsort(-costs, kind="stable")
 
@@ -176,6 +209,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
         source_shards=None,
         num_replicas: int | None = None,
         rank: int | None = None,
+        balance_steps: int = 4,
         exact: bool = True,
     ):
         self._source = StreamSource(source, length=length, source_shards=source_shards, exact=exact)
@@ -188,6 +222,9 @@ class StreamWindows(torch.utils.data.IterableDataset):
         self.seed = check_non_negative(seed, "seed")
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.num_replicas, self.rank = check_replicas(num_replicas, rank)
+        if isinstance(balance_steps, bool) or operator.index(balance_steps) < 1:
+            raise ValueError(f"balance_steps should be a positive integer, but got {balance_steps!r}")
+        self.balance_steps = operator.index(balance_steps)
         self.epoch = 0
         self._pending: dict | None = None  # a loaded state, for the next pass
         self._live: dict | None = None  # the cursor of the running pass
@@ -198,7 +235,12 @@ class StreamWindows(torch.utils.data.IterableDataset):
 
     def _config(self) -> dict:
         """Named values that fix the batches: a state saved under others is refused."""
-        return {"buffer_size": self.buffer_size, "seed": self.seed, "shuffle": self.shuffle}
+        return {
+            "buffer_size": self.buffer_size,
+            "seed": self.seed,
+            "shuffle": self.shuffle,
+            "balance_steps": self.balance_steps,
+        }
 
     def _check_window(self, lengths: np.ndarray, positions: np.ndarray) -> None:
         """Raise for a sample no batch can hold (``positions``: where each lies in the part)."""
@@ -207,6 +249,29 @@ class StreamWindows(torch.utils.data.IterableDataset):
         """``(batches, costs, carry)``: int arrays of window indices, one per batch; float
         ``(batches,)``; the indices carried to the next window (none when ``last``)."""
         raise NotImplementedError
+
+    def _balance(self, batches: list, costs: np.ndarray, carry: np.ndarray, last: bool):
+        """``(batches, costs, carry)`` of a planned window in the order of the module
+        docstring (*Cost balance*): a multiple of ``balance_steps`` batches unless
+        ``last``, dealt by cost into groups of ``balance_steps``."""
+        G, n = self.balance_steps, len(batches)
+        extra = 0 if last else n % G
+        if extra:  # the batches of fewest samples go back: the least to carry
+            sizes = np.array([b.size for b in batches])
+            fewest = np.argsort(sizes, kind="stable")[:extra]
+            moved = [batches[k] for k in fewest.tolist()]
+            if carry.size + int(sizes[fewest].sum()) <= self.buffer_size // 2:
+                keep = np.ones(n, bool)
+                keep[fewest] = False
+                carry = np.concatenate([carry, *moved]).astype(np.int64)
+                batches = [b for b, k in zip(batches, keep.tolist()) if k]
+                costs, n = costs[keep], n - extra
+        groups = -(-n // G)
+        slots = np.full(G * groups, -1)
+        slots[:n] = np.argsort(-costs, kind="stable")
+        order = slots.reshape(G, groups).T.reshape(-1)
+        order = order[order >= 0]
+        return [batches[k] for k in order.tolist()], costs[order], carry
 
     # ---- epochs and state
 
@@ -296,7 +361,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
                 if m == 0:
                     break
                 cur["m"], cur["j"] = m, 0
-            order = run.chunk().tolist()
+            order = run.chunk(sync).tolist()
             samples, batches = run.win.samples, run.win.batches
             while cur["j"] < cur["m"]:
                 idx = batches[order[cur["j"]]].tolist()

@@ -41,7 +41,7 @@ class StreamingBucketer(StreamWindows):
 
     Arguments as :class:`~loaders.streaming_packer.StreamingPacker` (``source``,
     ``max_tokens``, ``buffer_size``, ``length``, ``seed``, ``shuffle``,
-    ``drop_last``, ``source_shards``, ranks), and: ``plan`` (else planned from the
+    ``drop_last``, ``source_shards``, ranks, ``balance_steps``), and: ``plan`` (else planned from the
     first ``probe_size`` samples with ``max_buckets``, ``multiple``, ``cost``);
     ``batch_multiple`` (see :meth:`BucketPlan.batch_sizes`); ``overflow`` and
     ``max_len`` (module docstring). :attr:`plan` and :attr:`batch_sizes` are fixed
@@ -75,6 +75,7 @@ class StreamingBucketer(StreamWindows):
         source_shards=None,
         num_replicas: int | None = None,
         rank: int | None = None,
+        balance_steps: int = 4,
     ):
         super().__init__(source, exact=False, **window_args(locals()))
         self.overflow = check_overflow(overflow, _OVERFLOWS)

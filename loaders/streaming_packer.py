@@ -72,7 +72,10 @@ class StreamingPacker(StreamWindows):
     so it is not split twice; see :mod:`loaders.stream_source`. ``drop_last``: when one
     rank runs out of data first, the others stop too, dropping what they hold
     (``True``), or go on while it repeats its batches (``False``); both are counted in
-    :attr:`report` and warned about (:mod:`loaders.stream_ranks`). Each batch is a list
+    :attr:`report` and warned about (:mod:`loaders.stream_ranks`). ``balance_steps``:
+    the batches of a window are dealt by cost into groups of that many steps, so that
+    every rank and worker takes batches of comparable cost at each step, without
+    communication (*Cost balance* in :mod:`loaders.stream_window`). Each batch is a list
     of samples; resumable with :meth:`state_dict` (torchdata's ``StatefulDataLoader``).
 
     >>> packer = StreamingPacker([[1] * n for n in (5, 3, 6, 2, 7, 1)], max_tokens=16, seq_len=8,
@@ -99,6 +102,7 @@ class StreamingPacker(StreamWindows):
         source_shards=None,
         num_replicas: int | None = None,
         rank: int | None = None,
+        balance_steps: int = 4,
         cost: RowCost | None = None,
         **cost_options,
     ):
