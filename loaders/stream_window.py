@@ -12,28 +12,22 @@ Cost balance between readers. Every rank (and every ``DataLoader`` worker of a
 rank) is a *reader* of its own part of the source, and they do not talk, so each
 arranges its batches by one rule that puts batches of comparable cost (the
 planner's cost model) at the same step of every reader. With ``balance_steps=G``
-(default 4):
+(default 8), step ``s`` of a pass (counted from 0 in each reader) has *slot*
+``s mod G``; a window whose first step is ``s0`` sorts its ``n`` batches by
+decreasing cost and gives the costliest to its steps of slot 0 (in step order),
+the next to its steps of slot 1, and so on: so the batch a reader takes at step
+``s`` is in the ``(s mod G)``-th of ``G`` blocks of its window's batches sorted by
+cost, whatever the windows before it held.
 
-* every window but a reader's last yields a multiple of ``G`` batches: the
-  ``n mod G`` of its ``n`` batches that hold the fewest samples go back to the next window as samples
-  (carried, as a bucket's unfinished batch is), unless the carried samples would
-  then pass half the buffer;
-* a window's batches, sorted by decreasing cost, are dealt into its *groups* of
-  ``G`` consecutive steps like cards (batch ``p`` of the sorted list goes to group
-  ``p mod (n / G)``, at slot ``p div (n / G)``), so slot ``j`` of every group is
-  about the ``j / G`` quantile of the window's costs.
-
-So a reader's step ``s`` is slot ``s mod G`` of a group, whatever the windows
-before it held, on every reader alike. The guarantee: at every step before any
-reader's last window, the batches of all readers hold the same slot of their
-windows' cost order; readers whose parts come from one distribution (the round
-robin of samples over readers gives that) then take batches of comparable cost,
-much closer than in an arbitrary order (the test measures it), but not equal
-(each is its own window's quantile). Batch ``i`` of rank ``r`` with ``num_workers=W``
-is step ``i div W`` of worker ``i mod W``, which has the same slot on every rank. The
-alignment is lost from a window whose carry would pass half the buffer (too few
-batches in a window: raise ``buffer_size`` or lower ``balance_steps``), and in the
-epoch's tail. ``balance_steps=1`` yields each window in decreasing cost.
+The guarantee: at every step of the first pass, the batches of all readers come
+from the same block of their windows' cost order (the same quantile range);
+readers whose parts come from one distribution (the round robin of samples over
+readers gives that) then take batches of comparable cost, much closer than in an
+order blind to cost (the test measures it), but not equal (each is its own
+window's). Batch ``i`` of a rank with ``num_workers=W`` is step ``i div W`` of its
+worker ``i mod W``, which has the same slot on every rank while every worker of
+every rank still has batches (not in the epoch's tail, nor in a dry rank's repeats).
+``balance_steps=1`` yields each window in decreasing cost.
 
 Batches are taken in *chunks* of ``m`` consecutive batches of the current window.
 With several ranks under a process group and ``num_workers=0``, ``m`` is agreed
@@ -73,7 +67,7 @@ from .stream_source import StreamSource, process_ranks
 
 __all__ = ["StreamWindows", "STATE_VERSION", "window_args"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 #: the arguments of :class:`StreamWindows` that its subclasses take as they are
 WINDOW_ARGS = (
@@ -94,7 +88,7 @@ def window_args(names: dict) -> dict:
     """The :data:`WINDOW_ARGS` among a subclass constructor's ``locals()``.
 
     >>> window_args(dict(max_tokens=64, buffer_size=8, length=None, seed=0, shuffle=True, drop_last=False,
-    ...                  source_shards=None, num_replicas=None, rank=None, balance_steps=4))["buffer_size"]
+    ...                  source_shards=None, num_replicas=None, rank=None, balance_steps=8))["buffer_size"]
     8
     """
     return {k: names[k] for k in WINDOW_ARGS}
@@ -150,12 +144,13 @@ class _Pass:
         owner._check_window(lengths, positions)
         key = (cur["epoch"], cur["pass"], self.reader[0], cur["start"])
         batches, costs, carry = owner._plan_window(lengths, owner._window_seed(key), last)
-        batches, costs, carry = owner._balance(batches, costs, carry, last)
+        batches, costs = owner._balance(batches, costs, cur["first_step"])
         return _Window(samples + new_s, positions, lengths, batches, costs, carry, self.part.pos, last)
 
     def next_window(self) -> None:
         win, cur = self.win, self.cur
         cur["start"], cur["k0"] = win.next_start, 0
+        cur["first_step"] += len(win.batches)
         cur["carry"] = win.positions[win.carry].tolist()
         kept = [win.samples[i] for i in win.carry.tolist()]
         win.samples.clear()  # let the rest go before the next window is read
@@ -163,7 +158,7 @@ class _Pass:
 
     def start_pass(self, p: int) -> None:
         cur = self.cur
-        cur["pass"], cur["start"], cur["carry"], cur["k0"] = p, 0, [], 0
+        cur["pass"], cur["start"], cur["carry"], cur["k0"], cur["first_step"] = p, 0, [], 0, 0
         self._open()
         self.win = self._build([], np.zeros(0, np.int64), np.zeros(0, np.int64))
 
@@ -209,7 +204,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
         source_shards=None,
         num_replicas: int | None = None,
         rank: int | None = None,
-        balance_steps: int = 4,
+        balance_steps: int = 8,
         exact: bool = True,
     ):
         self._source = StreamSource(source, length=length, source_shards=source_shards, exact=exact)
@@ -250,28 +245,14 @@ class StreamWindows(torch.utils.data.IterableDataset):
         ``(batches,)``; the indices carried to the next window (none when ``last``)."""
         raise NotImplementedError
 
-    def _balance(self, batches: list, costs: np.ndarray, carry: np.ndarray, last: bool):
-        """``(batches, costs, carry)`` of a planned window in the order of the module
-        docstring (*Cost balance*): a multiple of ``balance_steps`` batches unless
-        ``last``, dealt by cost into groups of ``balance_steps``."""
-        G, n = self.balance_steps, len(batches)
-        extra = 0 if last else n % G
-        if extra:  # the batches of fewest samples go back: the least to carry
-            sizes = np.array([b.size for b in batches])
-            fewest = np.argsort(sizes, kind="stable")[:extra]
-            moved = [batches[k] for k in fewest.tolist()]
-            if carry.size + int(sizes[fewest].sum()) <= self.buffer_size // 2:
-                keep = np.ones(n, bool)
-                keep[fewest] = False
-                carry = np.concatenate([carry, *moved]).astype(np.int64)
-                batches = [b for b, k in zip(batches, keep.tolist()) if k]
-                costs, n = costs[keep], n - extra
-        groups = -(-n // G)
-        slots = np.full(G * groups, -1)
-        slots[:n] = np.argsort(-costs, kind="stable")
-        order = slots.reshape(G, groups).T.reshape(-1)
-        order = order[order >= 0]
-        return [batches[k] for k in order.tolist()], costs[order], carry
+    def _balance(self, batches: list, costs: np.ndarray, first_step: int) -> tuple[list, np.ndarray]:
+        """A planned window's ``batches`` and ``costs`` in the order of the module docstring
+        (*Cost balance*), for a window whose first step in the pass is ``first_step``."""
+        n = len(batches)
+        slot = (first_step + np.arange(n)) % self.balance_steps
+        order = np.empty(n, np.int64)
+        order[np.argsort(slot, kind="stable")] = np.argsort(-costs, kind="stable")
+        return [batches[k] for k in order.tolist()], costs[order]
 
     # ---- epochs and state
 
@@ -292,6 +273,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
             "m": 0,
             "j": 0,
             "steps": 0,
+            "first_step": 0,
             "repeats": 0,
             "reader": None,
             "finished": False,

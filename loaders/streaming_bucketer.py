@@ -75,7 +75,7 @@ class StreamingBucketer(StreamWindows):
         source_shards=None,
         num_replicas: int | None = None,
         rank: int | None = None,
-        balance_steps: int = 4,
+        balance_steps: int = 8,
     ):
         super().__init__(source, exact=False, **window_args(locals()))
         self.overflow = check_overflow(overflow, _OVERFLOWS)

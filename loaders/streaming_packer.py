@@ -102,7 +102,7 @@ class StreamingPacker(StreamWindows):
         source_shards=None,
         num_replicas: int | None = None,
         rank: int | None = None,
-        balance_steps: int = 4,
+        balance_steps: int = 8,
         cost: RowCost | None = None,
         **cost_options,
     ):
