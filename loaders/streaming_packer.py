@@ -167,7 +167,7 @@ class StreamingPacker(StreamWindows):
         packed = pack_into_shapes(lengths[perm], self.shapes, overflow=self.overflow, shuffle=False)
         rows = [_Rows([b for b in packed if b.shape == shape], perm) for shape in self.shapes]
         spare = [] if last else [r.spare(shape[0], lengths) for r, shape in zip(rows, self.shapes)]
-        taken = [r.index[np.isin(r.row, sp)] for r, sp in zip(rows, spare)]
+        taken = [r.index[r.in_rows(sp)] for r, sp in zip(rows, spare)]
         carry = np.concatenate(taken) if taken else np.zeros(0, np.int64)
         if carry.size > self.buffer_size // 2:  # a window must take new samples: carry nothing
             spare, carry = [], np.zeros(0, np.int64)
@@ -214,6 +214,12 @@ class _Rows:
         fill = np.bincount(self.row, weights=self.size, minlength=self.n_rows)
         return np.sort(whole[np.argsort(fill[whole], kind="stable")[:k]])
 
+    def in_rows(self, rows: np.ndarray) -> np.ndarray:
+        """bool ``(pieces,)``: the pieces that lie in ``rows``."""
+        mask = np.zeros(self.n_rows, bool)
+        mask[rows] = True
+        return mask[self.row]
+
     def deal(self, shape: tuple, spare: np.ndarray, model: RowCost) -> tuple[list, np.ndarray]:
         """The batches of the rows less ``spare`` (each a window index array in the order
         :class:`~loaders.packed_collate.PackedCollate` decodes), and their costs. Rows keep
@@ -232,8 +238,9 @@ class _Rows:
         batch = deal_rows(n_rows, np.flatnonzero(opens_group), shape[0], 1)[row]
         n_batches = int(batch[-1]) + 1
         whole = start == 0
-        ends = np.searchsorted(batch[whole], np.arange(1, n_batches))
-        out = np.split(self.index[kept][whole], ends)
+        bounds = np.searchsorted(batch[whole], np.arange(n_batches + 1)).tolist()
+        index = self.index[kept][whole]
+        out = [index[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         B, T = shape
         s = self.size[kept].astype(np.float64)  # integer sums below 2**53: exact in float64
         if model.attention == "dense":
