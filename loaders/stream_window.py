@@ -230,12 +230,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
 
     def _config(self) -> dict:
         """Named values that fix the batches: a state saved under others is refused."""
-        return {
-            "buffer_size": self.buffer_size,
-            "seed": self.seed,
-            "shuffle": self.shuffle,
-            "balance_steps": self.balance_steps,
-        }
+        return {k: getattr(self, k) for k in ("buffer_size", "seed", "shuffle", "balance_steps")}
 
     def _check_window(self, lengths: np.ndarray, positions: np.ndarray) -> None:
         """Raise for a sample no batch can hold (``positions``: where each lies in the part)."""

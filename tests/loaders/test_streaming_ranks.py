@@ -91,19 +91,24 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("stream_ranks")
-    ctx = mp.start_processes(
-        _worker, args=(_free_port(), str(out)), nprocs=WORLD, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + 120
+def _spawn(worker, out, seconds: float, hang: str) -> list:
+    """``worker(rank, port, out_dir)`` on every rank, each writing ``rank{r}.json`` in ``out``;
+    the test fails with ``hang`` if they do not end within ``seconds``."""
+    port = _free_port()
+    ctx = mp.start_processes(worker, args=(port, str(out)), nprocs=WORLD, join=False, start_method="spawn")
+    deadline = time.monotonic() + seconds
     while not ctx.join(timeout=1):
         if time.monotonic() > deadline:
             for p in ctx.processes:
                 p.kill()
-            pytest.fail("the ranks hung: a rank that ran dry first kept the other waiting")
+            pytest.fail(hang)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stream_ranks")
+    return _spawn(_worker, out, 120, "the ranks hung: a rank that ran dry first kept the other waiting")
 
 
 def _real(result) -> list:
@@ -220,16 +225,7 @@ def _resume_worker(rank: int, port: int, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory):
     out = tmp_path_factory.mktemp("stream_resume")
-    ctx = mp.start_processes(
-        _resume_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + 240
-    while not ctx.join(timeout=1):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("the ranks hung while resuming")
-    return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    return _spawn(_resume_worker, out, 240, "the ranks hung while resuming")
 
 
 @pytest.mark.parametrize("workers", [0, 2])
