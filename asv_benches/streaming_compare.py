@@ -22,13 +22,16 @@ sample dies within its batch. So it is collated and freed a window after it was 
 out of cache; and the window's dicts and tensors are objects Python's cyclic collector
 tracks while they live (the stream reads a window with the collector paused, so that
 few of them reach the oldest generation, whose full collections scan every object of
-the process). The last table is also shown with the collector off (``gc.disable()``).
+the process; each window is still scanned once by a young collection). Its planning
+costs about what the map-style sampler's does; these costs of holding a window are
+what is left between the two. The last table is also shown with the collector off
+(``gc.disable()``).
 
-Planning and the loader passes are timed in this process's CPU time (``--clock cpu``, the default:
-with ``num_workers=0`` all their work is in this process, and time lost to other
-processes on a shared machine is not counted) or in wall time (``--clock wall``); each
-round runs the stream and the map-style pass one after the other, and the ratio shown is
-the median of the rounds' ratios.
+Planning and the loader passes are timed in this process's CPU time (``--clock cpu``,
+the default: with ``num_workers=0`` all their work is in this process, and time lost to
+other processes on a shared machine is not counted) or in wall time (``--clock wall``);
+each round runs the stream and the map-style pass one after the other, and the ratio
+shown is the median of the rounds' ratios.
 
 Run: ``python asv_benches/streaming_compare.py`` (``PYTHONPATH=.`` to measure this
 tree's ``loaders`` rather than the installed one). ``--cores 1`` pins the process to
