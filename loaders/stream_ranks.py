@@ -20,7 +20,8 @@ sync point, because every rank takes the same ``m`` steps between two of them.
 
 ``DataLoader`` workers cannot reach the process group, so with ``num_workers > 0``
 the main process agrees instead: :class:`RanksInStep` wraps the loader and asks
-every step (cost balancing, which needs the planner's batches, is then not done).
+every step; the costs of a step's batches are then balanced by the rule every
+worker of every rank follows alone (*Cost balance* in :mod:`loaders.stream_window`).
 """
 
 from __future__ import annotations
@@ -103,22 +104,14 @@ class RanksInStep:
     their last batch again, ``drop_last=True`` stops every rank (the batches the others
     had are dropped). :attr:`report` counts both (a warning says so too). Alone, or
     without a process group, it passes the loader's batches through.
-    ``state_dict``/``load_state_dict`` are the loader's (torchdata's ``StatefulDataLoader``).
 
-    Resume is exact for a checkpoint taken while every rank still yields batches of its
-    own, and at an epoch's end. It is *not* exact in the tail, once a rank's loader has
-    run out and this wrapper repeats that rank's last batch: the repeated batch is not in
-    the loader's state, and a ``StatefulDataLoader`` resumed from a finished state starts
-    a fresh pass (the same epoch unless ``set_epoch`` moved it). That rank then yields the
-    batches of a new pass over its part where it would have repeated, while the other
-    ranks, as they run dry, repeat their last batch: steps stay equal on every rank and no
-    sample is lost, but the epoch is longer than the uninterrupted one and that rank's
-    samples are seen again. A rank that had yielded its last batch just before such a
-    checkpoint has no batch to repeat after the resume, and every rank stops with a
-    ``RuntimeError`` (a rank with no batch at all). So checkpoint before the tail (while
-    :attr:`report` counts no repeated batch) or at an epoch's end; with ``num_workers=0``
-    under a process group the streaming loader repeats batches itself, and its state holds
-    the repeat pass and the position in it.
+    Resume (``state_dict``/``load_state_dict``, over torchdata's ``StatefulDataLoader``)
+    is exact at every step, the tail included: the state is the loader's state and
+    the counts of :attr:`report`; once the rank's loader has run dry, the loader's state
+    is the one taken before its last batch (kept at every step, while that batch
+    could be the last), so a resume takes that batch once more from the loader and
+    repeats it where the uninterrupted run did. After a resumed epoch the loader starts
+    the next one as usual.
 
     >>> list(RanksInStep([1, 2, 3]))
     [1, 2, 3]
@@ -126,26 +119,47 @@ class RanksInStep:
 
     def __init__(self, loader, *, drop_last: bool = False):
         self.loader, self.drop_last = loader, bool(drop_last)
-        self.report: dict = {}
+        self.report: dict = self._counts()
+        self._before_last = None  # the loader's state before its last batch, while the rank is dry
+        self._resume: dict | None = None
         dataset = getattr(loader, "dataset", None)
         if hasattr(dataset, "ranks_agreed"):  # a streaming loader: its workers need not warn
             dataset.ranks_agreed = True
 
+    @staticmethod
+    def _counts() -> dict:
+        return {"steps": 0, "repeated_batches": 0, "dropped_batches": 0}
+
     def __iter__(self):
         sync = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
-        self.report = report = {"steps": 0, "repeated_batches": 0, "dropped_batches": 0}
-        it, last = iter(self.loader), None
+        stateful = sync and hasattr(self.loader, "state_dict")
+        resume, self._resume = self._resume, None
+        self.report = report = dict(resume["report"]) if resume else self._counts()
+        it, last, dry = iter(self.loader), None, False
+        if resume and resume["dry"]:  # resumed in the tail: the last batch once more, then repeats
+            self._before_last = resume["loader"]
+            last, dry = next(it), True
+            if next(it, None) is not None:  # the loader ends after it, as when the state was saved
+                raise RuntimeError(
+                    "the loader yields batches after the last one of the state it resumed from: "
+                    "resume with the loader (and data) the state was saved with"
+                )
         while True:
+            before = self.loader.state_dict() if stateful and not dry else None
             try:
                 batch, have = next(it), True
             except StopIteration:
                 batch, have = None, False
             if not sync:
                 if not have:
-                    return
+                    break
                 report["steps"] += 1
                 yield batch
                 continue
+            if have:
+                held = before
+            elif not dry:
+                dry, self._before_last = True, held if last is not None else None
             flags = gather_counts([have, last is not None or have], dist.get_world_size())
             if flags[:, 0].all() or (flags[:, 0].any() and not self.drop_last):
                 if not flags[:, 1].all():
@@ -163,7 +177,9 @@ class RanksInStep:
                 continue
             report["dropped_batches"] += int(have)
             break
-        self._warn()
+        self._before_last = None
+        if sync:
+            self._warn()
 
     def _warn(self) -> None:
         import warnings
@@ -182,7 +198,21 @@ class RanksInStep:
             )
 
     def state_dict(self) -> dict:
-        return self.loader.state_dict()
+        """``{"loader": ..., "ranks_in_step": {...}}``: the loader's state (before its last
+        batch while this rank is dry) and where this wrapper stands."""
+        dry = self._before_last is not None
+        return {
+            "loader": self._before_last if dry else self.loader.state_dict(),
+            "ranks_in_step": {"dry": dry, "report": dict(self.report)},
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        self.loader.load_state_dict(state)
+        """Resume from :meth:`state_dict`; the next iteration takes up where it was taken."""
+        if not isinstance(state, dict) or "ranks_in_step" not in state or "loader" not in state:
+            raise ValueError(
+                "state should be a RanksInStep state_dict ({'loader': ..., 'ranks_in_step': ...}), "
+                f"but got {sorted(state) if isinstance(state, dict) else state!r}"
+            )
+        self.loader.load_state_dict(state["loader"])
+        mine = state["ranks_in_step"]
+        self._resume = {"dry": bool(mine["dry"]), "loader": state["loader"], "report": dict(mine["report"])}

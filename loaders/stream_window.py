@@ -8,10 +8,32 @@ carries on. So at most ``buffer_size`` samples are held, whatever the length of
 the stream, and each window's batches are a pure function of its samples and a
 key ``(seed, epoch, pass, reader, window start)``.
 
-Batches are taken in *chunks* of ``m`` consecutive batches of the current window,
-each chunk in order of decreasing cost (the planner's cost model). With several
-ranks, ``m`` is agreed between them at each chunk's start
-(:mod:`loaders.stream_ranks`); alone, a chunk is the rest of the window.
+Cost balance between readers. Every rank (and every ``DataLoader`` worker of a
+rank) is a *reader* of its own part of the source, and they do not talk, so each
+arranges its batches by one rule that puts batches of comparable cost (the
+planner's cost model) at the same step of every reader. With ``balance_steps=G``
+(default 8), step ``s`` of a pass (counted from 0 in each reader) has *slot*
+``s mod G``; a window whose first step is ``s0`` sorts its ``n`` batches by
+decreasing cost and gives the costliest to its steps of slot 0 (in step order),
+the next to its steps of slot 1, and so on: so the batch a reader takes at step
+``s`` is in the ``(s mod G)``-th of ``G`` blocks of its window's batches sorted by
+cost, whatever the windows before it held.
+
+The guarantee: at every step of the first pass, the batches of all readers come
+from the same block of their windows' cost order (the same quantile range);
+readers whose parts come from one distribution (the round robin of samples over
+readers gives that) then take batches of comparable cost, much closer than in an
+order blind to cost (the test measures it), but not equal (each is its own
+window's). Batch ``i`` of a rank with ``num_workers=W`` is step ``i div W`` of its
+worker ``i mod W``, which has the same slot on every rank while every worker of
+every rank still has batches (not in the epoch's tail, nor in a dry rank's repeats).
+``balance_steps=1`` yields each window in decreasing cost.
+
+Batches are taken in *chunks* of ``m`` consecutive batches of the current window.
+With several ranks under a process group and ``num_workers=0``, ``m`` is agreed
+between them at each chunk's start (:mod:`loaders.stream_ranks`) and each chunk is
+taken in decreasing cost, so the costliest batches of all ranks share a step
+exactly; otherwise a chunk is the rest of the window, in the order above.
 
 Resume. The state is the position, never the samples: the epoch, the pass (0: the
 data; 1, 2, ...: repeats that keep a dry rank in step), the window's start in this
@@ -43,9 +65,33 @@ from .epoch_sampler import check_non_negative
 from .stream_ranks import agree_steps, gather_counts
 from .stream_source import StreamSource, process_ranks
 
-__all__ = ["StreamWindows", "STATE_VERSION"]
+__all__ = ["StreamWindows", "STATE_VERSION", "window_args"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+
+#: the arguments of :class:`StreamWindows` that its subclasses take as they are
+WINDOW_ARGS = (
+    "max_tokens",
+    "buffer_size",
+    "length",
+    "seed",
+    "shuffle",
+    "drop_last",
+    "source_shards",
+    "num_replicas",
+    "rank",
+    "balance_steps",
+)
+
+
+def window_args(names: dict) -> dict:
+    """The :data:`WINDOW_ARGS` among a subclass constructor's ``locals()``.
+
+    >>> window_args(dict(max_tokens=64, buffer_size=8, length=None, seed=0, shuffle=True, drop_last=False,
+    ...                  source_shards=None, num_replicas=None, rank=None, balance_steps=8))["buffer_size"]
+    8
+    """
+    return {k: names[k] for k in WINDOW_ARGS}
 
 
 @dataclasses.dataclass
@@ -98,11 +144,13 @@ class _Pass:
         owner._check_window(lengths, positions)
         key = (cur["epoch"], cur["pass"], self.reader[0], cur["start"])
         batches, costs, carry = owner._plan_window(lengths, owner._window_seed(key), last)
+        batches, costs = owner._balance(batches, costs, cur["first_step"])
         return _Window(samples + new_s, positions, lengths, batches, costs, carry, self.part.pos, last)
 
     def next_window(self) -> None:
         win, cur = self.win, self.cur
         cur["start"], cur["k0"] = win.next_start, 0
+        cur["first_step"] += len(win.batches)
         cur["carry"] = win.positions[win.carry].tolist()
         kept = [win.samples[i] for i in win.carry.tolist()]
         win.samples.clear()  # let the rest go before the next window is read
@@ -110,7 +158,7 @@ class _Pass:
 
     def start_pass(self, p: int) -> None:
         cur = self.cur
-        cur["pass"], cur["start"], cur["carry"], cur["k0"] = p, 0, [], 0
+        cur["pass"], cur["start"], cur["carry"], cur["k0"], cur["first_step"] = p, 0, [], 0, 0
         self._open()
         self.win = self._build([], np.zeros(0, np.int64), np.zeros(0, np.int64))
 
@@ -124,9 +172,12 @@ class _Pass:
             self.next_window()
         return len(self.win.batches) - cur["k0"]
 
-    def chunk(self) -> np.ndarray:
-        """Window indices of the current chunk's batches, the costliest first."""
+    def chunk(self, by_cost: bool) -> np.ndarray:
+        """Window indices of the current chunk's batches: the costliest first (``by_cost``),
+        else in the window's order."""
         k0, m = self.cur["k0"], self.cur["m"]
+        if not by_cost:
+            return np.arange(k0, k0 + m)
         costs = self.win.costs[k0 : k0 + m]
         return k0 + np.argsort(-costs, kind="stable")
 
@@ -153,6 +204,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
         source_shards=None,
         num_replicas: int | None = None,
         rank: int | None = None,
+        balance_steps: int = 8,
         exact: bool = True,
     ):
         self._source = StreamSource(source, length=length, source_shards=source_shards, exact=exact)
@@ -165,6 +217,9 @@ class StreamWindows(torch.utils.data.IterableDataset):
         self.seed = check_non_negative(seed, "seed")
         self.shuffle, self.drop_last = bool(shuffle), bool(drop_last)
         self.num_replicas, self.rank = check_replicas(num_replicas, rank)
+        if isinstance(balance_steps, bool) or operator.index(balance_steps) < 1:
+            raise ValueError(f"balance_steps should be a positive integer, but got {balance_steps!r}")
+        self.balance_steps = operator.index(balance_steps)
         self.epoch = 0
         self._pending: dict | None = None  # a loaded state, for the next pass
         self._live: dict | None = None  # the cursor of the running pass
@@ -175,7 +230,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
 
     def _config(self) -> dict:
         """Named values that fix the batches: a state saved under others is refused."""
-        return {"buffer_size": self.buffer_size, "seed": self.seed, "shuffle": self.shuffle}
+        return {k: getattr(self, k) for k in ("buffer_size", "seed", "shuffle", "balance_steps")}
 
     def _check_window(self, lengths: np.ndarray, positions: np.ndarray) -> None:
         """Raise for a sample no batch can hold (``positions``: where each lies in the part)."""
@@ -184,6 +239,15 @@ class StreamWindows(torch.utils.data.IterableDataset):
         """``(batches, costs, carry)``: int arrays of window indices, one per batch; float
         ``(batches,)``; the indices carried to the next window (none when ``last``)."""
         raise NotImplementedError
+
+    def _balance(self, batches: list, costs: np.ndarray, first_step: int) -> tuple[list, np.ndarray]:
+        """A planned window's ``batches`` and ``costs`` in the order of the module docstring
+        (*Cost balance*), for a window whose first step in the pass is ``first_step``."""
+        n = len(batches)
+        slot = (first_step + np.arange(n)) % self.balance_steps
+        order = np.empty(n, np.int64)
+        order[np.argsort(slot, kind="stable")] = np.argsort(-costs, kind="stable")
+        return [batches[k] for k in order.tolist()], costs[order]
 
     # ---- epochs and state
 
@@ -204,6 +268,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
             "m": 0,
             "j": 0,
             "steps": 0,
+            "first_step": 0,
             "repeats": 0,
             "reader": None,
             "finished": False,
@@ -273,7 +338,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
                 if m == 0:
                     break
                 cur["m"], cur["j"] = m, 0
-            order = run.chunk().tolist()
+            order = run.chunk(sync).tolist()
             samples, batches = run.win.samples, run.win.batches
             while cur["j"] < cur["m"]:
                 idx = batches[order[cur["j"]]].tolist()

@@ -29,7 +29,7 @@ from dyntile.planning.buckets import BucketPlan, plan_buckets
 from dyntile.shapes import check_multiple, round_up
 
 from .stream_ranks import rank0_value
-from .stream_window import StreamWindows
+from .stream_window import StreamWindows, window_args
 
 __all__ = ["StreamingBucketer"]
 
@@ -41,7 +41,7 @@ class StreamingBucketer(StreamWindows):
 
     Arguments as :class:`~loaders.streaming_packer.StreamingPacker` (``source``,
     ``max_tokens``, ``buffer_size``, ``length``, ``seed``, ``shuffle``,
-    ``drop_last``, ``source_shards``, ranks), and: ``plan`` (else planned from the
+    ``drop_last``, ``source_shards``, ranks, ``balance_steps``), and: ``plan`` (else planned from the
     first ``probe_size`` samples with ``max_buckets``, ``multiple``, ``cost``);
     ``batch_multiple`` (see :meth:`BucketPlan.batch_sizes`); ``overflow`` and
     ``max_len`` (module docstring). :attr:`plan` and :attr:`batch_sizes` are fixed
@@ -75,20 +75,9 @@ class StreamingBucketer(StreamWindows):
         source_shards=None,
         num_replicas: int | None = None,
         rank: int | None = None,
+        balance_steps: int = 8,
     ):
-        super().__init__(
-            source,
-            max_tokens=max_tokens,
-            buffer_size=buffer_size,
-            length=length,
-            seed=seed,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            source_shards=source_shards,
-            num_replicas=num_replicas,
-            rank=rank,
-            exact=False,
-        )
+        super().__init__(source, exact=False, **window_args(locals()))
         self.overflow = check_overflow(overflow, _OVERFLOWS)
         m = check_multiple(multiple)
         if plan is None:

@@ -26,12 +26,13 @@ import operator
 
 import numpy as np
 
-from dyntile.planning.packing import PackedBatch, check_packing_overflow, pack_into_shapes, packing_shapes
-from dyntile.planning.packing_cost import RowCost, cost_model
+from dyntile.planning.packing import _deal_rows as deal_rows
+from dyntile.planning.packing import check_packing_overflow, pack_into_shapes, packing_shapes
+from dyntile.planning.packing_cost import COST_OPTIONS, RowCost, cost_model
 from dyntile.shapes import check_multiple, round_up
 
 from .stream_ranks import rank0_value
-from .stream_window import StreamWindows
+from .stream_window import StreamWindows, window_args
 
 __all__ = ["StreamingPacker", "stream_shapes"]
 
@@ -61,8 +62,9 @@ class StreamingPacker(StreamWindows):
     ``source``: an iterable of samples that ``iter()`` starts over (a list, a torch or
     ``datasets`` ``IterableDataset``) or a generator function. ``max_tokens``: the
     budget of a batch; ``seq_len``, ``max_len``, ``overflow``, ``multiple`` and the
-    cost options (``attention``, ``causal``, ``d_model``, ``attention_weight``,
-    ``step_cost``, or one ``cost=`` :class:`~dyntile.planning.packing_cost.RowCost`) fix :attr:`shapes`
+    cost: one ``cost=`` :class:`~dyntile.planning.packing_cost.RowCost`, or its options
+    as keywords (``attention``, ``causal``, ``d_model``, ``attention_weight``,
+    ``step_cost``: those of :func:`~dyntile.planning.row_cost`) fix :attr:`shapes`
     (module docstring). ``buffer_size``: samples planned together (at least ``B``).
     ``length``: how long a sample is (default: its ``input_ids``, or ``len(sample)``;
     a key name or a function), checked against its token sequences.
@@ -70,7 +72,10 @@ class StreamingPacker(StreamWindows):
     so it is not split twice; see :mod:`loaders.stream_source`. ``drop_last``: when one
     rank runs out of data first, the others stop too, dropping what they hold
     (``True``), or go on while it repeats its batches (``False``); both are counted in
-    :attr:`report` and warned about (:mod:`loaders.stream_ranks`). Each batch is a list
+    :attr:`report` and warned about (:mod:`loaders.stream_ranks`). ``balance_steps``:
+    the batches of a window are dealt by cost into groups of that many steps, so that
+    every rank and worker takes batches of comparable cost at each step, without
+    communication (*Cost balance* in :mod:`loaders.stream_window`). Each batch is a list
     of samples; resumable with :meth:`state_dict` (torchdata's ``StatefulDataLoader``).
 
     >>> packer = StreamingPacker([[1] * n for n in (5, 3, 6, 2, 7, 1)], max_tokens=16, seq_len=8,
@@ -97,30 +102,20 @@ class StreamingPacker(StreamWindows):
         source_shards=None,
         num_replicas: int | None = None,
         rank: int | None = None,
-        attention: str = "varlen",
-        causal: bool = True,
-        d_model: int | None = None,
-        attention_weight: float | None = None,
-        step_cost: float | None = None,
+        balance_steps: int = 8,
         cost: RowCost | None = None,
+        **cost_options,
     ):
-        super().__init__(
-            source,
-            max_tokens=max_tokens,
-            buffer_size=buffer_size,
-            length=length,
-            seed=seed,
-            shuffle=shuffle,
-            drop_last=drop_last,
-            source_shards=source_shards,
-            num_replicas=num_replicas,
-            rank=rank,
-            exact=True,
-        )
+        super().__init__(source, exact=True, **window_args(locals()))
         self.overflow = check_packing_overflow(overflow)
         m = check_multiple(multiple)
-        options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
-        self._cost = cost_model(cost, max_tokens=self.max_tokens, step_cost=step_cost, **options)
+        unknown = sorted(set(cost_options) - set(COST_OPTIONS))
+        if unknown:
+            raise TypeError(
+                f"StreamingPacker got unexpected keyword argument(s) {unknown}: the cost options are "
+                f"{sorted(COST_OPTIONS)} (see dyntile.planning.row_cost)"
+            )
+        self._cost = cost_model(cost, max_tokens=self.max_tokens, **cost_options)
         if seq_len is None:
             probe = self._source.probe(self.buffer_size if probe_size is None else operator.index(probe_size))
             if probe.size == 0:
@@ -160,70 +155,97 @@ class StreamingPacker(StreamWindows):
                 "max_tokens, or pass overflow='split'"
             )
 
-    def _pack(self, lengths: np.ndarray, seed: int) -> list:
-        return pack_into_shapes(
-            lengths,
-            self.shapes,
-            overflow=self.overflow,
-            pool_size=None,
-            shuffle=self.shuffle,
-            seed=self.seed,
-            epoch=seed,
-        )
-
     def _plan_window(self, lengths: np.ndarray, seed: int, last: bool):
-        if lengths.size == 0:
+        n = lengths.size
+        if n == 0:
             return [], np.zeros(0), np.zeros(0, np.int64)
-        packed = self._pack(lengths, seed)
-        carry = np.zeros(0, np.int64) if last else self._spare_rows(packed, lengths)
-        if carry.size:  # pack the rest again: whole batches now, the spare rows wait for the next window
-            keep = np.ones(lengths.size, bool)
-            keep[carry] = False
-            keep = np.flatnonzero(keep)
-            packed = [_take(b, keep) for b in self._pack(lengths[keep], seed)]
-        return [b.sample_order for b in packed], self._costs(packed), carry
-
-    def _spare_rows(self, packed: list, lengths: np.ndarray) -> np.ndarray:
-        """Window indices of the samples of the rows beyond whole batches (per shape,
-        rows mod ``B`` of them, the emptiest), to carry on; none when they are split
-        samples or more than half the buffer."""
-        carry = []
-        for B, T in self.shapes:
-            mine = [b for b in packed if b.shape == (B, T) and b.rows.size]
-            if not mine:
-                continue
-            rows = np.array([int(b.rows[-1]) + 1 for b in mine])
-            pieces = np.array([b.rows.size for b in mine])
-            # the rows of all these batches numbered one after another, pieces in row order
-            row = np.concatenate([b.rows for b in mine]) + np.repeat(np.cumsum(rows) - rows, pieces)
-            index = np.concatenate([b.indices for b in mine])
-            size = np.concatenate([b.sizes for b in mine])
-            n_rows = int(rows.sum())
-            whole = np.flatnonzero(np.bincount(row, weights=size != lengths[index], minlength=n_rows) == 0)
-            spare = n_rows % B
-            if spare and spare <= whole.size:
-                fill = np.bincount(row, weights=size, minlength=n_rows)
-                bounds = np.searchsorted(row, np.arange(n_rows + 1))
-                for r in whole[np.argsort(fill[whole], kind="stable")[:spare]].tolist():
-                    carry.append(index[bounds[r] : bounds[r + 1]])
-        out = np.concatenate(carry) if carry else np.zeros(0, np.int64)
-        return out if out.size <= self.buffer_size // 2 else np.zeros(0, np.int64)
-
-    def _costs(self, packed: list) -> np.ndarray:
-        """Each batch's cost (slots and attention scores, :mod:`dyntile.planning.packing_cost`)."""
-        w, causal = self._cost.attention_weight, self._cost.causal
-        if not packed:
-            return np.zeros(0)
-        B, T = np.array([b.shape for b in packed], np.int64).T
-        if self._cost.attention == "dense":
-            scores = B * T * T
-        else:  # integer sums below 2**53: exact in float64
-            s = np.concatenate([b.sizes for b in packed]).astype(np.float64)
-            batch = np.repeat(np.arange(len(packed)), [b.sizes.size for b in packed])
-            scores = np.bincount(batch, weights=s * (s + 1) / 2 if causal else s * s, minlength=len(packed))
-        return B * T + w * scores
+        rng = np.random.default_rng([self.seed, seed])
+        perm = rng.permutation(n) if self.shuffle else np.arange(n, dtype=np.int64)
+        # Packed once, unshuffled (the permutation breaks ties between equal lengths at
+        # random instead): each shape's batches then list its rows in the order the
+        # packer opened them, so the rows are dealt again here without the spare ones.
+        packed = pack_into_shapes(lengths[perm], self.shapes, overflow=self.overflow, shuffle=False)
+        rows = [_Rows([b for b in packed if b.shape == shape], perm) for shape in self.shapes]
+        spare = [] if last else [r.spare(shape[0], lengths) for r, shape in zip(rows, self.shapes)]
+        taken = [r.index[r.in_rows(sp)] for r, sp in zip(rows, spare)]
+        carry = np.concatenate(taken) if taken else np.zeros(0, np.int64)
+        if carry.size > self.buffer_size // 2:  # a window must take new samples: carry nothing
+            spare, carry = [], np.zeros(0, np.int64)
+        batches, costs = [], []
+        for k, (r, shape) in enumerate(zip(rows, self.shapes)):
+            b, c = r.deal(shape, spare[k] if spare else np.zeros(0, np.int64), self._cost)
+            batches += b
+            costs.append(c)
+        costs = np.concatenate(costs)
+        if self.shuffle:  # ties in cost are taken in a random order
+            order = rng.permutation(len(batches))
+            batches, costs = [batches[k] for k in order.tolist()], costs[order]
+        return batches, costs, carry
 
 
-def _take(b: PackedBatch, keep: np.ndarray) -> PackedBatch:
-    """``b`` with its sample indices mapped through ``keep`` (positions in a subset -> in the window)."""
-    return PackedBatch(b.shape, keep[b.indices], b.rows, b.offsets, b.sizes, b.starts)
+class _Rows:
+    """The pieces of one shape's batches (packed unshuffled), rows numbered one after
+    another in the order the packer opened them, sample indices in the window."""
+
+    def __init__(self, batches: list, perm: np.ndarray):
+        if not batches:
+            self.index = self.row = self.size = self.start = np.zeros(0, np.int64)
+            self.n_rows = 0
+            return
+        n_rows = np.array([int(b.rows[-1]) + 1 for b in batches])
+        pieces = np.array([b.rows.size for b in batches])
+        first = np.cumsum(n_rows) - n_rows
+        self.row = np.concatenate([b.rows for b in batches]) + np.repeat(first, pieces)
+        self.index = perm[np.concatenate([b.indices for b in batches])]
+        self.size = np.concatenate([b.sizes for b in batches])
+        self.start = np.concatenate([b.starts for b in batches])
+        self.n_rows = int(n_rows.sum())
+
+    def spare(self, B: int, lengths: np.ndarray) -> np.ndarray:
+        """The rows beyond whole batches of ``B`` rows (``n_rows % B`` of them, the
+        emptiest), to carry to the next window; none when too few rows hold whole samples."""
+        k = self.n_rows % B
+        if not k:
+            return np.zeros(0, np.int64)
+        split = np.bincount(self.row, weights=self.size != lengths[self.index], minlength=self.n_rows)
+        whole = np.flatnonzero(split == 0)
+        if k > whole.size:
+            return np.zeros(0, np.int64)
+        fill = np.bincount(self.row, weights=self.size, minlength=self.n_rows)
+        return np.sort(whole[np.argsort(fill[whole], kind="stable")[:k]])
+
+    def in_rows(self, rows: np.ndarray) -> np.ndarray:
+        """bool ``(pieces,)``: the pieces that lie in ``rows``."""
+        mask = np.zeros(self.n_rows, bool)
+        mask[rows] = True
+        return mask[self.row]
+
+    def deal(self, shape: tuple, spare: np.ndarray, model: RowCost) -> tuple[list, np.ndarray]:
+        """The batches of the rows less ``spare`` (each a window index array in the order
+        :class:`~loaders.packed_collate.PackedCollate` decodes), and their costs. Rows keep
+        their order: a row's first sample did not fit any row opened before it, so the
+        decoder splits the rows where the packer did, whichever rows were taken out."""
+        if self.n_rows == spare.size:  # no rows, or all of them carried on
+            return [], np.zeros(0)
+        keep = np.ones(self.n_rows, bool)
+        keep[spare] = False
+        kept = keep[self.row]
+        row = (np.cumsum(keep) - 1)[self.row[kept]]
+        start = self.start[kept]
+        n_rows = self.n_rows - spare.size
+        opens_group = np.ones(n_rows, bool)
+        opens_group[row[start > 0]] = False  # rows 2.. of a split sample stay with the row before
+        batch = deal_rows(n_rows, np.flatnonzero(opens_group), shape[0], 1)[row]
+        n_batches = int(batch[-1]) + 1
+        whole = start == 0
+        bounds = np.searchsorted(batch[whole], np.arange(n_batches + 1)).tolist()
+        index = self.index[kept][whole]
+        out = [index[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+        B, T = shape
+        s = self.size[kept].astype(np.float64)  # integer sums below 2**53: exact in float64
+        if model.attention == "dense":
+            scores = np.full(n_batches, float(B * T * T))
+        else:
+            pairs = s * (s + 1) / 2 if model.causal else s * s
+            scores = np.bincount(batch, weights=pairs, minlength=n_batches)
+        return out, B * T + model.attention_weight * scores

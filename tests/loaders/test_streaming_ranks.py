@@ -1,6 +1,7 @@
 """StreamingPacker and StreamingBucketer on 2 ranks of a real torch.distributed group
 (gloo on 127.0.0.1): every sample once, equal step counts when one rank's part is 5x
-smaller (repeats or drops, reported), and no hang."""
+smaller (repeats or drops, reported), no hang, and exact resume through RanksInStep
+at random steps of 2 epochs, steps in the dry rank's tail included."""
 
 from __future__ import annotations
 
@@ -90,19 +91,24 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("stream_ranks")
-    ctx = mp.start_processes(
-        _worker, args=(_free_port(), str(out)), nprocs=WORLD, join=False, start_method="spawn"
-    )
-    deadline = time.monotonic() + 120
+def _spawn(worker, out, seconds: float, hang: str) -> list:
+    """``worker(rank, port, out_dir)`` on every rank, each writing ``rank{r}.json`` in ``out``;
+    the test fails with ``hang`` if they do not end within ``seconds``."""
+    port = _free_port()
+    ctx = mp.start_processes(worker, args=(port, str(out)), nprocs=WORLD, join=False, start_method="spawn")
+    deadline = time.monotonic() + seconds
     while not ctx.join(timeout=1):
         if time.monotonic() > deadline:
             for p in ctx.processes:
                 p.kill()
-            pytest.fail("the ranks hung: a rank that ran dry first kept the other waiting")
+            pytest.fail(hang)
     return [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stream_ranks")
+    return _spawn(_worker, out, 120, "the ranks hung: a rank that ran dry first kept the other waiting")
 
 
 def _real(result) -> list:
@@ -153,3 +159,82 @@ def test_workers_on_ranks_in_step_through_ranks_in_step(ranks):
     a, b = ranks[0]["workers_dropTrue"], ranks[1]["workers_dropTrue"]
     assert len(a["batches"]) == len(b["batches"]) and a["report"]["dropped_batches"] == 1
     assert sorted(i for batch in b["batches"] for i in batch) == list(range(1000, 1200))
+
+
+# ------------------------------------------------------------------ resume in step
+
+
+def _resume_worker(rank: int, port: int, out_dir: str) -> None:
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    from loaders import RanksInStep, StreamingPacker
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD)
+    warnings.simplefilter("ignore")
+    try:
+        data = _corpus(range(600) if rank == 0 else range(600, 720))  # rank 1: 5x fewer
+
+        def run(workers, epoch, state=None, stop=None):
+            ds = StreamingPacker(data, max_tokens=2048, buffer_size=64, source_shards="ranks", seq_len=512)
+            ds.set_epoch(epoch)
+            context = "fork" if workers else None
+            loader = StatefulDataLoader(
+                ds, batch_size=None, collate_fn=_ids, num_workers=workers, multiprocessing_context=context
+            )
+            wrapped = RanksInStep(loader)
+            if state is not None:
+                wrapped.load_state_dict(state)
+            out = []
+            for batch in wrapped:
+                out.append(batch)
+                if len(out) == stop:
+                    break
+            # repeats: RanksInStep's (num_workers > 0), or the packer's own (num_workers=0)
+            repeats = wrapped.report["repeated_batches"] + ds.report.get("repeated_batches", 0)
+            return out, wrapped.state_dict(), {**wrapped.report, "repeats": repeats}
+
+        out = {}
+        for workers in (0, 2):
+            whole = [run(workers, e) for e in (0, 1)]
+            rng = np.random.default_rng(workers)  # the same stops on both ranks
+            steps = [(e, i) for e in (0, 1) for i in range(1, len(whole[e][0]))]
+            stops = [steps[k] for k in sorted(rng.choice(len(steps), size=4, replace=False))]
+            stops += [(0, len(whole[0][0]) - 1), (1, 2)]  # the last step of the tail, and one before it
+            checks = []
+            for e, i in stops:
+                head, state, _ = run(workers, e, stop=i)
+                rest, end_state, report = run(workers, e, state=state)
+                nxt = run(workers, e + 1, state=end_state)[0] if e == 0 else None
+                checks.append(
+                    {
+                        "epoch": e,
+                        "step": i,
+                        "dry": state["ranks_in_step"]["dry"],
+                        "equal": head + rest == whole[e][0],
+                        "report": report == whole[e][2],
+                        "next_epoch": nxt is None or nxt == whole[1][0],
+                    }
+                )
+            out[f"workers{workers}"] = {"checks": checks, "repeats": [w[2]["repeats"] for w in whole]}
+        with open(f"{out_dir}/rank{rank}.json", "w") as f:
+            json.dump(out, f)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def resumed(tmp_path_factory):
+    out = tmp_path_factory.mktemp("stream_resume")
+    return _spawn(_resume_worker, out, 240, "the ranks hung while resuming")
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_through_ranks_in_step_equals_the_uninterrupted_run(resumed, workers):
+    for rank, result in enumerate(resumed):
+        got = result[f"workers{workers}"]
+        for c in got["checks"]:
+            assert c["equal"] and c["report"] and c["next_epoch"], (rank, c)
+    dry = resumed[1][f"workers{workers}"]
+    assert all(r > 0 for r in dry["repeats"])  # rank 1 has a tail
+    if workers:  # RanksInStep's tail: some stops are in it, resumed from the state before the last batch
+        assert any(c["dry"] for c in dry["checks"])
