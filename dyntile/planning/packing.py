@@ -221,9 +221,13 @@ def _stable_argsort(key: np.ndarray) -> np.ndarray:
     return np.argsort(key, kind="stable")
 
 
-def _deal_rows(n_rows: int, group_start: np.ndarray, B: int, R: int) -> np.ndarray | None:
+def deal_rows(n_rows: int, group_start: np.ndarray, B: int, R: int) -> np.ndarray | None:
     """Batch id of each row: consecutive groups of rows, at most ``B`` rows per batch,
-    a number of batches that is a multiple of ``R``; ``None`` if there are too few groups."""
+    a number of batches that is a multiple of ``R``; ``None`` if there are too few groups.
+
+    >>> deal_rows(5, np.arange(5), B=2, R=1).tolist()  # five one-row groups, two rows a batch
+    [0, 0, 1, 1, 2]
+    """
     if n_rows == 0:
         return np.zeros(0, np.int64)
     g_rows = np.diff(np.append(group_start, n_rows))
@@ -345,7 +349,7 @@ def _deal_shape(
     rows = np.flatnonzero(lay.bin_cap == Ts)
     group_start = np.flatnonzero(~lay.cont[rows])
     repeats = 0
-    while (dealt := _deal_rows(rows.size, group_start, B, R)) is None:
+    while (dealt := deal_rows(rows.size, group_start, B, R)) is None:
         piece = _piece_to_move(lay, rows, long, T)
         if piece is None and long_ends is not None:
             piece = _piece_to_move(lay, long_ends, False, T)
