@@ -26,8 +26,7 @@ import operator
 
 import numpy as np
 
-from dyntile.planning.packing import deal_rows
-from dyntile.planning.packing import check_packing_overflow, pack_into_shapes, packing_shapes
+from dyntile.planning.packing import check_packing_overflow, deal_rows, pack_into_shapes, packing_shapes
 from dyntile.planning.packing_cost import COST_OPTIONS, RowCost, cost_model
 from dyntile.shapes import check_multiple, round_up
 
