@@ -231,7 +231,7 @@ def test_bad_segment_ids_and_shapes():
         dt.varlen_attention(q, q, q, segment_ids=np.array([[1, -1, 0, 0, 0], [1] * 5]))
     with pytest.raises(TypeError, match="segment_ids should be integers"):
         dt.varlen_attention(q, q, q, segment_ids=np.ones((2, 5)))
-    with pytest.raises(ValueError, match="q, k and v should have one shape"):
+    with pytest.raises(ValueError, match="equal to q's but for the head count"):
         dt.varlen_attention(q, q[:, :, :, :2], q, segment_ids=np.ones((2, 5), int))
     with pytest.raises(ValueError, match=r"q should have shape \[total, H, D\]"):
         dt.varlen_attention(q, q, q, cu_seqlens=np.array([0, 2]))
