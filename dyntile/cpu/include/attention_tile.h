@@ -347,6 +347,113 @@ static TARGET void N_(fwd_item)(const dt_attn_args *a, void *work_, int64_t rows
     }
 }
 
+/* Backward of query head h (key/value head hk) over key tiles [ka, kb) and query tiles
+   [qa, qb) of one segment: see bwd_item. `first`: the group's first head, which lays out
+   K and V (*exact_k: K holds inf or NaN) and writes dK, dV; a later head adds to them. */
+AT_INLINE void N_(bwd_head)(const dt_attn_args *a, N_(bufs) b, int64_t seg, int64_t h, int64_t hk, int64_t ka,
+                            int64_t kb, int64_t qa, int64_t qb, int with_dkdv, int with_dq, int first, int *exact_k)
+{
+    const int D = (int)a->D, DP = (D + LANES - 1) / LANES * LANES, nvd = DP / LANES;
+    const int64_t L = a->lens[seg], base = a->starts[seg], H = a->H, Hkv = a->Hkv;
+    const REAL *Q = (const REAL *)a->q, *K = (const REAL *)a->k, *V = (const REAL *)a->v;
+    const REAL *O = (const REAL *)a->o, *DO = (const REAL *)a->dout, *LSE = (const REAL *)a->lse_in;
+    const REAL *DLSE = (const REAL *)a->dlse;
+    const REAL scale = (REAL)a->scale, scale2 = (REAL)(a->scale * AT_LOG2E);
+    /* the queries [q_lo, q_hi) and keys [k_lo, k_hi) this item visits */
+    const int64_t q_lo = a->causal && ka > qa ? ka * BT : qa * BT, q_hi = qb * BT < L ? qb * BT : L;
+    const int64_t k_lo = ka * BT, k_hi = kb * BT < L ? kb * BT : L;
+    const int64_t ldk = k_hi - k_lo + BT;
+    /* exact: Q, dO or K (the right operands of the accumulations) holds inf or NaN, which
+       must not reach the rows that do not see it */
+    int exact = N_(load_rows)(b.qs, DP, Q, a->sq_t, a->sq_h, base + q_lo, q_hi - q_lo, h, D, scale2);
+    exact |= N_(load_rows)(b.dos, DP, DO, a->sd_t, a->sd_h, base + q_lo, q_hi - q_lo, h, D, 1);
+    for (int64_t t = q_lo; t < q_hi; t++) {
+        const REAL *o = O + (base + t) * a->so_t + h * a->so_h, *g = b.dos + (t - q_lo) * DP;
+        REAL acc = 0;
+        for (int d = 0; d < D; d++) acc += o[d] * g[d];
+        /* lse's own gradient: d lse / d s = P, so dS = P (dP - delta + dlse) */
+        b.delta[t - q_lo] = DLSE ? acc - DLSE[(base + t) * H + h] : acc;
+        b.lse[t - q_lo] = LSE[(base + t) * H + h] * (REAL)AT_LOG2E;
+    }
+    if (first) {
+        N_(load_cols)(b.kt, ldk, K, a->sk_t, a->sk_h, base + k_lo, k_hi - k_lo, hk, D);
+        N_(load_cols)(b.vt, ldk, V, a->sv_t, a->sv_h, base + k_lo, k_hi - k_lo, hk, D);
+        *exact_k = with_dq && N_(load_rows)(b.ks, DP, K, a->sk_t, a->sk_h, base + k_lo, k_hi - k_lo, hk, D, 1);
+    }
+    exact |= *exact_k;
+    if (with_dq)
+        for (int64_t e = 0; e < (q_hi - qa * BT) * DP; e++) b.dq[e] = 0;
+    for (int64_t kt = ka; kt < kb; kt++) {
+        const int64_t k0 = kt * BT;
+        const int nk = (int)(L - k0 < BT ? L - k0 : BT), nv = (nk + LANES - 1) / LANES;
+        const REAL *ktile = b.kt + (k0 - k_lo), *vtile = b.vt + (k0 - k_lo);
+        if (with_dkdv)
+            for (int64_t e = 0; e < (int64_t)BT * DP; e++) b.acc_k[e] = b.acc_v[e] = 0;
+        int64_t qfirst = qa;
+        if (a->causal && qfirst < kt) qfirst = kt;   /* query tiles before the key tile see none of it */
+        for (int64_t qt = qfirst; qt < qb; qt++) {
+            const int64_t q0 = qt * BT;
+            const int nq = (int)(L - q0 < BT ? L - q0 : BT);
+            const int lim0 = a->causal ? (int)(q0 - k0 + 1) : BT;
+            const REAL *qs = b.qs + (q0 - q_lo) * DP, *dos = b.dos + (q0 - q_lo) * DP;
+            N_(gemm_nt)(b.s, qs, DP, ktile, (int)ldk, nq, D, nv, lim0);     /* S = scale2 Q K^T, base 2 */
+            N_(gemm_nt)(b.p, dos, DP, vtile, (int)ldk, nq, D, nv, lim0);    /* dP = dO V^T */
+            for (int i = 0; i < nq; i++) {
+                const int lim = N_(allowed)(a->causal, q0, i, k0, nk);
+                const IVEC limv = N_(lane_index)(0) * 0 + (IREAL)lim;
+                const VEC lv = N_(vset)(b.lse[q0 - q_lo + i]), dl = N_(vset)(b.delta[q0 - q_lo + i]);
+                REAL *si = b.s + (int64_t)i * BT, *dpi = b.p + (int64_t)i * BT;
+                const int nvi = (lim + LANES - 1) / LANES, full = lim == nvi * LANES;
+                for (int v = 0; v < nvi; v++) {
+                    VEC pv = N_(vexp2)(N_(vload)(si + v * LANES) - lv);
+                    VEC ds = pv * (N_(vload)(dpi + v * LANES) - dl);
+                    if (!full) {   /* masked lanes are 0 exactly, even where dP or delta is NaN */
+                        const IVEC in = N_(lane_index)(v * LANES) < limv;
+                        pv = N_(vselect)(in, pv, N_(vset)(0));
+                        ds = N_(vselect)(in, ds, N_(vset)(0));
+                    }
+                    N_(vstore)(si + v * LANES, pv);    /* P */
+                    N_(vstore)(dpi + v * LANES, ds);   /* dS */
+                }
+                for (int v = nvi; v < nv; v++) {
+                    N_(vstore)(si + v * LANES, N_(vset)(0));
+                    N_(vstore)(dpi + v * LANES, N_(vset)(0));
+                }
+            }
+            if (with_dkdv) {
+                /* key j takes the queries i >= j - (q0 - k0) only (causal) */
+                const int lo0 = a->causal ? (int)(k0 - q0) : -BT;
+                N_(gemm_acc)(b.acc_v, DP, b.s, 1, BT, dos, DP, nk, nq, nvd, lo0, BT, exact);  /* dV += P^T dO */
+                N_(gemm_acc)(b.acc_k, DP, b.p, 1, BT, qs, DP, nk, nq, nvd, lo0, BT, exact);   /* dK += dS^T (scale2 Q) */
+            }
+            if (with_dq)                                                             /* dQ += dS K */
+                N_(gemm_acc)(b.dq + (q0 - qa * BT) * DP, DP, b.p, BT, 1, b.ks + (k0 - k_lo) * DP, DP, nq, nk, nvd,
+                             -BT, lim0, exact);
+        }
+        if (with_dkdv) {
+            REAL *DK = (REAL *)a->dk, *DV = (REAL *)a->dv;
+            for (int j = 0; j < nk; j++) {
+                const int64_t t = base + k0 + j;
+                REAL *dk = DK + (t * Hkv + hk) * D, *dv = DV + (t * Hkv + hk) * D;
+                const REAL *gk = b.acc_k + (int64_t)j * DP, *gv = b.acc_v + (int64_t)j * DP;
+                /* scale2 = scale log2(e) */
+                if (first)
+                    for (int d = 0; d < D; d++) { dk[d] = gk[d] * (REAL)AT_LN2; dv[d] = gv[d]; }
+                else
+                    for (int d = 0; d < D; d++) { dk[d] += gk[d] * (REAL)AT_LN2; dv[d] += gv[d]; }
+            }
+        }
+    }
+    if (with_dq) {
+        REAL *DQ = (REAL *)a->dq;
+        for (int64_t t = qa * BT; t < q_hi; t++) {
+            REAL *dq = DQ + ((base + t) * H + h) * D;
+            const REAL *g = b.dq + (t - qa * BT) * DP;
+            for (int d = 0; d < D; d++) dq[d] = g[d] * scale;
+        }
+    }
+}
+
 /* Backward over key tiles [ka, kb) and query tiles [qa, qb) of one segment, for query
    heads [h0, h0 + nh) (nh > 1: the whole group of one key/value head). with_dkdv: dK and
    dV of those key tiles (complete when every query tile is visited), the heads' terms
@@ -357,107 +464,17 @@ static TARGET void N_(bwd_item)(const dt_attn_args *a, void *work_, int64_t rows
                                 int64_t nh, int64_t ka, int64_t kb, int64_t qa, int64_t qb, int with_dkdv,
                                 int with_dq)
 {
-    const int D = (int)a->D, DP = (D + LANES - 1) / LANES * LANES, nvd = DP / LANES;
-    const int64_t L = a->lens[seg], base = a->starts[seg], H = a->H, Hkv = a->Hkv, hk = h0 / (H / Hkv);
-    const REAL *Q = (const REAL *)a->q, *K = (const REAL *)a->k, *V = (const REAL *)a->v;
-    const REAL *O = (const REAL *)a->o, *DO = (const REAL *)a->dout, *LSE = (const REAL *)a->lse_in;
-    const REAL *DLSE = (const REAL *)a->dlse;
-    const REAL scale = (REAL)a->scale, scale2 = (REAL)(a->scale * AT_LOG2E);
+    const int DP = ((int)a->D + LANES - 1) / LANES * LANES;
+    const int64_t hk = h0 / (a->H / a->Hkv);
+    int exact_k = 0;
     N_(bufs) b;
     N_(carve)(&b, (REAL *)work_, DP, rows);
-    /* the queries [q_lo, q_hi) and keys [k_lo, k_hi) this item visits */
-    const int64_t q_lo = a->causal && ka > qa ? ka * BT : qa * BT, q_hi = qb * BT < L ? qb * BT : L;
-    const int64_t k_lo = ka * BT, k_hi = kb * BT < L ? kb * BT : L;
-    const int64_t ldk = k_hi - k_lo + BT;
-    N_(load_cols)(b.kt, ldk, K, a->sk_t, a->sk_h, base + k_lo, k_hi - k_lo, hk, D);
-    N_(load_cols)(b.vt, ldk, V, a->sv_t, a->sv_h, base + k_lo, k_hi - k_lo, hk, D);
-    /* exact: Q, dO or K (the right operands of the accumulations) holds inf or NaN, which
-       must not reach the rows that do not see it */
-    const int exact_k = with_dq && N_(load_rows)(b.ks, DP, K, a->sk_t, a->sk_h, base + k_lo, k_hi - k_lo, hk, D, 1);
-    for (int64_t h = h0; h < h0 + nh; h++) {
-        int exact = exact_k;
-        exact |= N_(load_rows)(b.qs, DP, Q, a->sq_t, a->sq_h, base + q_lo, q_hi - q_lo, h, D, scale2);
-        exact |= N_(load_rows)(b.dos, DP, DO, a->sd_t, a->sd_h, base + q_lo, q_hi - q_lo, h, D, 1);
-        for (int64_t t = q_lo; t < q_hi; t++) {
-            const REAL *o = O + (base + t) * a->so_t + h * a->so_h, *g = b.dos + (t - q_lo) * DP;
-            REAL acc = 0;
-            for (int d = 0; d < D; d++) acc += o[d] * g[d];
-            /* lse's own gradient: d lse / d s = P, so dS = P (dP - delta + dlse) */
-            b.delta[t - q_lo] = DLSE ? acc - DLSE[(base + t) * H + h] : acc;
-            b.lse[t - q_lo] = LSE[(base + t) * H + h] * (REAL)AT_LOG2E;
-        }
-        if (with_dq)
-            for (int64_t e = 0; e < (q_hi - qa * BT) * DP; e++) b.dq[e] = 0;
-        for (int64_t kt = ka; kt < kb; kt++) {
-            const int64_t k0 = kt * BT;
-            const int nk = (int)(L - k0 < BT ? L - k0 : BT), nv = (nk + LANES - 1) / LANES;
-            const REAL *ktile = b.kt + (k0 - k_lo), *vtile = b.vt + (k0 - k_lo);
-            if (with_dkdv)
-                for (int64_t e = 0; e < (int64_t)BT * DP; e++) b.acc_k[e] = b.acc_v[e] = 0;
-            int64_t qfirst = qa;
-            if (a->causal && qfirst < kt) qfirst = kt;   /* query tiles before the key tile see none of it */
-            for (int64_t qt = qfirst; qt < qb; qt++) {
-                const int64_t q0 = qt * BT;
-                const int nq = (int)(L - q0 < BT ? L - q0 : BT);
-                const int lim0 = a->causal ? (int)(q0 - k0 + 1) : BT;
-                const REAL *qs = b.qs + (q0 - q_lo) * DP, *dos = b.dos + (q0 - q_lo) * DP;
-                N_(gemm_nt)(b.s, qs, DP, ktile, (int)ldk, nq, D, nv, lim0);     /* S = scale2 Q K^T, base 2 */
-                N_(gemm_nt)(b.p, dos, DP, vtile, (int)ldk, nq, D, nv, lim0);    /* dP = dO V^T */
-                for (int i = 0; i < nq; i++) {
-                    const int lim = N_(allowed)(a->causal, q0, i, k0, nk);
-                    const IVEC limv = N_(lane_index)(0) * 0 + (IREAL)lim;
-                    const VEC lv = N_(vset)(b.lse[q0 - q_lo + i]), dl = N_(vset)(b.delta[q0 - q_lo + i]);
-                    REAL *si = b.s + (int64_t)i * BT, *dpi = b.p + (int64_t)i * BT;
-                    const int nvi = (lim + LANES - 1) / LANES, full = lim == nvi * LANES;
-                    for (int v = 0; v < nvi; v++) {
-                        VEC pv = N_(vexp2)(N_(vload)(si + v * LANES) - lv);
-                        VEC ds = pv * (N_(vload)(dpi + v * LANES) - dl);
-                        if (!full) {   /* masked lanes are 0 exactly, even where dP or delta is NaN */
-                            const IVEC in = N_(lane_index)(v * LANES) < limv;
-                            pv = N_(vselect)(in, pv, N_(vset)(0));
-                            ds = N_(vselect)(in, ds, N_(vset)(0));
-                        }
-                        N_(vstore)(si + v * LANES, pv);    /* P */
-                        N_(vstore)(dpi + v * LANES, ds);   /* dS */
-                    }
-                    for (int v = nvi; v < nv; v++) {
-                        N_(vstore)(si + v * LANES, N_(vset)(0));
-                        N_(vstore)(dpi + v * LANES, N_(vset)(0));
-                    }
-                }
-                if (with_dkdv) {
-                    /* key j takes the queries i >= j - (q0 - k0) only (causal) */
-                    const int lo0 = a->causal ? (int)(k0 - q0) : -BT;
-                    N_(gemm_acc)(b.acc_v, DP, b.s, 1, BT, dos, DP, nk, nq, nvd, lo0, BT, exact);  /* dV += P^T dO */
-                    N_(gemm_acc)(b.acc_k, DP, b.p, 1, BT, qs, DP, nk, nq, nvd, lo0, BT, exact);   /* dK += dS^T (scale2 Q) */
-                }
-                if (with_dq)                                                             /* dQ += dS K */
-                    N_(gemm_acc)(b.dq + (q0 - qa * BT) * DP, DP, b.p, BT, 1, b.ks + (k0 - k_lo) * DP, DP, nq, nk,
-                                 nvd, -BT, lim0, exact);
-            }
-            if (with_dkdv) {
-                REAL *DK = (REAL *)a->dk, *DV = (REAL *)a->dv;
-                for (int j = 0; j < nk; j++) {
-                    const int64_t t = base + k0 + j;
-                    REAL *dk = DK + (t * Hkv + hk) * D, *dv = DV + (t * Hkv + hk) * D;
-                    const REAL *gk = b.acc_k + (int64_t)j * DP, *gv = b.acc_v + (int64_t)j * DP;
-                    /* scale2 = scale log2(e); the group's later heads add to the first's */
-                    if (h == h0)
-                        for (int d = 0; d < D; d++) { dk[d] = gk[d] * (REAL)AT_LN2; dv[d] = gv[d]; }
-                    else
-                        for (int d = 0; d < D; d++) { dk[d] += gk[d] * (REAL)AT_LN2; dv[d] += gv[d]; }
-                }
-            }
-        }
-        if (with_dq) {
-            REAL *DQ = (REAL *)a->dq;
-            for (int64_t t = qa * BT; t < q_hi; t++) {
-                REAL *dq = DQ + ((base + t) * H + h) * D;
-                const REAL *g = b.dq + (t - qa * BT) * DP;
-                for (int d = 0; d < D; d++) dq[d] = g[d] * scale;
-            }
-        }
+    if (nh == 1) {   /* one head: its own instance, with nothing to add to */
+        N_(bwd_head)(a, b, seg, h0, hk, ka, kb, qa, qb, with_dkdv, with_dq, 1, &exact_k);
+        return;
     }
+    for (int64_t h = h0; h < h0 + nh; h++)
+        N_(bwd_head)(a, b, seg, h, hk, ka, kb, qa, qb, with_dkdv, with_dq, h == h0, &exact_k);
 }
 
 static int N_(tile)(void) { return BT; }
