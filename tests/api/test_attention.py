@@ -138,14 +138,21 @@ def test_torch_forward_and_gradients(causal):
     seg = torch.from_numpy(packed_rows(rng, 2, 80, [[1, 2, 63, 10], [65]])).int()
     q, k, v = (torch.randn(2, 80, 2, 16, dtype=torch.float64, requires_grad=True) for _ in range(3))
     out = dt.varlen_attention(q, k, v, segment_ids=seg, causal=causal)
-    ref = dense_reference(q, k, v, seg, causal)
-    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
-    g = torch.randn_like(out)
-    got = torch.autograd.grad((out * g).sum(), (q, k, v))
-    want = torch.autograd.grad((ref * g).sum(), (q, k, v))
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    got = assert_value_and_gradients_match(out, dense_reference(q, k, v, seg, causal), (q, k, v), 1e-12)
     assert (got[0][0, 76:] == 0).all()  # padding gets zero gradients
+
+
+def assert_value_and_gradients_match(out, ref, inputs, atol):
+    """``out`` equal to ``ref``, and the gradients of ``sum(out * g)`` to those of
+    ``sum(ref * g)`` for a random ``g``, over ``inputs``; returns ``out``'s gradients."""
+    torch.testing.assert_close(out, ref, atol=atol, rtol=0)
+    g = torch.randn_like(out)
+    got = torch.autograd.grad((out * g).sum(), inputs)
+    want = torch.autograd.grad((ref * g).sum(), inputs)
+    for name, a, b in zip("qkv", got, want):
+        assert a.shape == b.shape, f"d{name}"
+        torch.testing.assert_close(a, b, atol=atol, rtol=0, msg=f"d{name}")
+    return got
 
 
 def test_torch_gradcheck_tiny():

@@ -7,7 +7,13 @@ import pytest
 
 import dyntile as dt
 from dyntile.cpu import attention as kernel
-from tests.api.test_attention import ISAS, packed_rows, ragged_stream, tolerance
+from tests.api.test_attention import (
+    ISAS,
+    assert_value_and_gradients_match,
+    packed_rows,
+    ragged_stream,
+    tolerance,
+)
 from tests.reference import attention_grad_reference, attention_reference
 
 torch = pytest.importorskip("torch")
@@ -105,14 +111,7 @@ def test_torch_gradients_match_sdpa_with_repeated_heads(causal, kv_heads):
     q = torch.randn(2, 41, HEADS, 5, dtype=torch.float64, requires_grad=True)
     k, v = (torch.randn(2, 41, kv_heads, 5, dtype=torch.float64, requires_grad=True) for _ in range(2))
     out = dt.varlen_attention(q, k, v, segment_ids=seg, causal=causal)
-    ref = sdpa_reference(q, k, v, seg, causal)
-    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
-    g = torch.randn_like(out)
-    got = torch.autograd.grad((out * g).sum(), (q, k, v))
-    want = torch.autograd.grad((ref * g).sum(), (q, k, v))
-    for name, a, b in zip("qkv", got, want):
-        assert a.shape == b.shape
-        torch.testing.assert_close(a, b, atol=1e-12, rtol=0, msg=f"d{name}")
+    assert_value_and_gradients_match(out, sdpa_reference(q, k, v, seg, causal), (q, k, v), 1e-12)
 
 
 def test_torch_gradcheck_and_opcheck_with_head_groups():
