@@ -67,6 +67,7 @@ class TileOps(NamedTuple):
     probs_grads: object
     fill: object
     store_rows: object
+    pv_step: object
 
 
 def _device_jit():
@@ -91,6 +92,9 @@ def _tile_ops(blk: AttentionBlocking, dtype_name: str) -> TileOps:
     * ``pv_acc_seen(p, b, acc, c, diag, keys_are_rows)``: the same over the pairs a row
       sees under ``causal`` only (``k <= row + diag``, or ``>=`` when rows are keys),
       for a ``b`` that may hold inf or NaN;
+    * ``pv_step(p, b, acc, c, bad, seen_only, diag)``: a barrier that publishes ``p`` and
+      ``b``, then ``pv_acc``, or ``pv_acc_seen`` (rows are queries) where ``seen_only``
+      and a thread's ``bad`` is set, then a barrier that frees them;
     * ``probs_grads(s_acc, dp_acc, lse_v, delta_v, r0, c0, L, scale, causal,
       keys_are_rows)``: the backward's recomputation, in place: ``s_acc`` becomes
       ``P = exp(scale * S - lse)`` and ``dp_acc`` ``dS = P * (dP - delta)``, 0 for a pair
@@ -103,10 +107,10 @@ def _tile_ops(blk: AttentionBlocking, dtype_name: str) -> TileOps:
     """
     jit = _device_jit()
     load_rows, load_cols = (_load_op(blk, dtype_name, tokens, jit) for tokens in (blk.bm, blk.bn))
-    dot_acc, pv_acc, pv_acc_seen = _product_ops(blk, dtype_name, jit)
+    dot_acc, pv_acc, pv_acc_seen, pv_step = _product_ops(blk, dtype_name, jit)
     probs_grads = _probs_grads_op(blk, dtype_name, jit)
     fill, store_rows = _row_ops(blk, jit)
-    return TileOps(load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads, fill, store_rows)
+    return TileOps(load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads, fill, store_rows, pv_step)
 
 
 def _load_op(blk: AttentionBlocking, dtype_name: str, tokens: int, jit):
@@ -138,7 +142,7 @@ def _load_op(blk: AttentionBlocking, dtype_name: str, tokens: int, jit):
 
 
 def _product_ops(blk: AttentionBlocking, dtype_name: str, jit):
-    """``dot_acc``, ``pv_acc`` and ``pv_acc_seen`` (see :func:`_tile_ops`)."""
+    """``dot_acc``, ``pv_acc``, ``pv_acc_seen`` and ``pv_step`` (see :func:`_tile_ops`)."""
     from numba import types
 
     dtype = getattr(types, dtype_name)
@@ -193,7 +197,17 @@ def _product_ops(blk: AttentionBlocking, dtype_name: str, jit):
                     for j in range(DJ):
                         acc[i, c * DJ + j] += pf * bf[j]
 
-    return dot_acc, pv_acc, pv_acc_seen
+    @jit
+    def pv_step(p, b, acc, c, bad, seen_only, diag):
+        # one barrier publishes p and b; then the seen pairs only when a thread of the
+        # block loaded inf or NaN into b under causal (0 * inf must not reach a row)
+        if cuda.syncthreads_or(bad) and seen_only:
+            pv_acc_seen(p, b, acc, c, diag, False)
+        else:
+            pv_acc(p, b, acc, c)
+        cuda.syncthreads()
+
+    return dot_acc, pv_acc, pv_acc_seen, pv_step
 
 
 def _probs_grads_op(blk: AttentionBlocking, dtype_name: str, jit):
@@ -351,9 +365,7 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     dtype, ZERO, OCOLS, RESIDENT, ROW_T, COL_T = _kernel_constants(blk, dtype_name, nchunks)
     BM, BN, DC, NTX, TM, TN, NCH = blk.bm, blk.bn, blk.dc, blk.ntx, blk.tm, blk.tn, nchunks
     NEG_INF, ONE = np.dtype(dtype_name).type(-np.inf), np.dtype(dtype_name).type(1)
-    ops = _tile_ops(blk, dtype_name)
-    load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen = ops[:5]
-    fill, store_rows = ops.fill, ops.store_rows
+    load_rows, load_cols, dot_acc, _, _, _, fill, store_rows, pv_step = _tile_ops(blk, dtype_name)
     online_softmax, finish_rows, _ = _softmax_ops(blk, dtype_name)
 
     def forward_kernel(items, q, k, v, out, lse, scale, causal):
@@ -391,13 +403,7 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
             online_softmax(s_acc, part, p_s, m_i, l_i, o_acc, r0, c0, L, scale, causal)
             for c in range(NCH):
                 bad = load_cols(v, hk, base, c0, L, c * DC, kv_t)
-                # also publishes p_s, and frees part; a non-finite value must not reach
-                # the rows that do not see it (0 * inf), so such a tile takes the seen pairs only
-                if cuda.syncthreads_or(bad) and causal:
-                    pv_acc_seen(p_s, kv_t, o_acc, c, r0 - c0, False)
-                else:
-                    pv_acc(p_s, kv_t, o_acc, c)
-                cuda.syncthreads()
+                pv_step(p_s, kv_t, o_acc, c, bad, causal, r0 - c0)  # also frees part
 
         finish_rows(part, m_i, l_i, o_acc, lse, h, base, r0, L)
         store_rows(out, h, base, r0, L, o_acc, NCH, ONE)
@@ -410,8 +416,7 @@ def make_dq_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     grid ``(len(items), H)`` over query tiles."""
     dtype, ZERO, OCOLS, RESIDENT, ROW_T, COL_T = _kernel_constants(blk, dtype_name, nchunks)
     BM, BN, DC, NTX, NTY, TM, TN, NCH = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.tm, blk.tn, nchunks
-    ops = _tile_ops(blk, dtype_name)
-    load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads, fill, store_rows = ops
+    load_rows, load_cols, dot_acc, _, _, probs_grads, fill, store_rows, pv_step = _tile_ops(blk, dtype_name)
 
     def dq_kernel(items, q, k, v, dout, lse, delta, dq, scale, causal):
         tx = cuda.threadIdx.x
@@ -461,12 +466,7 @@ def make_dq_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
             for c in range(NCH):
                 if not RESIDENT:  # with one chunk k_t (and bad) still hold it
                     bad = load_cols(k, hk, base, c0, L, c * DC, k_t)
-                # also publishes ds_s; a non-finite key must not reach the rows that do not see it
-                if cuda.syncthreads_or(bad) and causal:
-                    pv_acc_seen(ds_s, k_t, dq_acc, c, r0 - c0, False)
-                else:
-                    pv_acc(ds_s, k_t, dq_acc, c)
-                cuda.syncthreads()
+                pv_step(ds_s, k_t, dq_acc, c, bad, causal, r0 - c0)
 
         store_rows(dq, h, base, r0, L, dq_acc, NCH, scale)
 
@@ -481,7 +481,7 @@ def make_dkdv_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     BM, BN, DC, NTX, NTY, TM, TN, NCH = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.tm, blk.tn, nchunks
     ONE = np.dtype(dtype_name).type(1)
     ops = _tile_ops(blk, dtype_name)
-    load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads, fill, store_rows = ops
+    load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads, fill, store_rows, _ = ops
 
     def dkdv_kernel(items, q, k, v, dout, lse, delta, dk, dv, scale, causal):
         tx = cuda.threadIdx.x
