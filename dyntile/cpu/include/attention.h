@@ -54,7 +54,8 @@ typedef struct {
 #define AT_LOG2E 1.4426950408889634
 #define AT_LN2 0.69314718055994531
 
-/* 2^r = e^(r ln 2) on |r| <= 1/2: its Taylor terms (ln 2)^k / k!, Horner from the last */
+/* 2^r = e^(r ln 2) on |r| <= 1/2: its Taylor terms (ln 2)^k / k!, Horner from the last;
+   float64 takes 6 more terms before float32's (its last term, EXP_C_LAST, starts p) */
 #define EXP_POLY_F32(p, r) \
     p = p * r + (REAL)0.0013333558146428441; \
     p = p * r + (REAL)0.009618129107628477; \
@@ -69,12 +70,7 @@ typedef struct {
     p = p * r + (REAL)1.3215486790144305e-06; \
     p = p * r + (REAL)1.5252733804059838e-05; \
     p = p * r + (REAL)0.00015403530393381606; \
-    p = p * r + (REAL)0.0013333558146428441; \
-    p = p * r + (REAL)0.009618129107628477; \
-    p = p * r + (REAL)0.055504108664821576; \
-    p = p * r + (REAL)0.2402265069591007; \
-    p = p * r + (REAL)0.6931471805599453; \
-    p = p * r + (REAL)1.0;
+    EXP_POLY_F32(p, r)
 
 #define REAL float
 #define IREAL int32_t
