@@ -11,7 +11,13 @@ benchmarks/bench_attention.py), runs interleaved, medians:
 * ``gqa``: ``varlen_attention`` on ``Hkv`` key/value heads against the same call after
   repeating each key/value head for its query heads (``repeat_interleave``, what the
   registered attention did before the kernels indexed head groups), and the bytes of
-  the copies that repeating makes (K, V and, in backward, their gradients).
+  the copies that repeating makes (K, V and, in backward, their gradients);
+* ``fixed``: the registered attention's own cost, apart from the kernels' noise: the
+  same pairs on one 64-token row, 1 thread, the difference of the medians in us (a
+  full-size step costs it once per layer);
+* ``kernel``: the same on the CPU kernels' NumPy entry points, with ``np.repeat``
+  (and the group sums of dK, dV), and with K, V repeated before the clock starts
+  (the kernel's own time on repeated heads).
 
     python asv_benches/hf_attention_overhead.py [--threads 2] [--rounds 21] [--dim 64]
 """
@@ -25,6 +31,7 @@ import time
 import types
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's dyntile and loaders
@@ -36,7 +43,7 @@ import dyntile  # noqa: E402
 from loaders.integrations.hf_attention import dyntile_attention_forward  # noqa: E402
 
 
-def batch(rows, heads: int, kv_heads: int, dim: int, seed: int = 0) -> dict:
+def batch(rows, heads: int, kv_heads: int, dim: int, T: int = T, seed: int = 0) -> dict:
     """Leaf tensors in the layout a transformers attention gets, and each row's segments
     in the three forms the registered attention reads."""
     g = torch.Generator().manual_seed(seed)
@@ -66,8 +73,9 @@ def batch(rows, heads: int, kv_heads: int, dim: int, seed: int = 0) -> dict:
 def time_pair(runs: dict, rounds: int) -> dict:
     """Median seconds of each zero-argument callable, the order alternating every round."""
     names = list(runs)
-    for fn in runs.values():  # warm-up: op loading, first allocations
-        fn()
+    for _ in range(2):  # warm-up: op loading, first allocations, the allocator's pools
+        for fn in runs.values():
+            fn()
     times = {n: [] for n in names}
     for r in range(rounds):
         for n in names if r % 2 == 0 else names[::-1]:
@@ -88,7 +96,7 @@ def hf_runs(b: dict, scale: float) -> dict:
     module = types.SimpleNamespace(is_causal=True, training=True)
     q, k, v = b["query"], b["key"], b["value"]
     leaves = (q, k, v)
-    B, H, _, D = q.shape
+    B, H, T, D = q.shape
     grad = torch.randn(B, T, H, D)
     kwargs = {
         "segment_ids": dict(segment_ids=b["seg"]),
@@ -136,6 +144,49 @@ def gqa_runs(b: dict, scale: float) -> tuple[dict, int]:
     return {"grouped": grouped, "repeated": repeated}, copies
 
 
+def kernel_runs(b: dict, scale: float, threads: int) -> dict:
+    """(grouped, repeated, kernel on repeated) forward + backward on ``dyntile.cpu.attention``
+    with ``[N, heads, D]`` arrays; each returns dK."""
+    from dyntile.cpu import attention as kernel
+
+    q, k, v = (
+        np.ascontiguousarray(b[n].detach().transpose(1, 2).flatten(0, 1).numpy())
+        for n in ("query", "key", "value")
+    )
+    N, H, D = q.shape
+    group = H // k.shape[1]
+    dout = np.random.default_rng(0).standard_normal(q.shape).astype(q.dtype)
+    starts, lens = dyntile.attention.segment_table(b["seg"].numpy(), True, N)
+    k_rep, v_rep = (np.repeat(x, group, axis=1) for x in (k, v))
+
+    def run(k, v):
+        out, lse = kernel.forward(q, k, v, starts, lens, True, scale, threads)
+        return kernel.backward(dout, q, k, v, out, lse, starts, lens, True, scale, threads)[1]
+
+    def repeated():
+        dk = run(np.repeat(k, group, axis=1), np.repeat(v, group, axis=1))
+        return dk.reshape(N, -1, group, D).sum(2)
+
+    def on_repeated():
+        return run(k_rep, v_rep).reshape(N, -1, group, D).sum(2)
+
+    return {"grouped": lambda: run(k, v), "repeated": repeated, "kernel on repeated": on_repeated}
+
+
+def fixed_costs(args) -> None:
+    """The registered attention's own work per call: the pairs of :func:`hf_runs` on one
+    64-token row of 3 samples, 1 thread (the kernels' time small and steady)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    small = batch([[20, 30, 14]], args.heads, args.kv_heads, args.dim, T=64)
+    for route, (reg, direct) in hf_runs(small, args.dim**-0.5).items():
+        t = time_pair({"registered": reg, "direct": direct}, 50 * args.rounds)
+        us = {n: x * 1e6 for n, x in t.items()}
+        extra = us["registered"] - us["direct"]
+        print(f"{'fixed/' + route:<28} {us['registered']:>8.0f} {us['direct']:>8.0f} {extra:>+6.0f} us")
+    torch.set_num_threads(threads)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--threads", type=int, default=2)
@@ -153,19 +204,26 @@ def main(argv=None) -> int:
         f"Hkv = {args.kv_heads}, D = {args.dim}, fp32, forward + backward, {args.threads} threads, "
         f"{args.rounds} interleaved rounds, medians"
     )
-    print(f"{'case':<20} {'ms':>8} {'ref ms':>8} {'ratio':>6}")
+    print(f"{'case':<28} {'ms':>8} {'ref ms':>8} {'ratio':>6}")
     for route, (reg, direct) in hf_runs(b, scale).items():
         torch.testing.assert_close(reg(), direct(), msg=f"hf/{route} and the direct call disagree")
         t = time_pair({"registered": reg, "direct": direct}, args.rounds)
         ratio = t["registered"] / t["direct"]
-        print(f"{'hf/' + route:<20} {t['registered'] * 1e3:>8.2f} {t['direct'] * 1e3:>8.2f} {ratio:>6.3f}")
+        print(f"{'hf/' + route:<28} {t['registered'] * 1e3:>8.2f} {t['direct'] * 1e3:>8.2f} {ratio:>6.3f}")
     runs, copies = gqa_runs(b, scale)
     torch.testing.assert_close(
         runs["grouped"](), runs["repeated"](), msg="grouped and repeated heads disagree"
     )
     t = time_pair(runs, args.rounds)
     ratio = t["grouped"] / t["repeated"]
-    print(f"{'gqa vs repeat':<20} {t['grouped'] * 1e3:>8.2f} {t['repeated'] * 1e3:>8.2f} {ratio:>6.3f}")
+    print(f"{'gqa vs repeat':<28} {t['grouped'] * 1e3:>8.2f} {t['repeated'] * 1e3:>8.2f} {ratio:>6.3f}")
+    fixed_costs(args)
+    runs = kernel_runs(b, scale, args.threads)
+    np.testing.assert_allclose(runs["grouped"](), runs["repeated"](), rtol=1e-4, atol=1e-4)
+    t = time_pair(runs, args.rounds)
+    for name in ("repeated", "kernel on repeated"):
+        ratio = t["grouped"] / t[name]
+        print(f"{'kernel vs ' + name:<28} {t['grouped'] * 1e3:>8.2f} {t[name] * 1e3:>8.2f} {ratio:>6.3f}")
     print(f"repeating K/V copies {copies / 2**20:.1f} MiB a layer (K, V and their gradients); grouped: none")
     return 0
 
