@@ -34,8 +34,11 @@ def varlen_attention(
     each run of one id in a row a segment, as ``PackedCollate`` emits them),
     or ``[total, H, D]`` with ``cu_seqlens`` ``(S + 1,)`` (segment ``s`` is tokens
     ``cu_seqlens[s] .. cu_seqlens[s + 1] - 1``; tokens past ``cu_seqlens[-1]`` are
-    padding). ``scale`` defaults to ``1 / sqrt(D)``. float32 and float64 compute in
-    their dtype; float16 and bfloat16 in float32, returned in their dtype. Returns an
+    padding). Grouped-query attention: ``k, v`` may have ``Hkv`` heads where ``H`` is a
+    multiple of ``Hkv``, and query head ``h`` reads key/value head ``h // (H // Hkv)``
+    in place (no copy per query head); their gradients sum over the group. ``scale``
+    defaults to ``1 / sqrt(D)``. float32 and float64 compute in their dtype; float16
+    and bfloat16 in float32, returned in their dtype. Returns an
     array like ``q`` (a torch tensor for torch inputs, differentiable once: a second
     derivative raises; meta tensors give a meta result). ``H = 0`` gives an empty result.
 
@@ -73,17 +76,15 @@ def _index(segment_ids, cu_seqlens):
 
 
 def _check_shapes(q, k, v, index, segmented: bool) -> None:
-    """q, k, v of one shape with the layout's rank, and an index that fits them."""
+    """q, k, v with the layout's rank, k and v of one shape that differs from q's at most
+    in its head count (a divisor of q's), and an index that fits them."""
     shapes = [tuple(getattr(x, "shape", ())) for x in (q, k, v)]
     rank = 4 if segmented else 3
     layout = "[B, T, H, D] with segment_ids" if segmented else "[total, H, D] with cu_seqlens"
     for name, shape in zip("qkv", shapes):
         if len(shape) != rank:
             raise ValueError(f"{name} should have shape {layout}, but got shape {shape}")
-    if shapes[1] != shapes[0] or shapes[2] != shapes[0]:
-        raise ValueError(
-            f"q, k and v should have one shape, but got {shapes[0]}, {shapes[1]} and {shapes[2]}"
-        )
+    check_heads(shapes[0], shapes[1], shapes[2])
     if shapes[0][-1] < 1:
         raise ValueError(f"q, k, v should have a head dim D >= 1, but got shape {shapes[0]}")
     ishape = tuple(getattr(index, "shape", ()))
@@ -94,6 +95,32 @@ def _check_shapes(q, k, v, index, segmented: bool) -> None:
         )
     if not segmented and len(ishape) != 1:
         raise ValueError(f"cu_seqlens should have shape (S + 1,), but got shape {ishape}")
+
+
+def check_heads(q_shape: tuple, k_shape: tuple, v_shape: tuple) -> None:
+    """Refuse k, v shapes that grouped-query attention over q cannot read: all but the
+    head axis (``-2``) equal to q's, k's equal to v's, and q's heads a multiple of theirs.
+
+    >>> check_heads((5, 4, 8), (5, 2, 8), (5, 2, 8))
+    >>> check_heads((5, 4, 8), (5, 3, 8), (5, 3, 8))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: q's 4 heads should be a multiple of k and v's 3 heads (grouped-query attention: ...
+    """
+    q_shape, k_shape, v_shape = tuple(q_shape), tuple(k_shape), tuple(v_shape)
+    if k_shape != v_shape or k_shape[:-2] + k_shape[-1:] != q_shape[:-2] + q_shape[-1:]:
+        raise ValueError(
+            f"k and v should have one shape, equal to q's but for the head count (dim -2), but got "
+            f"q {q_shape}, k {k_shape} and v {v_shape}"
+        )
+    H, Hkv = q_shape[-2], k_shape[-2]
+    if H == 0 and Hkv == 0:
+        return
+    if Hkv == 0 or H % Hkv:
+        raise ValueError(
+            f"q's {H} heads should be a multiple of k and v's {Hkv} heads (grouped-query attention: "
+            f"query head h reads key/value head h // ({H} // {Hkv})), but "
+            + (f"{H} % {Hkv} = {H % Hkv}" if Hkv else "k and v have none")
+        )
 
 
 def _scale(scale, D: int) -> float:
@@ -148,18 +175,18 @@ def _cpu_forward(q, k, v, index, segmented: bool, causal: bool, scale: float):
 
     dtype = np.result_type(*(np.asarray(x).dtype for x in (q, k, v)))
     work = kernel_dtype(dtype)
-    shape = q.shape
-    q3, k3, v3 = (_kernel_view(x, work, shape) for x in (q, k, v))
+    q3, k3, v3 = (_kernel_view(x, work) for x in (q, k, v))
     starts, lengths = segment_table(index, segmented, q3.shape[0])
     out, _ = kernel.forward(
         q3, k3, v3, starts, lengths, causal, scale, kernel_threads(starts, lengths, q3.shape[1], q3.shape[2])
     )
-    return out.reshape(shape).astype(dtype, copy=False)
+    return out.reshape(q.shape).astype(dtype, copy=False)
 
 
-def _kernel_view(x, dtype: np.dtype, shape: tuple) -> np.ndarray:
+def _kernel_view(x, dtype: np.dtype) -> np.ndarray:
     """``x`` as ``[N, H, D]`` of ``dtype`` with a contiguous last axis (a view where it can be)."""
     a = np.asarray(x)
+    shape = a.shape
     # the token count spelled out: -1 cannot infer it when H or D is 0
     a = a.astype(dtype, copy=False).reshape((math.prod(shape[:-2]),) + tuple(shape[-2:]))
     if a.strides[-1] != a.itemsize:

@@ -2,7 +2,8 @@
 
 ``torch.ops.dyntile.varlen_attention_fwd(q, k, v, index, causal, scale) -> (out, lse)``
 and ``torch.ops.dyntile.varlen_attention_bwd(dout, q, k, v, out, lse, index, causal,
-scale, dlse=None) -> (dq, dk, dv)`` take ``q, k, v`` ``[N, H, D]`` and ``index``:
+scale, dlse=None) -> (dq, dk, dv)`` take ``q`` ``[N, H, D]``, ``k, v`` ``[N, Hkv, D]``
+(``H`` a multiple of ``Hkv``: grouped-query attention, ``dk, dv`` like ``k``) and ``index``:
 ``segment_ids`` ``[B, T]`` (with ``N = B * T``) or ``cu_seqlens`` ``(S + 1,)``, told
 apart by their rank. Both ``out`` and ``lse`` are differentiable (``lse``'s gradient
 adds ``P * dlse`` to dS); a second derivative is not supported and raises.
@@ -20,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from dyntile.attention import kernel_threads, segment_table
+from dyntile.attention import check_heads, kernel_threads, segment_table
 
 __all__ = ["varlen_attention_torch"]
 
@@ -81,13 +82,14 @@ def varlen_attention_torch(q, k, v, index, causal: bool, scale: float):
         name = "segment_ids" if index.dim() == 2 else "cu_seqlens"
         hint = f"; pass {name}.int_repr()" if index.is_quantized else ""
         raise TypeError(f"{name} should be a tensor of plain integers, but got dtype {index.dtype}{hint}")
-    shape = q.shape
+    out, _ = torch.ops.dyntile.varlen_attention_fwd(_flat(q), _flat(k), _flat(v), index, causal, scale)
+    return out.reshape(q.shape)
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as ``[N, heads, D]`` (a view where it can be)."""
     # the token count spelled out: -1 cannot infer it when H or D is 0
-    flat = (math.prod(shape[:-2]),) + tuple(shape[-2:])
-    out, _ = torch.ops.dyntile.varlen_attention_fwd(
-        q.reshape(flat), k.reshape(flat), v.reshape(flat), index, causal, scale
-    )
-    return out.reshape(shape)
+    return x.reshape((math.prod(x.shape[:-2]),) + tuple(x.shape[-2:]))
 
 
 # ---------------------------------------------------------------------- host arrays
@@ -126,6 +128,7 @@ def varlen_attention_fwd(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out [N, H, D] in q's dtype, lse [N, H] in the compute dtype)``."""
     work = compute_dtype(q.dtype)
+    check_heads(q.shape, k.shape, v.shape)
     starts, lengths = _segments(index, q.shape[0])
     if q.is_cuda:
         return _cuda_fwd(q, k, v, starts, lengths, causal, scale, work)
@@ -162,9 +165,10 @@ def varlen_attention_bwd(
     scale: float,
     dlse: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(dq, dk, dv)``, each ``[N, H, D]`` in q's dtype: the gradients of
+    """``(dq, dk, dv)``, shaped like ``q, k, v``, in q's dtype: the gradients of
     ``sum(out * dout) + sum(lse * dlse)`` (``dlse`` ``[N, H]``, or ``None``: 0)."""
     work = compute_dtype(q.dtype)
+    check_heads(q.shape, k.shape, v.shape)
     starts, lengths = _segments(index, q.shape[0])
     if q.is_cuda:
         return _cuda_bwd(dout, q, k, v, out, lse, dlse, starts, lengths, causal, scale, work)
@@ -189,7 +193,7 @@ def varlen_attention_bwd(
 
 @varlen_attention_bwd.register_fake
 def _(dout, q, k, v, out, lse, index, causal, scale, dlse=None):
-    return q.new_empty(q.shape), q.new_empty(q.shape), q.new_empty(q.shape)
+    return q.new_empty(q.shape), q.new_empty(k.shape), q.new_empty(k.shape)
 
 
 def _no_double_backward(ctx, *grads):
@@ -243,7 +247,8 @@ def _cuda_bwd(dout, q, k, v, out, lse, dlse, starts, lengths, causal, scale, wor
     dtype = q.dtype
     dout, q, k, v, out = (x.to(work) for x in (dout, q, k, v, out))
     dlse = None if dlse is None else dlse.to(work)
-    dq, dk, dv = (torch.zeros(q.shape, dtype=work, device=q.device) for _ in range(3))
+    dq = torch.zeros(q.shape, dtype=work, device=q.device)
+    dk, dv = (torch.zeros(k.shape, dtype=work, device=q.device) for _ in range(2))
     kernel.varlen_attention_backward(
         dout,
         q,

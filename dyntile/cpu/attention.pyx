@@ -4,7 +4,9 @@
 ``forward(q, k, v, starts, lens, causal, scale, threads)`` and ``backward(...)`` run the
 C kernels of ``include/attention.h`` (flash-attention-2 tiles, online softmax, OpenMP
 over work items balanced by cost) on NumPy arrays the API layer has checked:
-``q, k, v`` float32 or float64 ``[N, H, D]`` of one dtype with a contiguous last axis,
+``q`` ``[N, H, D]`` and ``k, v`` ``[N, Hkv, D]`` (``H`` a multiple of ``Hkv``: query head
+``h`` reads key/value head ``h // (H // Hkv)``), float32 or float64 of one dtype with a
+contiguous last axis,
 ``starts``/``lens`` int64 ``(S,)`` disjoint segments inside ``[0, N)``. Outputs are new
 C-contiguous arrays, zero on tokens of no segment. Non-finite inputs propagate as in
 softmax(scale Q K^T) V per query over the keys it sees (see ``attention.h``).
@@ -19,7 +21,7 @@ cnp.import_array()
 
 cdef extern from "attention.h" nogil:
     ctypedef struct dt_attn_args:
-        int64_t H, D
+        int64_t H, Hkv, D
         const void *q
         const void *k
         const void *v
@@ -106,7 +108,7 @@ def forward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray starts, cnp
     cdef cnp.ndarray out, lse
     cdef int rc
     out, lse = _outputs([(q.shape[0], q.shape[1], q.shape[2]), (q.shape[0], q.shape[1])], q.dtype, starts, lens)
-    a.H, a.D = q.shape[1], q.shape[2]
+    a.H, a.Hkv, a.D = q.shape[1], k.shape[1], q.shape[2]
     a.q, a.k, a.v = cnp.PyArray_DATA(q), cnp.PyArray_DATA(k), cnp.PyArray_DATA(v)
     set_strides(&a.sq_t, &a.sq_h, q)
     set_strides(&a.sk_t, &a.sk_h, k)
@@ -123,16 +125,17 @@ def forward(cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray starts, cnp
 def backward(cnp.ndarray dout, cnp.ndarray q, cnp.ndarray k, cnp.ndarray v, cnp.ndarray out,
              cnp.ndarray lse, cnp.ndarray starts, cnp.ndarray lens, bint causal, double scale, int threads,
              cnp.ndarray dlse=None):
-    """``(dq, dk, dv)``, each ``[N, H, D]``: the gradients of ``sum(out * dout)`` (plus
+    """``(dq [N, H, D], dk [N, Hkv, D], dv [N, Hkv, D])``: the gradients of ``sum(out * dout)`` (plus
     ``sum(lse * dlse)`` with ``dlse``, C-contiguous ``[N, H]`` of q's dtype); ``lse``
     (C-contiguous ``[N, H]``) is the forward pass's."""
     cdef dt_attn_args a
     cdef int f64 = q.dtype == np.float64
     shape = (q.shape[0], q.shape[1], q.shape[2])
+    kv_shape = (k.shape[0], k.shape[1], k.shape[2])
     cdef cnp.ndarray dq, dk, dv
     cdef int rc
-    dq, dk, dv = _outputs([shape, shape, shape], q.dtype, starts, lens)
-    a.H, a.D = q.shape[1], q.shape[2]
+    dq, dk, dv = _outputs([shape, kv_shape, kv_shape], q.dtype, starts, lens)
+    a.H, a.Hkv, a.D = q.shape[1], k.shape[1], q.shape[2]
     a.q, a.k, a.v = cnp.PyArray_DATA(q), cnp.PyArray_DATA(k), cnp.PyArray_DATA(v)
     a.o, a.dout, a.lse_in = cnp.PyArray_DATA(out), cnp.PyArray_DATA(dout), cnp.PyArray_DATA(lse)
     a.dlse = NULL if dlse is None else cnp.PyArray_DATA(dlse)

@@ -32,8 +32,11 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import numpy as np
+
+from dyntile.attention import check_heads
 
 from .config import AttentionBlocking, attention_blocking, copy_block
 from .launch import MAX_GRID_X, MAX_GRID_YZ, attention_items, copy_launch
@@ -53,7 +56,28 @@ __all__ = [
 _DTYPES = ("float32", "float64")
 
 
-def _tile_ops(blk: AttentionBlocking, dtype_name: str):
+class TileOps(NamedTuple):
+    """The device functions the three kernels share (see :func:`_tile_ops`)."""
+
+    load_rows: object
+    load_cols: object
+    dot_acc: object
+    pv_acc: object
+    pv_acc_seen: object
+    probs_grads: object
+    fill: object
+    store_rows: object
+    pv_step: object
+
+
+def _device_jit():
+    """``cuda.jit`` for device functions, inlined at the Numba level: a separately compiled
+    device function would ask the current device for its compute capability, which
+    compile_ptx on a machine without one lacks."""
+    return cuda.jit(device=True) if cuda.config.ENABLE_CUDASIM else cuda.jit(device=True, inline="always")
+
+
+def _tile_ops(blk: AttentionBlocking, dtype_name: str) -> TileOps:
     """Device functions shared by the three kernels (block sizes are closure constants).
 
     * ``load_rows(x, h, base, r0, L, d0, buf)`` / ``load_cols``: ``buf[dd, r] =
@@ -68,46 +92,62 @@ def _tile_ops(blk: AttentionBlocking, dtype_name: str):
     * ``pv_acc_seen(p, b, acc, c, diag, keys_are_rows)``: the same over the pairs a row
       sees under ``causal`` only (``k <= row + diag``, or ``>=`` when rows are keys),
       for a ``b`` that may hold inf or NaN;
+    * ``pv_step(p, b, acc, c, bad, seen_only, diag)``: a barrier that publishes ``p`` and
+      ``b``, then ``pv_acc``, or ``pv_acc_seen`` (rows are queries) where ``seen_only``
+      and a thread's ``bad`` is set, then a barrier that frees them;
     * ``probs_grads(s_acc, dp_acc, lse_v, delta_v, r0, c0, L, scale, causal,
       keys_are_rows)``: the backward's recomputation, in place: ``s_acc`` becomes
       ``P = exp(scale * S - lse)`` and ``dp_acc`` ``dS = P * (dP - delta)``, 0 for a pair
       outside the segment or not seen; ``lse_v``, ``delta_v`` per row, or per column
-      when rows are keys.
+      when rows are keys;
+    * ``fill(acc, value)``: every element of a 2-D per-thread array;
+    * ``store_rows(x, h, base, r0, L, acc, nch, mul)``: ``x[base + r0 + row, h, d] =
+      acc[i, c * dj + j] * mul`` for this thread's rows inside the segment and its
+      columns of the ``nch`` chunks inside ``D`` (the kernels' epilogue).
     """
+    jit = _device_jit()
+    load_rows, load_cols = (_load_op(blk, dtype_name, tokens, jit) for tokens in (blk.bm, blk.bn))
+    dot_acc, pv_acc, pv_acc_seen, pv_step = _product_ops(blk, dtype_name, jit)
+    probs_grads = _probs_grads_op(blk, dtype_name, jit)
+    fill, store_rows = _row_ops(blk, jit)
+    return TileOps(load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads, fill, store_rows, pv_step)
+
+
+def _load_op(blk: AttentionBlocking, dtype_name: str, tokens: int, jit):
+    """``load(x, h, base, r0, L, d0, buf)`` of a tile of ``tokens`` rows (see :func:`_tile_ops`)."""
+    from numba import types
+
+    ZERO = np.dtype(dtype_name).type(0)
+    DC, NTX, NT = blk.dc, blk.ntx, blk.ntx * blk.nty
+    LOADS = tokens * DC // NT  # elements per thread (the check makes it exact)
+    u64 = types.uint64  # unsigned shared-memory indices: no negative-index wraparound code
+
+    @jit
+    def load(x, h, base, r0, L, d0, buf):
+        tid = cuda.threadIdx.y * NTX + cuda.threadIdx.x
+        D = x.shape[2]
+        bad = 0  # an integer: the predicate of syncthreads_or
+        for e in range(LOADS):
+            r = (tid + e * NT) // DC
+            dd = (tid + e * NT) % DC
+            row = r0 + r
+            d = d0 + dd
+            val = x[base + row, h, d] if row < L and d < D else ZERO
+            buf[u64(dd), u64(r)] = val
+            if not math.isfinite(val):
+                bad = 1
+        return bad
+
+    return load
+
+
+def _product_ops(blk: AttentionBlocking, dtype_name: str, jit):
+    """``dot_acc``, ``pv_acc``, ``pv_acc_seen`` and ``pv_step`` (see :func:`_tile_ops`)."""
     from numba import types
 
     dtype = getattr(types, dtype_name)
-    ZERO = np.dtype(dtype_name).type(0)
-    BM, BN, DC, NTX, NTY = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty
-    TM, TN, DJ = blk.tm, blk.tn, blk.dj
-    NT = NTX * NTY
-    u64 = types.uint64  # unsigned shared-memory indices: no negative-index wraparound code
-    # Numba-level inlining: a separately compiled device function would ask the current
-    # device for its compute capability, which compile_ptx on a machine without one lacks
-    jit = cuda.jit(device=True) if cuda.config.ENABLE_CUDASIM else cuda.jit(device=True, inline="always")
-
-    def make_load(tokens: int):
-        LOADS = tokens * DC // NT  # elements per thread (the check makes it exact)
-
-        @jit
-        def load(x, h, base, r0, L, d0, buf):
-            tid = cuda.threadIdx.y * NTX + cuda.threadIdx.x
-            D = x.shape[2]
-            bad = 0  # an integer: the predicate of syncthreads_or
-            for e in range(LOADS):
-                r = (tid + e * NT) // DC
-                dd = (tid + e * NT) % DC
-                row = r0 + r
-                d = d0 + dd
-                val = x[base + row, h, d] if row < L and d < D else ZERO
-                buf[u64(dd), u64(r)] = val
-                if not math.isfinite(val):
-                    bad = 1
-            return bad
-
-        return load
-
-    load_rows, load_cols = make_load(BM), make_load(BN)
+    BN, DC, NTX, NTY, TM, TN, DJ = blk.bn, blk.dc, blk.ntx, blk.nty, blk.tm, blk.tn, blk.dj
+    u64 = types.uint64
 
     @jit
     def dot_acc(a, b, acc):
@@ -158,6 +198,24 @@ def _tile_ops(blk: AttentionBlocking, dtype_name: str):
                         acc[i, c * DJ + j] += pf * bf[j]
 
     @jit
+    def pv_step(p, b, acc, c, bad, seen_only, diag):
+        # one barrier publishes p and b; then the seen pairs only when a thread of the
+        # block loaded inf or NaN into b under causal (0 * inf must not reach a row)
+        if cuda.syncthreads_or(bad) and seen_only:
+            pv_acc_seen(p, b, acc, c, diag, False)
+        else:
+            pv_acc(p, b, acc, c)
+        cuda.syncthreads()
+
+    return dot_acc, pv_acc, pv_acc_seen, pv_step
+
+
+def _probs_grads_op(blk: AttentionBlocking, dtype_name: str, jit):
+    """``probs_grads`` (see :func:`_tile_ops`)."""
+    ZERO = np.dtype(dtype_name).type(0)
+    NTX, NTY, TM, TN = blk.ntx, blk.nty, blk.tm, blk.tn
+
+    @jit
     def probs_grads(s_acc, dp_acc, lse_v, delta_v, r0, c0, L, scale, causal, keys_are_rows):
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
@@ -175,7 +233,127 @@ def _tile_ops(blk: AttentionBlocking, dtype_name: str):
                 s_acc[i, j] = p
                 dp_acc[i, j] = ds
 
-    return load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads
+    return probs_grads
+
+
+def _row_ops(blk: AttentionBlocking, jit):
+    """``fill`` and ``store_rows`` (see :func:`_tile_ops`)."""
+    DC, NTX, NTY, TM, DJ = blk.dc, blk.ntx, blk.nty, blk.tm, blk.dj
+
+    @jit
+    def fill(acc, value):
+        for i in range(acc.shape[0]):
+            for j in range(acc.shape[1]):
+                acc[i, j] = value
+
+    @jit
+    def store_rows(x, h, base, r0, L, acc, nch, mul):
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        D = x.shape[2]
+        for i in range(TM):
+            row = r0 + ty + i * NTY
+            if row < L:
+                for c in range(nch):
+                    for j in range(DJ):
+                        d = c * DC + tx + j * NTX
+                        if d < D:
+                            x[base + row, h, d] = acc[i, c * DJ + j] * mul
+
+    return fill, store_rows
+
+
+def _softmax_ops(blk: AttentionBlocking, dtype_name: str):
+    """The forward's row statistics, over a shared ``part`` ``(bm, ntx)`` scratch:
+
+    * ``online_softmax(s_acc, part, p_s, m_i, l_i, o_acc, r0, c0, L, scale, causal)``:
+      one key step of the online softmax: scores masked outside the segment (and after
+      the row under ``causal``) and scaled, the row maxima ``m_i`` raised, ``o_acc`` and
+      the sums ``l_i`` rescaled, the step's probabilities into ``p_s`` (shared);
+    * ``finish_rows(part, m_i, l_i, o_acc, lse, h, base, r0, L)``: ``o_acc`` divided by
+      each row's total (summed over the threads of the row) and ``lse`` written.
+    """
+    from numba import types
+
+    dtype = getattr(types, dtype_name)
+    ZERO, ONE = np.dtype(dtype_name).type(0), np.dtype(dtype_name).type(1)
+    NEG_INF, NAN = np.dtype(dtype_name).type(-np.inf), np.dtype(dtype_name).type(np.nan)
+    NTX, NTY, TM, TN = blk.ntx, blk.nty, blk.tm, blk.tn
+    jit = _device_jit()
+
+    @jit
+    def online_softmax(s_acc, part, p_s, m_i, l_i, o_acc, r0, c0, L, scale, causal):
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        for i in range(TM):
+            row = r0 + ty + i * NTY
+            mx = NEG_INF
+            for j in range(TN):
+                col = c0 + tx + j * NTX
+                s = s_acc[i, j] * scale if col < L and (not causal or col <= row) else NEG_INF
+                s_acc[i, j] = s
+                mx = max(mx, s)
+            part[ty + i * NTY, tx] = mx
+        cuda.syncthreads()
+        for i in range(TM):
+            m_new = m_i[i]
+            for x in range(NTX):
+                m_new = max(m_new, part[ty + i * NTY, x])
+            m_use = m_new if m_new != NEG_INF else ZERO  # a row with no key yet stays at 0
+            alpha = math.exp(m_i[i] - m_use)
+            m_i[i] = m_new
+            psum = ZERO
+            for j in range(TN):
+                p = math.exp(s_acc[i, j] - m_use)
+                p_s[ty + i * NTY, tx + j * NTX] = p
+                psum += p
+            l_i[i] = l_i[i] * alpha + psum
+            for j in range(o_acc.shape[1]):
+                o_acc[i, j] *= alpha
+
+    @jit
+    def finish_rows(part, m_i, l_i, o_acc, lse, h, base, r0, L):
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        for i in range(TM):
+            part[ty + i * NTY, tx] = l_i[i]
+        cuda.syncthreads()
+        for i in range(TM):
+            row = r0 + ty + i * NTY
+            l_row = ZERO
+            for x in range(NTX):
+                l_row += part[ty + i * NTY, x]
+            # l = 0: every score -inf, the reference's 0 / 0; a NaN score made l NaN
+            inv = ONE / l_row if l_row != ZERO else NAN
+            for j in range(o_acc.shape[1]):
+                o_acc[i, j] *= inv
+            if row < L and tx == 0:
+                lse[base + row, h] = m_i[i] + math.log(l_row) if l_row != ZERO else NAN
+
+    return online_softmax, finish_rows, dtype
+
+
+def _kernel_constants(blk: AttentionBlocking, dtype_name: str, nchunks: int) -> tuple:
+    """``(dtype, ZERO, OCOLS, RESIDENT, ROW_T, COL_T)`` of a kernel with ``nchunks``
+    head-dim chunks: the Numba type, its zero, output columns per thread, whether one
+    chunk keeps the row tile resident for the whole walk, and the padded lengths of
+    the shared row-tile and column-tile rows."""
+    from numba import types
+
+    return (
+        getattr(types, dtype_name),
+        np.dtype(dtype_name).type(0),
+        nchunks * blk.dj,
+        nchunks == 1,
+        blk.bm + blk.pad,
+        blk.bn + blk.pad,
+    )
+
+
+def _name(kernel, kind: str, blk: AttentionBlocking, dtype_name: str, nchunks: int):
+    kernel.__name__ = f"attention_{kind}_{dtype_name}_{blk.bm}x{blk.bn}x{blk.dc}x{nchunks}"
+    kernel.__qualname__ = kernel.__name__
+    return kernel
 
 
 def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
@@ -184,29 +362,16 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     ``kernel(items, q, k, v, out, lse, scale, causal)``, grid ``(len(items), H)``:
     block ``(item, h)`` writes ``out`` and ``lse`` of the item's query tile and head.
     """
-    from numba import types
-
-    dtype = getattr(types, dtype_name)
-    ZERO = np.dtype(dtype_name).type(0)
-    ONE = np.dtype(dtype_name).type(1)
-    NEG_INF = np.dtype(dtype_name).type(-np.inf)
-    NAN = np.dtype(dtype_name).type(np.nan)
-    BM, BN, DC, NTX, NTY, PAD = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.pad
-    TM, TN, DJ = blk.tm, blk.tn, blk.dj
-    NCH = nchunks
-    OCOLS = NCH * DJ  # output columns per thread
-    RESIDENT = NCH == 1  # the query tile is loaded once, before the walk
-    ROW_T, COL_T = BM + PAD, BN + PAD  # padded shared rows of the row and column tiles
-    load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads = _tile_ops(blk, dtype_name)
+    dtype, ZERO, OCOLS, RESIDENT, ROW_T, COL_T = _kernel_constants(blk, dtype_name, nchunks)
+    BM, BN, DC, NTX, TM, TN, NCH = blk.bm, blk.bn, blk.dc, blk.ntx, blk.tm, blk.tn, nchunks
+    NEG_INF, ONE = np.dtype(dtype_name).type(-np.inf), np.dtype(dtype_name).type(1)
+    load_rows, load_cols, dot_acc, _, _, _, fill, store_rows, pv_step = _tile_ops(blk, dtype_name)
+    online_softmax, finish_rows, _ = _softmax_ops(blk, dtype_name)
 
     def forward_kernel(items, q, k, v, out, lse, scale, causal):
-        tx = cuda.threadIdx.x
-        ty = cuda.threadIdx.y
         h = cuda.blockIdx.y
-        base = items[cuda.blockIdx.x, 0]
-        L = items[cuda.blockIdx.x, 1]
-        r0 = items[cuda.blockIdx.x, 2]
-        D = q.shape[2]
+        hk = h // (q.shape[1] // k.shape[1])  # the key/value head of h's group
+        base, L, r0 = items[cuda.blockIdx.x, 0], items[cuda.blockIdx.x, 1], items[cuda.blockIdx.x, 2]
 
         q_t = cuda.shared.array((DC, ROW_T), dtype)  # query chunk, transposed
         kv_t = cuda.shared.array((DC, COL_T), dtype)  # key chunk, then value chunk
@@ -219,8 +384,7 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
         for i in range(TM):
             m_i[i] = NEG_INF
             l_i[i] = ZERO
-            for j in range(OCOLS):
-                o_acc[i, j] = ZERO
+        fill(o_acc, ZERO)
         if RESIDENT:
             load_rows(q, h, base, r0, L, 0, q_t)
 
@@ -228,99 +392,38 @@ def make_forward_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
         for step in range((last + BN - 1) // BN):
             c0 = step * BN
             # invariant: m_i, l_i, o_acc hold the softmax state of keys [0, c0) for this thread's rows
-            for i in range(TM):
-                for j in range(TN):
-                    s_acc[i, j] = ZERO
+            fill(s_acc, ZERO)
             for c in range(NCH):
                 if not RESIDENT:
                     load_rows(q, h, base, r0, L, c * DC, q_t)
-                load_cols(k, h, base, c0, L, c * DC, kv_t)
+                load_cols(k, hk, base, c0, L, c * DC, kv_t)
                 cuda.syncthreads()
                 dot_acc(q_t, kv_t, s_acc)
                 cuda.syncthreads()
-            for i in range(TM):
-                row = r0 + ty + i * NTY
-                mx = NEG_INF
-                for j in range(TN):
-                    col = c0 + tx + j * NTX
-                    s = s_acc[i, j] * scale if col < L and (not causal or col <= row) else NEG_INF
-                    s_acc[i, j] = s
-                    mx = max(mx, s)
-                part[ty + i * NTY, tx] = mx
-            cuda.syncthreads()
-            for i in range(TM):
-                m_new = m_i[i]
-                for x in range(NTX):
-                    m_new = max(m_new, part[ty + i * NTY, x])
-                m_use = m_new if m_new != NEG_INF else ZERO  # a row with no key yet stays at 0
-                alpha = math.exp(m_i[i] - m_use)
-                m_i[i] = m_new
-                psum = ZERO
-                for j in range(TN):
-                    p = math.exp(s_acc[i, j] - m_use)
-                    p_s[ty + i * NTY, tx + j * NTX] = p
-                    psum += p
-                l_i[i] = l_i[i] * alpha + psum
-                for j in range(OCOLS):
-                    o_acc[i, j] *= alpha
+            online_softmax(s_acc, part, p_s, m_i, l_i, o_acc, r0, c0, L, scale, causal)
             for c in range(NCH):
-                bad = load_cols(v, h, base, c0, L, c * DC, kv_t)
-                # also publishes p_s, and frees part; a non-finite value must not reach
-                # the rows that do not see it (0 * inf), so such a tile takes the seen pairs only
-                if cuda.syncthreads_or(bad) and causal:
-                    pv_acc_seen(p_s, kv_t, o_acc, c, r0 - c0, False)
-                else:
-                    pv_acc(p_s, kv_t, o_acc, c)
-                cuda.syncthreads()
+                bad = load_cols(v, hk, base, c0, L, c * DC, kv_t)
+                pv_step(p_s, kv_t, o_acc, c, bad, causal, r0 - c0)  # also frees part
 
-        for i in range(TM):
-            part[ty + i * NTY, tx] = l_i[i]
-        cuda.syncthreads()
-        for i in range(TM):
-            row = r0 + ty + i * NTY
-            if row < L:
-                l_row = ZERO
-                for x in range(NTX):
-                    l_row += part[ty + i * NTY, x]
-                # l = 0: every score -inf, the reference's 0 / 0; a NaN score made l NaN
-                inv = ONE / l_row if l_row != ZERO else NAN
-                t = base + row
-                for c in range(NCH):
-                    for j in range(DJ):
-                        d = c * DC + tx + j * NTX
-                        if d < D:
-                            out[t, h, d] = o_acc[i, c * DJ + j] * inv
-                if tx == 0:
-                    lse[t, h] = m_i[i] + math.log(l_row) if l_row != ZERO else NAN
+        finish_rows(part, m_i, l_i, o_acc, lse, h, base, r0, L)
+        store_rows(out, h, base, r0, L, o_acc, NCH, ONE)
 
-    forward_kernel.__name__ = f"attention_forward_{dtype_name}_{BM}x{BN}x{DC}x{NCH}"
-    forward_kernel.__qualname__ = forward_kernel.__name__
-    return forward_kernel
+    return _name(forward_kernel, "forward", blk, dtype_name, nchunks)
 
 
 def make_dq_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     """The dQ kernel: ``kernel(items, q, k, v, dout, lse, delta, dq, scale, causal)``,
     grid ``(len(items), H)`` over query tiles."""
-    from numba import types
-
-    dtype = getattr(types, dtype_name)
-    ZERO = np.dtype(dtype_name).type(0)
-    BM, BN, DC, NTX, NTY, PAD = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.pad
-    TM, TN, DJ = blk.tm, blk.tn, blk.dj
-    NCH = nchunks
-    OCOLS = NCH * DJ  # output columns per thread
-    RESIDENT = NCH == 1
-    ROW_T, COL_T = BM + PAD, BN + PAD  # padded shared rows of the row and column tiles
-    load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads = _tile_ops(blk, dtype_name)
+    dtype, ZERO, OCOLS, RESIDENT, ROW_T, COL_T = _kernel_constants(blk, dtype_name, nchunks)
+    BM, BN, DC, NTX, NTY, TM, TN, NCH = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.tm, blk.tn, nchunks
+    load_rows, load_cols, dot_acc, _, _, probs_grads, fill, store_rows, pv_step = _tile_ops(blk, dtype_name)
 
     def dq_kernel(items, q, k, v, dout, lse, delta, dq, scale, causal):
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
         h = cuda.blockIdx.y
-        base = items[cuda.blockIdx.x, 0]
-        L = items[cuda.blockIdx.x, 1]
-        r0 = items[cuda.blockIdx.x, 2]
-        D = q.shape[2]
+        hk = h // (q.shape[1] // k.shape[1])  # the key/value head of h's group
+        base, L, r0 = items[cuda.blockIdx.x, 0], items[cuda.blockIdx.x, 1], items[cuda.blockIdx.x, 2]
 
         q_t = cuda.shared.array((DC, ROW_T), dtype)
         do_t = cuda.shared.array((DC, ROW_T), dtype)
@@ -336,8 +439,7 @@ def make_dq_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
             row = r0 + ty + i * NTY
             lse_i[i] = lse[base + row, h] if row < L else ZERO
             delta_i[i] = delta[base + row, h] if row < L else ZERO
-            for j in range(OCOLS):
-                dq_acc[i, j] = ZERO
+        fill(dq_acc, ZERO)
         if RESIDENT:
             load_rows(q, h, base, r0, L, 0, q_t)
             load_rows(dout, h, base, r0, L, 0, do_t)
@@ -345,16 +447,14 @@ def make_dq_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
         last = min(L, r0 + BM) if causal else L
         for step in range((last + BN - 1) // BN):
             c0 = step * BN
-            for i in range(TM):
-                for j in range(TN):
-                    s_acc[i, j] = ZERO
-                    dp_acc[i, j] = ZERO
+            fill(s_acc, ZERO)
+            fill(dp_acc, ZERO)
             for c in range(NCH):
                 if not RESIDENT:
                     load_rows(q, h, base, r0, L, c * DC, q_t)
                     load_rows(dout, h, base, r0, L, c * DC, do_t)
-                bad = load_cols(k, h, base, c0, L, c * DC, k_t)
-                load_cols(v, h, base, c0, L, c * DC, v_t)
+                bad = load_cols(k, hk, base, c0, L, c * DC, k_t)
+                load_cols(v, hk, base, c0, L, c * DC, v_t)
                 cuda.syncthreads()
                 dot_acc(q_t, k_t, s_acc)
                 dot_acc(do_t, v_t, dp_acc)
@@ -365,52 +465,30 @@ def make_dq_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
                     ds_s[ty + i * NTY, tx + j * NTX] = dp_acc[i, j]
             for c in range(NCH):
                 if not RESIDENT:  # with one chunk k_t (and bad) still hold it
-                    bad = load_cols(k, h, base, c0, L, c * DC, k_t)
-                # also publishes ds_s; a non-finite key must not reach the rows that do not see it
-                if cuda.syncthreads_or(bad) and causal:
-                    pv_acc_seen(ds_s, k_t, dq_acc, c, r0 - c0, False)
-                else:
-                    pv_acc(ds_s, k_t, dq_acc, c)
-                cuda.syncthreads()
+                    bad = load_cols(k, hk, base, c0, L, c * DC, k_t)
+                pv_step(ds_s, k_t, dq_acc, c, bad, causal, r0 - c0)
 
-        for i in range(TM):
-            row = r0 + ty + i * NTY
-            if row < L:
-                t = base + row
-                for c in range(NCH):
-                    for j in range(DJ):
-                        d = c * DC + tx + j * NTX
-                        if d < D:
-                            dq[t, h, d] = dq_acc[i, c * DJ + j] * scale
+        store_rows(dq, h, base, r0, L, dq_acc, NCH, scale)
 
-    dq_kernel.__name__ = f"attention_dq_{dtype_name}_{BM}x{BN}x{DC}x{NCH}"
-    dq_kernel.__qualname__ = dq_kernel.__name__
-    return dq_kernel
+    return _name(dq_kernel, "dq", blk, dtype_name, nchunks)
 
 
 def make_dkdv_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
     """The dK/dV kernel: ``kernel(items, q, k, v, dout, lse, delta, dk, dv, scale, causal)``,
-    grid ``(len(items), H)`` over key tiles (rows are keys, columns queries)."""
-    from numba import types
-
-    dtype = getattr(types, dtype_name)
-    ZERO = np.dtype(dtype_name).type(0)
-    BM, BN, DC, NTX, NTY, PAD = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.pad
-    TM, TN, DJ = blk.tm, blk.tn, blk.dj
-    NCH = nchunks
-    OCOLS = NCH * DJ  # output columns per thread
-    RESIDENT = NCH == 1  # the key and value tiles are loaded once
-    ROW_T, COL_T = BM + PAD, BN + PAD  # padded shared rows of the row and column tiles
-    load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads = _tile_ops(blk, dtype_name)
+    grid ``(len(items), Hkv)`` over key tiles (rows are keys, columns queries); block
+    ``(item, hk)`` sums the terms of key/value head ``hk``'s query heads in turn."""
+    dtype, ZERO, OCOLS, RESIDENT, ROW_T, COL_T = _kernel_constants(blk, dtype_name, nchunks)
+    BM, BN, DC, NTX, NTY, TM, TN, NCH = blk.bm, blk.bn, blk.dc, blk.ntx, blk.nty, blk.tm, blk.tn, nchunks
+    ONE = np.dtype(dtype_name).type(1)
+    ops = _tile_ops(blk, dtype_name)
+    load_rows, load_cols, dot_acc, pv_acc, pv_acc_seen, probs_grads, fill, store_rows, _ = ops
 
     def dkdv_kernel(items, q, k, v, dout, lse, delta, dk, dv, scale, causal):
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
-        h = cuda.blockIdx.y
-        base = items[cuda.blockIdx.x, 0]
-        L = items[cuda.blockIdx.x, 1]
-        r0 = items[cuda.blockIdx.x, 2]
-        D = q.shape[2]
+        hk = cuda.blockIdx.y  # a key/value head: the block sums over its group's query heads
+        group = q.shape[1] // k.shape[1]
+        base, L, r0 = items[cuda.blockIdx.x, 0], items[cuda.blockIdx.x, 1], items[cuda.blockIdx.x, 2]
 
         k_t = cuda.shared.array((DC, ROW_T), dtype)
         v_t = cuda.shared.array((DC, ROW_T), dtype)
@@ -424,68 +502,55 @@ def make_dkdv_pyfunc(blk: AttentionBlocking, dtype_name: str, nchunks: int):
         dv_acc = cuda.local.array((TM, OCOLS), dtype)
         lse_j = cuda.local.array(TN, dtype)
         delta_j = cuda.local.array(TN, dtype)
-        for i in range(TM):
-            for j in range(OCOLS):
-                dk_acc[i, j] = ZERO
-                dv_acc[i, j] = ZERO
+        fill(dk_acc, ZERO)
+        fill(dv_acc, ZERO)
         if RESIDENT:
-            load_rows(k, h, base, r0, L, 0, k_t)
-            load_rows(v, h, base, r0, L, 0, v_t)
+            load_rows(k, hk, base, r0, L, 0, k_t)
+            load_rows(v, hk, base, r0, L, 0, v_t)
 
         first = r0 // BN if causal else 0  # queries before the tile see none of it
-        for step in range(first, (L + BN - 1) // BN):
-            c0 = step * BN
-            for i in range(TM):
+        for h in range(hk * group, hk * group + group):
+            for step in range(first, (L + BN - 1) // BN):
+                c0 = step * BN
+                fill(s_acc, ZERO)
+                fill(dp_acc, ZERO)
                 for j in range(TN):
-                    s_acc[i, j] = ZERO
-                    dp_acc[i, j] = ZERO
-            for j in range(TN):
-                col = c0 + tx + j * NTX
-                lse_j[j] = lse[base + col, h] if col < L else ZERO
-                delta_j[j] = delta[base + col, h] if col < L else ZERO
-            for c in range(NCH):
-                if not RESIDENT:
-                    load_rows(k, h, base, r0, L, c * DC, k_t)
-                    load_rows(v, h, base, r0, L, c * DC, v_t)
-                bad = load_cols(q, h, base, c0, L, c * DC, q_t)
-                bad |= load_cols(dout, h, base, c0, L, c * DC, do_t)
-                cuda.syncthreads()
-                dot_acc(k_t, q_t, s_acc)
-                dot_acc(v_t, do_t, dp_acc)
-                cuda.syncthreads()
-            probs_grads(s_acc, dp_acc, lse_j, delta_j, r0, c0, L, scale, causal, True)
-            for i in range(TM):
-                for j in range(TN):
-                    p_s[ty + i * NTY, tx + j * NTX] = s_acc[i, j]
-                    ds_s[ty + i * NTY, tx + j * NTX] = dp_acc[i, j]
-            for c in range(NCH):
-                if not RESIDENT:  # with one chunk q_t, do_t (and bad) still hold it
+                    col = c0 + tx + j * NTX
+                    lse_j[j] = lse[base + col, h] if col < L else ZERO
+                    delta_j[j] = delta[base + col, h] if col < L else ZERO
+                for c in range(NCH):
+                    if not RESIDENT:
+                        load_rows(k, hk, base, r0, L, c * DC, k_t)
+                        load_rows(v, hk, base, r0, L, c * DC, v_t)
                     bad = load_cols(q, h, base, c0, L, c * DC, q_t)
                     bad |= load_cols(dout, h, base, c0, L, c * DC, do_t)
-                # also publishes p_s, ds_s; a non-finite query or dO must not reach the keys
-                # that it does not see
-                if cuda.syncthreads_or(bad) and causal:
-                    pv_acc_seen(p_s, do_t, dv_acc, c, r0 - c0, True)
-                    pv_acc_seen(ds_s, q_t, dk_acc, c, r0 - c0, True)
-                else:
-                    pv_acc(p_s, do_t, dv_acc, c)
-                    pv_acc(ds_s, q_t, dk_acc, c)
-                cuda.syncthreads()
-
-        for i in range(TM):
-            row = r0 + ty + i * NTY
-            if row < L:
-                t = base + row
+                    cuda.syncthreads()
+                    dot_acc(k_t, q_t, s_acc)
+                    dot_acc(v_t, do_t, dp_acc)
+                    cuda.syncthreads()
+                probs_grads(s_acc, dp_acc, lse_j, delta_j, r0, c0, L, scale, causal, True)
+                for i in range(TM):
+                    for j in range(TN):
+                        p_s[ty + i * NTY, tx + j * NTX] = s_acc[i, j]
+                        ds_s[ty + i * NTY, tx + j * NTX] = dp_acc[i, j]
                 for c in range(NCH):
-                    for j in range(DJ):
-                        d = c * DC + tx + j * NTX
-                        if d < D:
-                            dk[t, h, d] = dk_acc[i, c * DJ + j] * scale
-                            dv[t, h, d] = dv_acc[i, c * DJ + j]
+                    if not RESIDENT:  # with one chunk q_t, do_t (and bad) still hold it
+                        bad = load_cols(q, h, base, c0, L, c * DC, q_t)
+                        bad |= load_cols(dout, h, base, c0, L, c * DC, do_t)
+                    # also publishes p_s, ds_s; a non-finite query or dO must not reach the keys
+                    # that it does not see
+                    if cuda.syncthreads_or(bad) and causal:
+                        pv_acc_seen(p_s, do_t, dv_acc, c, r0 - c0, True)
+                        pv_acc_seen(ds_s, q_t, dk_acc, c, r0 - c0, True)
+                    else:
+                        pv_acc(p_s, do_t, dv_acc, c)
+                        pv_acc(ds_s, q_t, dk_acc, c)
+                    cuda.syncthreads()
 
-    dkdv_kernel.__name__ = f"attention_dkdv_{dtype_name}_{BM}x{BN}x{DC}x{NCH}"
-    dkdv_kernel.__qualname__ = dkdv_kernel.__name__
-    return dkdv_kernel
+        store_rows(dk, hk, base, r0, L, dk_acc, NCH, scale)
+        store_rows(dv, hk, base, r0, L, dv_acc, NCH, ONE)
+
+    return _name(dkdv_kernel, "dkdv", blk, dtype_name, nchunks)
 
 
 def make_delta_pyfunc(dtype_name: str):
@@ -555,8 +620,9 @@ def _zero_kernel(ndim: int):
 
 
 def _operands(named: dict):
-    """Device views of the ``named`` arrays: all ``[N, H, D]``, of one shape and one
-    dtype, float32 or float64; and that dtype."""
+    """Device views of the ``named`` arrays: all ``[N, heads, D]`` of one dtype, float32
+    or float64, the first's shape but ``k`` and ``v`` (one shape, a divisor of its heads:
+    grouped-query attention); and that dtype."""
     views = {name: as_device(x, name) for name, x in named.items()}
     first, x0 = next(iter(views.items()))
     dtype = numpy_dtype(x0.dtype)
@@ -570,7 +636,9 @@ def _operands(named: dict):
                 f"{name} should have {first}'s dtype {dtype}, but got {numpy_dtype(x.dtype)} "
                 f"(device kernels do not promote)"
             )
-        if tuple(x.shape) != tuple(x0.shape):
+        if name in ("k", "v"):
+            check_heads(x0.shape, views["k"].shape, views["v"].shape)
+        elif tuple(x.shape) != tuple(x0.shape):
             raise ValueError(
                 f"{name} should have {first}'s shape {tuple(x0.shape)}, but got {tuple(x.shape)}"
             )
@@ -665,12 +733,14 @@ def _launch(kind: str, dtype: np.dtype, D: int, H: int, items: np.ndarray, *args
 def varlen_attention_forward(q, k, v, starts, lengths, *, causal: bool, scale: float, out=None, lse=None):
     """Segment-masked softmax attention on CUDA device arrays: ``(out, lse)``.
 
-    ``q, k, v``: ``[N, H, D]`` device arrays (Numba device arrays, CUDA torch tensors,
-    any ``__cuda_array_interface__`` object) of one dtype, float32 or float64, any
-    strides. ``starts, lengths``: int64 ``(S,)``, host or device: segment ``s`` is
-    tokens ``starts[s] .. starts[s] + lengths[s] - 1`` (disjoint, any order, empty
-    allowed). Token ``t`` attends to the tokens of its segment (with ``causal``, those
-    at or before it) with weights ``softmax(scale * q[t] . k[j])``.
+    ``q``: ``[N, H, D]``, ``k, v``: ``[N, Hkv, D]`` with ``H`` a multiple of ``Hkv``
+    (query head ``h`` reads key/value head ``h // (H // Hkv)``), device arrays (Numba
+    device arrays, CUDA torch tensors, any ``__cuda_array_interface__`` object) of one
+    dtype, float32 or float64, any strides. ``starts, lengths``: int64 ``(S,)``, host or
+    device: segment ``s`` is tokens ``starts[s] .. starts[s] + lengths[s] - 1``
+    (disjoint, any order, empty allowed). Token ``t`` attends to the tokens of its
+    segment (with ``causal``, those at or before it) with weights ``softmax(scale *
+    q[t] . k[j])``.
 
     Returns ``out`` ``[N, H, D]`` and ``lse`` ``[N, H]`` (natural log of the softmax
     denominator), of ``q``'s dtype and kind; padding tokens get 0 in both. Given
@@ -714,10 +784,11 @@ def varlen_attention_backward(
     """Gradients ``(dq, dk, dv)`` of ``sum(out * dout)`` (plus ``sum(lse * dlse)`` with
     ``dlse`` ``[N, H]``) for :func:`varlen_attention_forward`.
 
-    ``dout, q, k, v, out``: ``[N, H, D]``, ``lse``: ``[N, H]``, as the forward pass
-    took and returned them (one dtype, any strides); segments, ``causal`` and
-    ``scale`` as given to it. The probabilities are recomputed from ``lse``. Returns
-    ``[N, H, D]`` arrays of ``q``'s dtype and kind, zero on padding tokens; given
+    ``dout, q, out``: ``[N, H, D]``, ``k, v``: ``[N, Hkv, D]``, ``lse``: ``[N, H]``, as
+    the forward pass took and returned them (one dtype, any strides); segments,
+    ``causal`` and ``scale`` as given to it. The probabilities are recomputed from
+    ``lse``. Returns arrays shaped like ``q, k, v`` of ``q``'s dtype and kind, zero on
+    padding tokens (``dk, dv`` summed over each key/value head's query heads); given
     ``dq`` / ``dk`` / ``dv`` are written whole and returned.
 
     >>> q = cuda.to_device(np.ones((6, 2, 3), np.float32))
@@ -742,10 +813,10 @@ def varlen_attention_backward(
             )
     st, ln, pad = _segments(starts, lengths, N)
     sc = _scalar(scale, dtype)
-    shape = (N, H, D)
+    shape, kv_shape = (N, H, D), tuple(kd.shape)
     res = _outputs(
         {"dq": dq, "dk": dk, "dv": dv},
-        {"dq": shape, "dk": shape, "dv": shape},
+        {"dq": shape, "dk": kv_shape, "dv": kv_shape},
         dtype,
         q,
         (qd, kd, vd, dod, od, lsed),
@@ -764,5 +835,5 @@ def varlen_attention_backward(
     k_items = attention_items(st, ln, blk.bm, blk.bn, bool(causal), keys_are_rows=True)
     tail = (sc, bool(causal))
     _launch("dq", dtype, D, H, q_items, qd, kd, vd, dod, lsed, delta, dq_d, *tail)
-    _launch("dkdv", dtype, D, H, k_items, qd, kd, vd, dod, lsed, delta, dk_d, dv_d, *tail)
+    _launch("dkdv", dtype, D, kv_shape[1], k_items, qd, kd, vd, dod, lsed, delta, dk_d, dv_d, *tail)
     return dq_res, dk_res, dv_res

@@ -18,8 +18,8 @@ carries, in this order:
 
 Each token attends only inside its sample (and, where the module is causal, to no
 later token), at the cost of the samples (sum of L^2), not of the row. Grouped-query
-attention repeats each key/value head for its query heads: the kernel takes one
-head stride, so it cannot index a head group in place.
+attention reads each key/value head in place for its group of query heads (the kernels
+index the group; no copy of K and V per query head).
 """
 
 from __future__ import annotations
@@ -102,14 +102,11 @@ def dyntile_attention_forward(
         )
     is_causal = kwargs.get("is_causal")
     causal = bool(getattr(module, "is_causal", True) if is_causal is None else is_causal)
-    key, value = _repeat_kv(key, H), _repeat_kv(value, H)
-    q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # [B, T, H, D]
+    q, k, v = (x.transpose(1, 2) for x in (query, key, value))  # [B, T, heads, D]
     cu = _cu_seqlens(kwargs)
     if cu is not None and kwargs.get("segment_ids") is None:
-        flat = (B * T, H, D)
-        out = varlen_attention(
-            q.reshape(flat), k.reshape(flat), v.reshape(flat), cu_seqlens=cu, causal=causal, scale=scaling
-        )
+        q, k, v = (x.reshape(B * T, x.shape[2], D) for x in (q, k, v))
+        out = varlen_attention(q, k, v, cu_seqlens=cu, causal=causal, scale=scaling)
         return out.view(B, T, H, D), None
     segments = _segment_ids(
         kwargs.get("segment_ids"), kwargs.get("position_ids"), attention_mask, (B, T), query.device
@@ -143,17 +140,6 @@ def _refuse_unsupported(module, dropout, sliding_window, softcap, kwargs) -> Non
         )
     if kwargs.get("s_aux") is not None:
         raise ValueError("dyntile_varlen has no attention sinks (s_aux): use attn_implementation='eager'")
-
-
-def _repeat_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """``[B, Hkv, T, D]`` -> ``[B, heads, T, D]``, each kv head repeated for its query heads."""
-    kv_heads = x.shape[1]
-    if kv_heads == heads:
-        return x
-    if heads % kv_heads:
-        raise ValueError(f"query heads ({heads}) should be a multiple of key/value heads ({kv_heads})")
-    B, _, T, D = x.shape
-    return x[:, :, None].expand(B, kv_heads, heads // kv_heads, T, D).reshape(B, heads, T, D)
 
 
 def _cu_seqlens(kwargs) -> torch.Tensor | None:

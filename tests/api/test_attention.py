@@ -138,14 +138,21 @@ def test_torch_forward_and_gradients(causal):
     seg = torch.from_numpy(packed_rows(rng, 2, 80, [[1, 2, 63, 10], [65]])).int()
     q, k, v = (torch.randn(2, 80, 2, 16, dtype=torch.float64, requires_grad=True) for _ in range(3))
     out = dt.varlen_attention(q, k, v, segment_ids=seg, causal=causal)
-    ref = dense_reference(q, k, v, seg, causal)
-    torch.testing.assert_close(out, ref, atol=1e-12, rtol=0)
-    g = torch.randn_like(out)
-    got = torch.autograd.grad((out * g).sum(), (q, k, v))
-    want = torch.autograd.grad((ref * g).sum(), (q, k, v))
-    for a, b in zip(got, want):
-        torch.testing.assert_close(a, b, atol=1e-12, rtol=0)
+    got = assert_value_and_gradients_match(out, dense_reference(q, k, v, seg, causal), (q, k, v), 1e-12)
     assert (got[0][0, 76:] == 0).all()  # padding gets zero gradients
+
+
+def assert_value_and_gradients_match(out, ref, inputs, atol):
+    """``out`` equal to ``ref``, and the gradients of ``sum(out * g)`` to those of
+    ``sum(ref * g)`` for a random ``g``, over ``inputs``; returns ``out``'s gradients."""
+    torch.testing.assert_close(out, ref, atol=atol, rtol=0)
+    g = torch.randn_like(out)
+    got = torch.autograd.grad((out * g).sum(), inputs)
+    want = torch.autograd.grad((ref * g).sum(), inputs)
+    for name, a, b in zip("qkv", got, want):
+        assert a.shape == b.shape, f"d{name}"
+        torch.testing.assert_close(a, b, atol=atol, rtol=0, msg=f"d{name}")
+    return got
 
 
 def test_torch_gradcheck_tiny():
@@ -231,7 +238,7 @@ def test_bad_segment_ids_and_shapes():
         dt.varlen_attention(q, q, q, segment_ids=np.array([[1, -1, 0, 0, 0], [1] * 5]))
     with pytest.raises(TypeError, match="segment_ids should be integers"):
         dt.varlen_attention(q, q, q, segment_ids=np.ones((2, 5)))
-    with pytest.raises(ValueError, match="q, k and v should have one shape"):
+    with pytest.raises(ValueError, match="equal to q's but for the head count"):
         dt.varlen_attention(q, q[:, :, :, :2], q, segment_ids=np.ones((2, 5), int))
     with pytest.raises(ValueError, match=r"q should have shape \[total, H, D\]"):
         dt.varlen_attention(q, q, q, cu_seqlens=np.array([0, 2]))

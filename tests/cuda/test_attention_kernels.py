@@ -194,7 +194,7 @@ def test_errors(cuda_device):
             (x, cuda_device.to_device(np.zeros((6, 2, 5), np.float32))),
             {},
             ValueError,
-            "k should have q's shape",
+            "equal to q's but for the head count",
         ),
         (
             (x, x, cuda_device.to_device(np.zeros((6, 2, 4)))),

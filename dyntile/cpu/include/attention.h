@@ -1,11 +1,14 @@
 /* attention.h: exact softmax attention inside segments of a token stream (varlen).
  *
- * q, k, v are [N, H, D] (token and head strides given, D contiguous); segment s is the
- * tokens starts[s] .. starts[s] + lens[s] - 1 of the stream (segments disjoint). A token
- * attends to the tokens of its own segment (with causal, to those not after it). The
- * forward pass writes out [N, H, D] and the log-sum-exp lse [N, H] of every segment
- * token; the backward pass recomputes the probabilities from lse (flash-attention 2) and
- * writes dq, dk, dv. Tokens in no segment are never written (the caller zeroes them).
+ * q is [N, H, D] and k, v are [N, Hkv, D] (token and head strides given, D contiguous),
+ * H a multiple of Hkv: query head h reads key/value head h / (H / Hkv) (grouped-query
+ * attention; Hkv = H is multi-head). Segment s is the tokens starts[s] .. starts[s] +
+ * lens[s] - 1 of the stream (segments disjoint). A token attends to the tokens of its own
+ * segment (with causal, to those not after it). The forward pass writes out [N, H, D]
+ * and the log-sum-exp lse [N, H] of every segment token; the backward pass recomputes the
+ * probabilities from lse (flash-attention 2) and writes dq [N, H, D] and dk, dv
+ * [N, Hkv, D], each the sum over the group's query heads. Tokens in no segment are never
+ * written (the caller zeroes them).
  *
  * Non-finite inputs give what softmax(scale Q K^T) V per query over the keys it sees
  * gives in IEEE arithmetic: a NaN or inf reaches exactly the queries (and through them
@@ -17,7 +20,9 @@
  * segments is one call. A backward item owns what it writes, so no two threads add
  * into one value: a segment short enough is one item (dq, dk and dv in one pass), a long
  * one is split into key-tile items (dk, dv) and query-tile items (dq), which visit its
- * pairs twice but keep every thread busy.
+ * pairs twice but keep every thread busy. An item that writes dk and dv runs every query
+ * head of its key/value head's group in turn, adding into what the first wrote: one
+ * writer for each value, in a fixed order.
  */
 #ifndef DYNTILE_ATTENTION_H
 #define DYNTILE_ATTENTION_H
@@ -33,11 +38,11 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 
 typedef struct {
-    int64_t H, D;
+    int64_t H, Hkv, D;                                /* query heads, key/value heads, head dim */
     const void *q, *k, *v, *o, *dout, *lse_in;       /* o, dout, lse_in: backward only */
     const void *dlse;                                 /* backward: lse's gradient [N, H], or NULL */
     int64_t sq_t, sq_h, sk_t, sk_h, sv_t, sv_h, so_t, so_h, sd_t, sd_h;
-    void *out, *lse, *dq, *dk, *dv;                   /* contiguous [N, H, D] and [N, H] */
+    void *out, *lse, *dq, *dk, *dv;                   /* contiguous [N, H or Hkv, D] and [N, H] */
     const int64_t *starts, *lens;
     int64_t S;
     int causal;
@@ -49,7 +54,8 @@ typedef struct {
 #define AT_LOG2E 1.4426950408889634
 #define AT_LN2 0.69314718055994531
 
-/* 2^r = e^(r ln 2) on |r| <= 1/2: its Taylor terms (ln 2)^k / k!, Horner from the last */
+/* 2^r = e^(r ln 2) on |r| <= 1/2: its Taylor terms (ln 2)^k / k!, Horner from the last;
+   float64 takes 6 more terms before float32's (its last term, EXP_C_LAST, starts p) */
 #define EXP_POLY_F32(p, r) \
     p = p * r + (REAL)0.0013333558146428441; \
     p = p * r + (REAL)0.009618129107628477; \
@@ -64,12 +70,7 @@ typedef struct {
     p = p * r + (REAL)1.3215486790144305e-06; \
     p = p * r + (REAL)1.5252733804059838e-05; \
     p = p * r + (REAL)0.00015403530393381606; \
-    p = p * r + (REAL)0.0013333558146428441; \
-    p = p * r + (REAL)0.009618129107628477; \
-    p = p * r + (REAL)0.055504108664821576; \
-    p = p * r + (REAL)0.2402265069591007; \
-    p = p * r + (REAL)0.6931471805599453; \
-    p = p * r + (REAL)1.0;
+    EXP_POLY_F32(p, r)
 
 #define REAL float
 #define IREAL int32_t
@@ -81,17 +82,7 @@ typedef struct {
 #define EXP_SHIFT 23
 #define AT_TYPE f32
 #define AT_PX ps
-#include "attention_isas.h"
-#undef AT_TYPE
-#undef AT_PX
-#undef REAL
-#undef IREAL
-#undef EXP_LO
-#undef EXP_MAGIC
-#undef EXP_C_LAST
-#undef EXP_POLY
-#undef EXP_BIAS
-#undef EXP_SHIFT
+#include "attention_isas.h"   /* undefines the type's macros */
 
 #define REAL double
 #define IREAL int64_t
@@ -103,17 +94,7 @@ typedef struct {
 #define EXP_SHIFT 52
 #define AT_TYPE f64
 #define AT_PX pd
-#include "attention_isas.h"
-#undef AT_TYPE
-#undef AT_PX
-#undef REAL
-#undef IREAL
-#undef EXP_LO
-#undef EXP_MAGIC
-#undef EXP_C_LAST
-#undef EXP_POLY
-#undef EXP_BIAS
-#undef EXP_SHIFT
+#include "attention_isas.h"   /* undefines the type's macros */
 
 /* ---- ISA choice (once) and the routines it selects */
 
@@ -144,7 +125,7 @@ static inline int dt_attn_set_isa(int isa)
 
 typedef void (*dt_attn_fwd_fn)(const dt_attn_args *, void *, int64_t, int64_t, int64_t, int64_t, int64_t);
 typedef void (*dt_attn_bwd_fn)(const dt_attn_args *, void *, int64_t, int64_t, int64_t, int64_t, int64_t,
-                               int64_t, int64_t, int, int);
+                               int64_t, int64_t, int64_t, int, int);
 
 typedef struct {
     dt_attn_fwd_fn fwd;
@@ -198,6 +179,7 @@ static inline int64_t dt_attn_mul(int64_t a, int64_t b)
 static int dt_attn_check_sizes(const dt_attn_args *a)
 {
     if (a->H < 0 || a->D < 0 || a->D > DT_ATTN_MAX_DIM || a->S < 0) return -2;
+    if (a->H > 0 && (a->Hkv < 1 || a->H % a->Hkv)) return -2;
     for (int64_t s = 0; s < a->S; s++)
         if (a->lens[s] < 0 || a->lens[s] > DT_ATTN_MAX_ROWS || a->starts[s] < 0) return -2;
     return 0;
@@ -205,8 +187,10 @@ static int dt_attn_check_sizes(const dt_attn_args *a)
 
 /* ---- work items */
 
+/* heads [head, head + nh) of segment seg: one query head, or (an item writing dk, dv)
+   the query heads of one key/value head's group */
 typedef struct {
-    int64_t cost, seg, head, ka, kb, qa, qb;
+    int64_t cost, seg, head, nh, ka, kb, qa, qb;
     int dkdv, dq;
 } dt_attn_item;
 
@@ -273,7 +257,7 @@ static int64_t dt_attn_fwd_items(const dt_attn_args *a, int tile, int64_t split_
                 qb++;
             }
             for (int64_t h = 0; h < a->H; h++) {
-                dt_attn_item x = {cost, s, h, 0, 0, qa, qb, 0, 0};
+                dt_attn_item x = {cost, s, h, 1, 0, 0, qa, qb, 0, 0};
                 it[n++] = x;
             }
             qa = qb;
@@ -284,41 +268,49 @@ static int64_t dt_attn_fwd_items(const dt_attn_args *a, int tile, int64_t split_
     return n;
 }
 
-/* Items of the backward pass: a segment of cost at most split_cost is one item per head
-   (dq, dk, dv in one pass); a longer one an item per key tile (dk, dv) and per query
-   tile (dq). *rows: the longest segment. */
+/* Items of the backward pass: a segment of cost at most split_cost is one item per
+   key/value head (dq, dk, dv of its group in one pass); a longer one an item per key
+   tile and key/value head (dk, dv) and per query tile and query head (dq). *rows: the
+   longest segment. */
 static int64_t dt_attn_bwd_items(const dt_attn_args *a, int tile, int64_t split_cost, dt_attn_item **items,
                                  int64_t *rows)
 {
+    const int64_t G = a->H ? a->H / a->Hkv : 1, Hkv = a->H ? a->Hkv : 0;   /* query heads per kv head */
     int64_t n = 0;
     *rows = 0;
     for (int64_t s = 0; s < a->S; s++) {
         int64_t L = a->lens[s], nt = (L + tile - 1) / tile;
         if (L == 0) continue;
-        n = dt_attn_add(n, dt_attn_mul(dt_attn_pairs_q(0, L, L, a->causal) <= split_cost || nt == 1 ? 1 : 2 * nt, a->H));
+        int whole = dt_attn_mul(dt_attn_pairs_q(0, L, L, a->causal), G) <= split_cost || nt == 1;
+        n = dt_attn_add(n, whole ? Hkv : dt_attn_mul(nt, dt_attn_add(Hkv, a->H)));
     }
     if (n > (int64_t)(SIZE_MAX / sizeof(dt_attn_item))) return -2;
     dt_attn_item *it = (dt_attn_item *)malloc((size_t)(n ? n : 1) * sizeof *it);
     if (!it) return -1;
     int64_t c = 0;
     for (int64_t s = 0; s < a->S; s++) {
-        int64_t L = a->lens[s], nt = (L + tile - 1) / tile, whole = dt_attn_pairs_q(0, L, L, a->causal);
+        int64_t L = a->lens[s], nt = (L + tile - 1) / tile;
+        int64_t whole = dt_attn_mul(dt_attn_pairs_q(0, L, L, a->causal), G);
         if (L == 0) continue;
         if (L > *rows) *rows = L;
-        for (int64_t h = 0; h < a->H; h++) {
-            if (whole <= split_cost || nt == 1) {
-                dt_attn_item x = {whole, s, h, 0, nt, 0, nt, 1, 1};
+        if (whole <= split_cost || nt == 1) {
+            for (int64_t g = 0; g < Hkv; g++) {
+                dt_attn_item x = {whole, s, g * G, G, 0, nt, 0, nt, 1, 1};
                 it[c++] = x;
-                continue;
             }
-            for (int64_t t = 0; t < nt; t++) {
-                int64_t lo = t * tile, nn = L - lo < tile ? L - lo : tile;
-                /* key tile t is seen by the queries from lo on (causal) or all */
-                int64_t kcost = dt_attn_mul(nn, a->causal ? L - lo : L);
-                dt_attn_item kx = {kcost, s, h, t, t + 1, 0, nt, 1, 0};
-                dt_attn_item qx = {dt_attn_pairs_q(lo, nn, L, a->causal), s, h, 0,
-                                   a->causal ? t + 1 : nt, t, t + 1, 0, 1};
+            continue;
+        }
+        for (int64_t t = 0; t < nt; t++) {
+            int64_t lo = t * tile, nn = L - lo < tile ? L - lo : tile;
+            /* key tile t is seen by the queries from lo on (causal) or all, of G heads */
+            int64_t kcost = dt_attn_mul(dt_attn_mul(nn, a->causal ? L - lo : L), G);
+            for (int64_t g = 0; g < Hkv; g++) {
+                dt_attn_item kx = {kcost, s, g * G, G, t, t + 1, 0, nt, 1, 0};
                 it[c++] = kx;
+            }
+            for (int64_t h = 0; h < a->H; h++) {
+                dt_attn_item qx = {dt_attn_pairs_q(lo, nn, L, a->causal), s, h, 1, 0,
+                                   a->causal ? t + 1 : nt, t, t + 1, 0, 1};
                 it[c++] = qx;
             }
         }
@@ -352,7 +344,7 @@ static int dt_attn_run(const dt_attn_args *a, const dt_attn_kernels *kern, const
             if (!work)
                 continue;
             if (backward)
-                kern->bwd(a, work, rows, x->seg, x->head, x->ka, x->kb, x->qa, x->qb, x->dkdv, x->dq);
+                kern->bwd(a, work, rows, x->seg, x->head, x->nh, x->ka, x->kb, x->qa, x->qb, x->dkdv, x->dq);
             else
                 kern->fwd(a, work, rows, x->seg, x->head, x->qa, x->qb);
         }

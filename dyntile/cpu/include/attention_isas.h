@@ -4,7 +4,8 @@
  * IREAL, EXP_*: see attention_tile.h) and AT_TYPE (f32 or f64) and AT_PX (ps or pd,
  * the type's intrinsic suffix). Instantiates attention_tile.h for AVX-512 (MR = 4: 32
  * vector registers), AVX2+FMA and portable C (MR = 3: 16 registers), named
- * <routine>_<AT_TYPE>_<isa>.
+ * <routine>_<AT_TYPE>_<isa>. attention_tile.h undefines each ISA's macros after it;
+ * this header undefines the type's macros (REAL, IREAL, EXP_*, AT_TYPE, AT_PX) at its end.
  */
 #define AT_ISA_CAT2(a, b) a##_##b
 #define AT_ISA_CAT3(a, b, c) a##_##b##_##c
@@ -21,13 +22,6 @@
 #define VSET1 AT_INTRIN(_mm512, set1)
 #define TARGET DT_TARGET_AVX512
 #include "attention_tile.h"
-#undef VBYTES
-#undef MR
-#undef SUF
-#undef VMAX
-#undef VMIN
-#undef VSET1
-#undef TARGET
 
 #define VBYTES 32
 #define MR 3
@@ -37,13 +31,6 @@
 #define VSET1 AT_INTRIN(_mm256, set1)
 #define TARGET DT_TARGET_AVX2
 #include "attention_tile.h"
-#undef VBYTES
-#undef MR
-#undef SUF
-#undef VMAX
-#undef VMIN
-#undef VSET1
-#undef TARGET
 #endif
 
 #define VBYTES 16
@@ -56,16 +43,19 @@
 #endif
 #define TARGET
 #include "attention_tile.h"
-#undef VBYTES
-#undef MR
-#undef SUF
-#undef VMAX
-#undef VMIN
-#undef VSET1
-#undef TARGET
 
 #undef AT_ISA_CAT2
 #undef AT_ISA_CAT3
 #undef AT_ISA_SUF
 #undef AT_ISA_NAME
 #undef AT_INTRIN
+#undef AT_TYPE
+#undef AT_PX
+#undef REAL
+#undef IREAL
+#undef EXP_LO
+#undef EXP_MAGIC
+#undef EXP_C_LAST
+#undef EXP_POLY
+#undef EXP_BIAS
+#undef EXP_SHIFT

@@ -7,6 +7,8 @@
  *            ISA's vector registers (4 with 32 of them, 3 with 16)
  *   TARGET   the function attribute that enables the ISA (empty for portable C)
  *   EXP_*    the constants of the vector exp (see vexp)
+ * and VMAX, VMIN, VSET1 where the ISA has one instruction for them. It undefines the
+ * ISA's macros (VBYTES, MR, SUF, TARGET, VMAX, VMIN, VSET1) at its end.
  *
  * Vectors are GCC vector extensions (vector_size), so one source compiles to AVX-512,
  * AVX2+FMA or plain SSE2/NEON code under the function's target attribute; nothing is
@@ -133,6 +135,17 @@ AT_INLINE int N_(block_vectors)(int nv, int lim0, int i, int R)
         }                                                                                      \
     }
 
+/* BLOCK(R) over rows i = 0 .. nr - 1 in blocks of MR rows, then a block of the 1 to 3 rows
+   left: R is a constant at each use, so every register tile is unrolled */
+#define AT_ROW_BLOCKS(BLOCK)                                                                   \
+    for (; i + MR <= nr; i += MR) BLOCK(MR)                                                    \
+    switch (nr - i) {                                                                          \
+    case 3: BLOCK(3) break;                                                                    \
+    case 2: BLOCK(2) break;                                                                    \
+    case 1: BLOCK(1) break;                                                                    \
+    default: break;                                                                            \
+    }
+
 /* C (nr x BT) = A (nr x D, row stride lda) times Bt (D x nv vectors, row stride ldb);
    row r needs only its first lim0 + r columns (causal): the vectors past them are skipped
    and left unwritten */
@@ -140,13 +153,7 @@ AT_INLINE void N_(gemm_nt)(REAL *C, const REAL *A, int lda, const REAL *Bt, int 
                            int lim0)
 {
     int i = 0;
-    for (; i + MR <= nr; i += MR) AT_NT_ROWS(MR)
-    switch (nr - i) {
-    case 3: AT_NT_ROWS(3) break;
-    case 2: AT_NT_ROWS(2) break;
-    case 1: AT_NT_ROWS(1) break;
-    default: break;
-    }
+    AT_ROW_BLOCKS(AT_NT_ROWS)
 }
 
 /* C[r][v..] += sum_{p in [p0, p1)} A[r][p] * B[p][v..] for R rows and NV vectors of columns;
@@ -199,13 +206,7 @@ AT_INLINE void N_(gemm_acc)(REAL *C, int ldc, const REAL *A, int lda, int ldp, c
         for (; i < nr; i++) AT_ACC_COLS(1)
         return;
     }
-    for (; i + MR <= nr; i += MR) AT_ACC_COLS(MR)
-    switch (nr - i) {
-    case 3: AT_ACC_COLS(3) break;
-    case 2: AT_ACC_COLS(2) break;
-    case 1: AT_ACC_COLS(1) break;
-    default: break;
-    }
+    AT_ROW_BLOCKS(AT_ACC_COLS)
 }
 
 /* rows [t0, t0 + n) of head h of X (token stride st, head stride sh) into dst (n x DP),
@@ -266,9 +267,9 @@ AT_INLINE void N_(carve)(N_(bufs) *b, REAL *w, int DP, int64_t rows)
     b->lse = w; b->delta = w + rows;
 }
 
-/* Forward of the query tiles [qa, qb) of one segment and head: K (transposed) and V of
-   the keys they see are laid out once, then each query tile runs an online softmax
-   over the key tiles. */
+/* Forward of the query tiles [qa, qb) of one segment and query head h: K (transposed)
+   and V of the keys they see, from h's key/value head, are laid out once, then each
+   query tile runs an online softmax over the key tiles. */
 static TARGET void N_(fwd_item)(const dt_attn_args *a, void *work_, int64_t rows, int64_t seg, int64_t h,
                                 int64_t qa, int64_t qb)
 {
@@ -279,10 +280,10 @@ static TARGET void N_(fwd_item)(const dt_attn_args *a, void *work_, int64_t rows
     N_(bufs) b;
     N_(carve)(&b, (REAL *)work_, DP, rows);
     const int64_t qend = qb * BT < L ? qb * BT : L, keys = a->causal ? qend : L;
-    const int64_t ldk = (keys + BT - 1) / BT * BT;
-    N_(load_cols)(b.kt, ldk, K, a->sk_t, a->sk_h, base, keys, h, D);
+    const int64_t ldk = (keys + BT - 1) / BT * BT, hk = h / (a->H / a->Hkv);
+    N_(load_cols)(b.kt, ldk, K, a->sk_t, a->sk_h, base, keys, hk, D);
     /* a non-finite value of V must not reach the queries that do not see it */
-    const int exact = N_(load_rows)(b.vs, DP, V, a->sv_t, a->sv_h, base, keys, h, D, 1);
+    const int exact = N_(load_rows)(b.vs, DP, V, a->sv_t, a->sv_h, base, keys, hk, D, 1);
     REAL m[BT], l[BT];
     REAL *ot = b.acc_k;
     for (int64_t qt = qa; qt < qb; qt++) {
@@ -346,21 +347,18 @@ static TARGET void N_(fwd_item)(const dt_attn_args *a, void *work_, int64_t rows
     }
 }
 
-/* Backward over key tiles [ka, kb) and query tiles [qa, qb) of one segment and head.
-   with_dkdv: dK and dV of those key tiles (complete when every query tile is visited);
-   with_dq: dQ of those query tiles (complete when every key tile is visited). The rows
-   they read are laid out once; P is recomputed from the LSE. */
-static TARGET void N_(bwd_item)(const dt_attn_args *a, void *work_, int64_t rows, int64_t seg, int64_t h,
-                                int64_t ka, int64_t kb, int64_t qa, int64_t qb, int with_dkdv, int with_dq)
+/* Backward of query head h (key/value head hk) over key tiles [ka, kb) and query tiles
+   [qa, qb) of one segment: see bwd_item. `first`: the group's first head, which lays out
+   K and V (*exact_k: K holds inf or NaN) and writes dK, dV; a later head adds to them. */
+AT_INLINE void N_(bwd_head)(const dt_attn_args *a, N_(bufs) b, int64_t seg, int64_t h, int64_t hk, int64_t ka,
+                            int64_t kb, int64_t qa, int64_t qb, int with_dkdv, int with_dq, int first, int *exact_k)
 {
     const int D = (int)a->D, DP = (D + LANES - 1) / LANES * LANES, nvd = DP / LANES;
-    const int64_t L = a->lens[seg], base = a->starts[seg], H = a->H;
+    const int64_t L = a->lens[seg], base = a->starts[seg], H = a->H, Hkv = a->Hkv;
     const REAL *Q = (const REAL *)a->q, *K = (const REAL *)a->k, *V = (const REAL *)a->v;
     const REAL *O = (const REAL *)a->o, *DO = (const REAL *)a->dout, *LSE = (const REAL *)a->lse_in;
     const REAL *DLSE = (const REAL *)a->dlse;
     const REAL scale = (REAL)a->scale, scale2 = (REAL)(a->scale * AT_LOG2E);
-    N_(bufs) b;
-    N_(carve)(&b, (REAL *)work_, DP, rows);
     /* the queries [q_lo, q_hi) and keys [k_lo, k_hi) this item visits */
     const int64_t q_lo = a->causal && ka > qa ? ka * BT : qa * BT, q_hi = qb * BT < L ? qb * BT : L;
     const int64_t k_lo = ka * BT, k_hi = kb * BT < L ? kb * BT : L;
@@ -377,12 +375,14 @@ static TARGET void N_(bwd_item)(const dt_attn_args *a, void *work_, int64_t rows
         b.delta[t - q_lo] = DLSE ? acc - DLSE[(base + t) * H + h] : acc;
         b.lse[t - q_lo] = LSE[(base + t) * H + h] * (REAL)AT_LOG2E;
     }
-    N_(load_cols)(b.kt, ldk, K, a->sk_t, a->sk_h, base + k_lo, k_hi - k_lo, h, D);
-    N_(load_cols)(b.vt, ldk, V, a->sv_t, a->sv_h, base + k_lo, k_hi - k_lo, h, D);
-    if (with_dq) {
-        exact |= N_(load_rows)(b.ks, DP, K, a->sk_t, a->sk_h, base + k_lo, k_hi - k_lo, h, D, 1);
-        for (int64_t e = 0; e < (q_hi - qa * BT) * DP; e++) b.dq[e] = 0;
+    if (first) {
+        N_(load_cols)(b.kt, ldk, K, a->sk_t, a->sk_h, base + k_lo, k_hi - k_lo, hk, D);
+        N_(load_cols)(b.vt, ldk, V, a->sv_t, a->sv_h, base + k_lo, k_hi - k_lo, hk, D);
+        *exact_k = with_dq && N_(load_rows)(b.ks, DP, K, a->sk_t, a->sk_h, base + k_lo, k_hi - k_lo, hk, D, 1);
     }
+    exact |= *exact_k;
+    if (with_dq)
+        for (int64_t e = 0; e < (q_hi - qa * BT) * DP; e++) b.dq[e] = 0;
     for (int64_t kt = ka; kt < kb; kt++) {
         const int64_t k0 = kt * BT;
         const int nk = (int)(L - k0 < BT ? L - k0 : BT), nv = (nk + LANES - 1) / LANES;
@@ -434,11 +434,13 @@ static TARGET void N_(bwd_item)(const dt_attn_args *a, void *work_, int64_t rows
             REAL *DK = (REAL *)a->dk, *DV = (REAL *)a->dv;
             for (int j = 0; j < nk; j++) {
                 const int64_t t = base + k0 + j;
-                REAL *dk = DK + (t * H + h) * D, *dv = DV + (t * H + h) * D;
-                for (int d = 0; d < D; d++) {
-                    dk[d] = b.acc_k[(int64_t)j * DP + d] * (REAL)AT_LN2;   /* scale2 = scale log2(e) */
-                    dv[d] = b.acc_v[(int64_t)j * DP + d];
-                }
+                REAL *dk = DK + (t * Hkv + hk) * D, *dv = DV + (t * Hkv + hk) * D;
+                const REAL *gk = b.acc_k + (int64_t)j * DP, *gv = b.acc_v + (int64_t)j * DP;
+                /* scale2 = scale log2(e) */
+                if (first)
+                    for (int d = 0; d < D; d++) { dk[d] = gk[d] * (REAL)AT_LN2; dv[d] = gv[d]; }
+                else
+                    for (int d = 0; d < D; d++) { dk[d] += gk[d] * (REAL)AT_LN2; dv[d] += gv[d]; }
             }
         }
     }
@@ -452,6 +454,29 @@ static TARGET void N_(bwd_item)(const dt_attn_args *a, void *work_, int64_t rows
     }
 }
 
+/* Backward over key tiles [ka, kb) and query tiles [qa, qb) of one segment, for query
+   heads [h0, h0 + nh) (nh > 1: the whole group of one key/value head). with_dkdv: dK and
+   dV of those key tiles (complete when every query tile is visited), the heads' terms
+   added in turn; with_dq: dQ of those query tiles (complete when every key tile is
+   visited). The rows they read are laid out once (K and V once for all nh heads); P is
+   recomputed from the LSE. */
+static TARGET void N_(bwd_item)(const dt_attn_args *a, void *work_, int64_t rows, int64_t seg, int64_t h0,
+                                int64_t nh, int64_t ka, int64_t kb, int64_t qa, int64_t qb, int with_dkdv,
+                                int with_dq)
+{
+    const int DP = ((int)a->D + LANES - 1) / LANES * LANES;
+    const int64_t hk = h0 / (a->H / a->Hkv);
+    int exact_k = 0;
+    N_(bufs) b;
+    N_(carve)(&b, (REAL *)work_, DP, rows);
+    if (nh == 1) {   /* one head: its own instance, with nothing to add to */
+        N_(bwd_head)(a, b, seg, h0, hk, ka, kb, qa, qb, with_dkdv, with_dq, 1, &exact_k);
+        return;
+    }
+    for (int64_t h = h0; h < h0 + nh; h++)
+        N_(bwd_head)(a, b, seg, h, hk, ka, kb, qa, qb, with_dkdv, with_dq, h == h0, &exact_k);
+}
+
 static int N_(tile)(void) { return BT; }
 
 #undef VEC
@@ -463,4 +488,13 @@ static int N_(tile)(void) { return BT; }
 #undef AT_CAT2
 #undef AT_NT_ROWS
 #undef AT_ACC_COLS
+#undef AT_ROW_BLOCKS
 #undef AT_INLINE
+/* the ISA's macros, set by attention_isas.h for this instantiation */
+#undef VBYTES
+#undef MR
+#undef SUF
+#undef VMAX
+#undef VMIN
+#undef VSET1
+#undef TARGET

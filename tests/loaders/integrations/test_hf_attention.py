@@ -29,6 +29,16 @@ def tiny(kind: str, impl: str = NAME):
         )
         cfg.attn_pdrop = cfg.resid_pdrop = cfg.embd_pdrop = 0.0
         return transformers.GPT2LMHeadModel._from_config(cfg, attn_implementation=impl)
+    if kind == "bert":
+        cfg = config(transformers.BertConfig, attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0)
+        return transformers.BertForMaskedLM._from_config(cfg, attn_implementation=impl)
+    cls = {"llama": transformers.LlamaForCausalLM, "qwen2": transformers.Qwen2ForCausalLM}[kind]
+    cfg = config(cls.config_class, num_key_value_heads=2 if kind == "qwen2" else 4)
+    return cls._from_config(cfg, attn_implementation=impl)
+
+
+def config(cls, **options):
+    """A config of class ``cls``: the tiny shape of these tests, with ``options`` over it."""
     shape = dict(
         vocab_size=VOCAB,
         hidden_size=32,
@@ -37,12 +47,7 @@ def tiny(kind: str, impl: str = NAME):
         intermediate_size=48,
         max_position_embeddings=64,
     )
-    if kind == "bert":
-        cfg = transformers.BertConfig(**shape, attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0)
-        return transformers.BertForMaskedLM._from_config(cfg, attn_implementation=impl)
-    cls = {"llama": transformers.LlamaForCausalLM, "qwen2": transformers.Qwen2ForCausalLM}[kind]
-    cfg = cls.config_class(**shape, num_key_value_heads=2 if kind == "qwen2" else 4)
-    return cls._from_config(cfg, attn_implementation=impl)
+    return cls(**{**shape, **options})
 
 
 def samples(seed=0, lengths=LENGTHS):
@@ -170,14 +175,38 @@ def test_a_model_in_training_with_attention_dropout_is_refused():
     model.eval()(input_ids=torch.tensor([[5, 6, 7]]))  # no dropout in evaluation
 
 
+def test_grouped_query_heads_reach_the_kernel_uncopied(monkeypatch):
+    """Qwen2's 2 key/value heads go to varlen_attention as views of the model's key and
+    value tensors (no copy per query head), and the output matches the repeated-heads call."""
+    import dyntile
+
+    seen = []
+    real = dyntile.varlen_attention
+
+    def spy(q, k, v, **kw):
+        seen.append((q.shape[-2], k.shape[-2], v.shape[-2]))
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(dyntile, "varlen_attention", spy)
+    model = tiny("qwen2").eval()
+    out, _ = packed(samples(4))
+    with torch.no_grad():
+        model(input_ids=out["input_ids"], segment_ids=out["segment_ids"], position_ids=out["position_ids"])
+    assert seen and all(heads == (4, 2, 2) for heads in seen), seen
+    module = type("M", (), {"is_causal": True, "training": False})()
+    q, k, v = torch.randn(2, 4, 9, 3), torch.randn(2, 2, 9, 3), torch.randn(2, 2, 9, 3)
+    seg = torch.tensor([[1] * 4 + [2] * 5, [1] * 9])
+    got, _ = dyntile_attention_forward(module, q, k, v, None, segment_ids=seg)
+    want, _ = dyntile_attention_forward(
+        module, q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), None, segment_ids=seg
+    )
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+
+
 def test_sliding_window_model_is_refused():
-    cfg = transformers.Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        num_hidden_layers=1,
-        num_attention_heads=2,
+    cfg = config(
+        transformers.Qwen2Config,
         num_key_value_heads=1,
-        intermediate_size=16,
         use_sliding_window=True,
         sliding_window=4,
         max_window_layers=0,
