@@ -83,20 +83,14 @@ class PackingBatchSampler(EpochBatchSampler):
         plan=None,
         num_replicas: int | None = None,
         rank: int | None = None,
-        attention: str = "varlen",
-        causal: bool = True,
-        d_model: int | None = None,
-        attention_weight: float | None = None,
-        step_cost: float | None = None,
         sampler=None,
         cost: RowCost | None = None,
+        **cost_options,
     ):
         self.lengths = np.asarray(lengths)
         overflow = check_packing_overflow(overflow)
-        options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
-        self.cost = cost_model(
-            cost, max_tokens=check_budget(max_tokens, batch_rows), step_cost=step_cost, **options
-        )
+        budget = check_budget(max_tokens, batch_rows)
+        self.cost = cost_model(cost, max_tokens=budget, caller="PackingBatchSampler", **cost_options)
         self.shapes = packing_shapes(
             self.lengths,
             seq_len,

@@ -27,7 +27,7 @@ import operator
 import numpy as np
 
 from dyntile.planning.packing import check_packing_overflow, deal_rows, pack_into_shapes, packing_shapes
-from dyntile.planning.packing_cost import COST_OPTIONS, RowCost, cost_model
+from dyntile.planning.packing_cost import RowCost, cost_model
 from dyntile.shapes import check_multiple, round_up
 
 from .stream_ranks import rank0_value
@@ -108,13 +108,7 @@ class StreamingPacker(StreamWindows):
         super().__init__(source, exact=True, **window_args(locals()))
         self.overflow = check_packing_overflow(overflow)
         m = check_multiple(multiple)
-        unknown = sorted(set(cost_options) - set(COST_OPTIONS))
-        if unknown:
-            raise TypeError(
-                f"StreamingPacker got unexpected keyword argument(s) {unknown}: the cost options are "
-                f"{sorted(COST_OPTIONS)} (see dyntile.planning.row_cost)"
-            )
-        self._cost = cost_model(cost, max_tokens=self.max_tokens, **cost_options)
+        self._cost = cost_model(cost, max_tokens=self.max_tokens, caller="StreamingPacker", **cost_options)
         if seq_len is None:
             probe = self._source.probe(self.buffer_size if probe_size is None else operator.index(probe_size))
             if probe.size == 0:

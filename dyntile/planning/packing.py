@@ -163,12 +163,8 @@ def packing_shapes(
     multiple: int = 8,
     overflow: str = "extend",
     plan=None,
-    attention: str = "varlen",
-    causal: bool = True,
-    d_model: int | None = None,
-    attention_weight: float | None = None,
-    step_cost: float | None = None,
     cost: RowCost | None = None,
+    **cost_options,
 ) -> tuple[tuple[int, int], ...]:
     """The batch shapes ``((B, T),)`` or ``((B, T), (B2, T2))`` that packing ``lengths`` uses.
 
@@ -192,8 +188,7 @@ def packing_shapes(
     m = check_multiple(multiple)
     overflow = check_packing_overflow(overflow)
     budget = check_budget(max_tokens, batch_rows)
-    options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
-    model = cost_model(cost, max_tokens=budget, step_cost=step_cost, **options)
+    model = cost_model(cost, max_tokens=budget, caller="packing_shapes", **cost_options)
     if seq_len is None and plan is None and batch_rows is None:
         return choose_seq_len(L, max_tokens=budget, multiple=m, overflow=overflow, cost=model).shapes
     return shapes_for(L, seq_len, budget, batch_rows, m, overflow, plan)
@@ -377,12 +372,8 @@ def pack_lengths(
     epoch: int = 0,
     num_replicas: int = 1,
     plan=None,
-    attention: str = "varlen",
-    causal: bool = True,
-    d_model: int | None = None,
-    attention_weight: float | None = None,
-    step_cost: float | None = None,
     cost: RowCost | None = None,
+    **cost_options,
 ) -> list[PackedBatch]:
     """Pack every sample of an epoch into ``[B, T]`` batches (``[B2, T2]`` for long ones).
 
@@ -404,8 +395,7 @@ def pack_lengths(
     L = as_lengths(lengths)
     overflow = check_packing_overflow(overflow)
     budget = check_budget(max_tokens, batch_rows)
-    options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
-    model = cost_model(cost, max_tokens=budget, step_cost=step_cost, **options)
+    model = cost_model(cost, max_tokens=budget, caller="pack_lengths", **cost_options)
     shapes = packing_shapes(
         L,
         seq_len,

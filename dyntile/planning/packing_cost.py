@@ -168,17 +168,29 @@ def row_cost(
 COST_OPTIONS = dict(attention="varlen", causal=True, d_model=None, attention_weight=None, step_cost=None)
 
 
-def cost_model(cost: RowCost | None = None, *, max_tokens: int | None = None, **options) -> RowCost:
+def cost_model(
+    cost: RowCost | None = None, *, max_tokens: int | None = None, caller: str = "cost_model", **options
+) -> RowCost:
     """The :class:`RowCost` a packing function uses: ``cost`` when given (then the
     ``options`` of :func:`row_cost` stay at their defaults), else ``row_cost(**options,
-    max_tokens=max_tokens)``. A public function calls it once and passes the value down.
+    max_tokens=max_tokens)``. A public function takes ``cost=None, **cost_options``,
+    calls this once (``caller``: its name, for the errors) and passes the value down.
 
     >>> cost_model(attention="dense", d_model=64, max_tokens=2048).describe()
     'dense attention, 1/384 slot per score, 128 slots per step'
     >>> cost_model(row_cost("dense"), attention="dense")
     Traceback (most recent call last):
     ValueError: pass cost or its options, not both, but got cost and attention
+    >>> cost_model(caller="pack_lengths", pool_sze=8)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    TypeError: pack_lengths got unexpected keyword argument(s) ['pool_sze']: its cost options are ...
     """
+    unknown = sorted(set(options) - set(COST_OPTIONS))
+    if unknown:
+        raise TypeError(
+            f"{caller} got unexpected keyword argument(s) {unknown}: its cost options are "
+            f"{sorted(COST_OPTIONS)} (see dyntile.planning.row_cost)"
+        )
     if cost is None:
         return row_cost(**options, max_tokens=max_tokens)
     if not isinstance(cost, RowCost):
@@ -288,12 +300,8 @@ def choose_seq_len(
     max_tokens: int,
     multiple: int = 8,
     overflow: str = "extend",
-    attention: str = "varlen",
-    causal: bool = True,
-    d_model: int | None = None,
-    attention_weight: float | None = None,
-    step_cost: float | None = None,
     cost: RowCost | None = None,
+    **cost_options,
 ) -> SeqLenChoice:
     """The packing shapes of least cost for ``lengths`` under a budget of ``max_tokens`` per batch.
 
@@ -321,8 +329,7 @@ def choose_seq_len(
     budget = as_index(max_tokens, "max_tokens")
     if budget < 1:
         raise ValueError(f"max_tokens should be a positive integer, but got {budget}")
-    options = dict(attention=attention, causal=causal, d_model=d_model, attention_weight=attention_weight)
-    model = cost_model(cost, max_tokens=budget, step_cost=step_cost, **options)
+    model = cost_model(cost, max_tokens=budget, caller="choose_seq_len", **cost_options)
     rule = shapes_for(L, None, budget, None, m, overflow)  # the longest-sample rule; raises its errors
     epoch = _Epoch(L)
     candidates = []

@@ -505,7 +505,7 @@ def test_bad_arguments():
         StreamingPacker([[1]], max_tokens=64, seq_len=8, buffer_size=0)
     with pytest.raises(ValueError, match="no sample"):
         StreamingPacker([], max_tokens=64)
-    with pytest.raises(TypeError, match=r"\['atention'\]: the cost options are \['attention'"):
+    with pytest.raises(TypeError, match=r"\['atention'\]: its cost options are \['attention'"):
         StreamingPacker([[1]], max_tokens=64, seq_len=8, atention="dense")
 
 

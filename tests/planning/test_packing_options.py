@@ -107,3 +107,25 @@ def test_the_cost_search_does_not_import_the_packer():
     code = "import sys, dyntile.planning.packing_cost; print('dyntile.planning.packing' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _packing_sampler(L, **kw):
+    from loaders import PackingBatchSampler
+
+    return PackingBatchSampler(L, **kw)
+
+
+@pytest.mark.parametrize(
+    "name, call",
+    [
+        ("choose_seq_len", choose_seq_len),
+        ("packing_shapes", packing_shapes),
+        ("pack_lengths", pack_lengths),
+        ("PackingBatchSampler", _packing_sampler),
+    ],
+)
+def test_a_misspelt_cost_option_is_refused_by_every_packer(name, call):
+    """Every packing call takes the cost options through one check: a misspelt name is
+    refused naming the call, the name and the options it takes, never ignored."""
+    with pytest.raises(TypeError, match=rf"^{name} got .*\['atention'\]: its cost options are \['attention'"):
+        call(lengths(2), max_tokens=1024, atention="dense")
