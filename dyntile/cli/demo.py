@@ -134,11 +134,12 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-compile", action="store_true", help="train eagerly (no torch.compile)")
     g.add_argument(
         "--backend",
-        default="aot_eager",
+        default=None,
         choices=("inductor", "aot_eager", "eager"),
-        help="torch.compile backend (default aot_eager: Dynamo traces and recompiles on every "
-        "new shape exactly as with Inductor, without Inductor's code generation, so the "
-        "demo runs in about a minute on 2 cores; inductor adds ~15 s of compiling per graph)",
+        help="torch.compile backend (default aot_eager for the tiny model: Dynamo traces and "
+        "recompiles on every new shape exactly as with Inductor, without Inductor's code "
+        "generation, so the demo runs in about a minute on 2 cores; inductor adds ~15 s of "
+        "compiling per graph; default inductor for --model llama)",
     )
     # BERT-Tiny's shape (2 layers, width 128, 2 heads of 64): the smallest model trained
     # and used in practice, and one that trains in about a minute per method here
@@ -274,7 +275,7 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
         print(f"wall time {time.perf_counter() - t_start:.1f} s", file=out)
         return code
     dataset = TokenDataset(corpus)
-    compile_backend = None if args.no_compile else args.backend
+    compile_backend = None if args.no_compile else (args.backend or "aot_eager")
     warm_up = 0.0 if compile_backend is None else warm_up_compiler(compile_backend)
     rows, stats, packing = [], {}, None
     for name in methods:

@@ -14,17 +14,25 @@ Face users run and with dyntile:
 * ``dyntile packing``: ``PackingBatchSampler`` + ``PackedCollate``, the model's
   attention ``dyntile_varlen`` (:func:`loaders.integrations.huggingface.register_attention`).
 
-Every method trains from the same initial weights with the same token budget and
-steps; their steps are interleaved (one step of each in turn), so machine noise falls
-on all alike. Tokens/s counts real tokens only, over the steps that compiled nothing.
-The loss is each sample's next-token loss, averaged per batch. Last, the overhead of
-the registered attention over calling :func:`dyntile.varlen_attention` directly on the
-same tensors is timed (forward and backward, medians).
+Every method trains from the same initial weights with the same token budget, on the
+first ``--steps`` batches of its own sampler; the eager and the compiled run of a
+method train on the very same batches. Before timing, each run does a warm-up pass:
+one forward and backward on each distinct batch shape of its steps, in order, with no
+optimizer step (the weights stay as they are). Under ``torch.compile`` the warm-up
+builds every graph the steps need (its seconds are the compile time, a column of
+their own); eager, it fills the kernels' per-shape caches alike. Then every step is
+timed, none left out, interleaved (one step of each run in turn) so machine noise
+falls on all alike; a graph built during the timed steps shows in the table. Tokens/s
+counts real tokens only. The loss is each sample's next-token loss, averaged per
+batch. Last, the overhead of the registered attention over calling
+:func:`dyntile.varlen_attention` directly on the same tensors is timed (forward and
+backward, medians).
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 
 import numpy as np
@@ -35,13 +43,20 @@ from dyntile.cli.table import format_table
 
 __all__ = ["run_llama_demo", "LLAMA_METHODS"]
 
-LLAMA_METHODS = ("group_by_length", "flattening", "sorted", "packing")
-_LABELS = {
-    "group_by_length": "group_by_length + padding",
-    "flattening": "DataCollatorWithFlattening",
-    "sorted": "sorted pools + padding",
-    "packing": "dyntile packing",
-}
+#: (method, label, attention route): ``padded`` = sdpa with the padding mask, ``packed`` =
+#: sdpa on one flattened row (transformers' block mask from ``position_ids``), ``varlen`` =
+#: the registered ``dyntile_varlen`` on ``segment_ids``
+_METHODS = (
+    ("group_by_length", "group_by_length + padding", "padded"),
+    ("flattening", "DataCollatorWithFlattening", "packed"),
+    ("sorted", "sorted pools + padding", "padded"),
+    ("packing", "dyntile packing", "varlen"),
+)
+LLAMA_METHODS = tuple(m for m, _, _ in _METHODS)
+_LABELS = {m: label for m, label, _ in _METHODS}
+_ROUTES = {m: route for m, _, route in _METHODS}
+#: the compiler the table uses unless ``--backend`` names another
+DEFAULT_BACKEND = "inductor"
 
 
 def _require_transformers():
@@ -112,18 +127,17 @@ def _flattening_collate():
     return collate
 
 
-def _loaders(name, corpus, plan, dataset, args, batch_size):
-    """``(loader, attention route)`` of one method."""
+def _batching(name, corpus, plan, dataset, args, batch_size):
+    """``(loader, dynamic)`` of one method; ``dynamic`` as :class:`~dyntile.cli.methods.Batching`'s
+    (``None``, torch's default, for Hugging Face's own ways)."""
     from dyntile.cli.baselines import pad_sequence_collate
     from dyntile.cli.methods import build_batching
 
-    DataLoader = torch.utils.data.DataLoader
     if name in ("group_by_length", "flattening"):
         grouped = name == "group_by_length"
         sampler = _GroupByLength(corpus.lengths, batch_size, args.seed, grouped)
         collate = pad_sequence_collate if grouped else _flattening_collate()
-        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate)
-        return loader, "padded" if grouped else "packed"
+        return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate), None
     batching = build_batching(
         name,
         corpus,
@@ -135,11 +149,39 @@ def _loaders(name, corpus, plan, dataset, args, batch_size):
         attention="dense" if name == "sorted" else "varlen",
         d_model=args.d_model,
     )
-    return batching.loader(dataset), "padded" if name == "sorted" else "varlen"
+    return batching.loader(dataset), batching.dynamic
+
+
+def _steps(loader, steps: int) -> list[dict]:
+    """The loader's first ``steps`` batches (fewer if the epoch is shorter)."""
+    return list(itertools.islice(loader, steps))
+
+
+def _train_step(run, batch, step: bool) -> torch.Tensor:
+    loss = run["fn"](batch["input_ids"], batch["position_ids"], batch["segment_ids"])
+    loss.backward()
+    if step:
+        run["opt"].step()
+    run["opt"].zero_grad(set_to_none=True)
+    return loss.detach()
+
+
+def _warm_up(run, stats) -> None:
+    """One forward and backward on each distinct batch shape of the run's steps, in
+    order, no optimizer step: compiles every graph the steps need, fills eager kernels'
+    per-shape caches, and leaves the weights as they are."""
+    graphs, seen = stats["unique_graphs"], set()
+    t0 = time.perf_counter()
+    for batch in run["batches"]:
+        shape = tuple(batch["input_ids"].shape)
+        if shape not in seen:
+            seen.add(shape)
+            _train_step(run, batch, step=False)
+    run.update(warm_s=time.perf_counter() - t0, warm_graphs=stats["unique_graphs"] - graphs, shapes=len(seen))
 
 
 def run_llama_demo(args, corpus, plan, out) -> int:
-    """Train every method of :data:`LLAMA_METHODS`, eager and compiled, interleaved;
+    """Train every method of :data:`LLAMA_METHODS`, eager and compiled, on the same steps;
     print the table and the registered attention's overhead."""
     transformers = _require_transformers()
     from dyntile.cli.methods import TokenDataset
@@ -160,48 +202,46 @@ def run_llama_demo(args, corpus, plan, out) -> int:
     base = transformers.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa")
     batch_size = max(1, round(args.batch_tokens / float(lengths.mean())))
     dataset = TokenDataset(corpus)
+    backend = getattr(args, "backend", None) or DEFAULT_BACKEND
     modes = ["eager"] if args.no_compile else ["eager", "compiled"]
     torch._dynamo.reset()
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     torch._dynamo.config.accumulated_recompile_limit = max(
         torch._dynamo.config.accumulated_recompile_limit, 1024
     )
+    steps = {}
+    for method in LLAMA_METHODS:
+        loader, dynamic = _batching(method, corpus, plan, dataset, args, batch_size)
+        steps[method] = (_steps(loader, args.steps), dynamic)
     runs = []
     for mode in modes:
         for method in LLAMA_METHODS:
-            loader, route = _loaders(method, corpus, plan, dataset, args, batch_size)
+            batches, dynamic = steps[method]
             model = copy.deepcopy(base)
-            if route == "varlen":
+            if _ROUTES[method] == "varlen":
                 model.set_attn_implementation(name)
-            step = _CausalLMStep(model, route).train()
-            fn = step if mode == "eager" else torch.compile(step, backend=args.backend)
+            step = _CausalLMStep(model, _ROUTES[method]).train()
+            fn = step if mode == "eager" else torch.compile(step, backend=backend, dynamic=dynamic)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-            runs.append(dict(method=method, mode=mode, route=route, fn=fn, opt=opt, batches=iter(loader)))
-            runs[-1].update(steps=0, real=0, slots=0, seconds=0.0, steady_real=0, steady_s=0.0, graphs=0)
-            runs[-1]["loss"] = []
+            runs.append(dict(method=method, mode=mode, fn=fn, opt=opt, batches=batches, loss=[]))
+            runs[-1].update(steps=0, real=0, slots=0, seconds=0.0, graphs=0)
     stats = torch._dynamo.utils.counters["stats"]
-    for _ in range(args.steps):  # interleaved: one step of each run in turn
+    for r in runs:
+        _warm_up(r, stats)
+    for i in range(max(len(b) for b, _ in steps.values())):  # interleaved: one step of each run in turn
         for r in runs:
-            batch = next(r["batches"], None)
-            if batch is None:
+            if i >= len(r["batches"]):
                 continue
-            graphs, traced = stats["unique_graphs"], stats["calls_captured"]
+            batch = r["batches"][i]
+            graphs = stats["unique_graphs"]
             t0 = time.perf_counter()
-            loss = r["fn"](batch["input_ids"], batch["position_ids"], batch["segment_ids"])
-            loss.backward()
-            r["opt"].step()
-            r["opt"].zero_grad(set_to_none=True)
-            dt = time.perf_counter() - t0
-            real = int((batch["segment_ids"] != 0).sum())
-            r["steps"] += 1
-            r["real"] += real
-            r["slots"] += batch["input_ids"].numel()
-            r["seconds"] += dt
+            loss = _train_step(r, batch, step=True)
+            r["seconds"] += time.perf_counter() - t0
             r["graphs"] += stats["unique_graphs"] - graphs
-            r["loss"].append(float(loss.detach()))
-            if stats["calls_captured"] == traced:
-                r["steady_real"] += real
-                r["steady_s"] += dt
+            r["steps"] += 1
+            r["real"] += int((batch["segment_ids"] != 0).sum())
+            r["slots"] += batch["input_ids"].numel()
+            r["loss"].append(float(loss))
     _print_table(runs, out)
     ratio = attention_overhead(lengths, args, name)
     print(
@@ -210,40 +250,63 @@ def run_llama_demo(args, corpus, plan, out) -> int:
         f"{ratio:.3f}x",
         file=out,
     )
+    compiled = "" if args.no_compile else f"; compiled with torch.compile(backend={backend!r})"
     print(
         f"model: LlamaForCausalLM, hidden {args.d_model}, {args.layers} layers, {args.heads} heads; "
         f"{args.batch_tokens} tokens a batch ({batch_size} samples a batch for group_by_length and "
-        f"flattening); compiled with backend {args.backend}; {torch.get_num_threads()} threads",
+        f"flattening){compiled}; {torch.get_num_threads()} threads",
+        file=out,
+    )
+    print(
+        "steps, tokens, tok/s: every step of the method's sampler, the same batches eager and compiled, "
+        "timed after a warm-up pass (one forward + backward per distinct batch shape; warm-up s: its "
+        "time, the compile time under torch.compile); graphs: built in the warm-up + during the timed "
+        "steps; tok/s counts real tokens only; loss: mean of the last 5 steps.",
         file=out,
     )
     return 0
 
 
 def _print_table(runs, out) -> None:
-    base = {r["mode"]: _steady(r) for r in runs if r["method"] == "group_by_length"}
+    base = {r["mode"]: _tokens_per_s(r) for r in runs if r["method"] == "group_by_length"}
     rows = []
     for r in runs:
         tail = r["loss"][-5:]
+        compiled = r["mode"] != "eager"
         rows.append(
             [
                 _LABELS[r["method"]],
-                "dyntile_varlen" if r["route"] == "varlen" else "sdpa",
+                "dyntile_varlen" if _ROUTES[r["method"]] == "varlen" else "sdpa",
                 r["mode"],
                 r["steps"],
-                "-" if r["mode"] == "eager" else r["graphs"],
+                r["real"],
+                r["shapes"],
+                f"{r['warm_graphs']} + {r['graphs']}" if compiled else "-",
+                f"{r['warm_s']:.1f}",
                 f"{100 * (1 - r['real'] / r['slots']):.1f}" if r["slots"] else "-",
-                f"{_steady(r):.0f}",
-                f"{_steady(r) / base[r['mode']]:.2f}" if base.get(r["mode"]) else "-",
+                f"{_tokens_per_s(r):.0f}",
+                f"{_tokens_per_s(r) / base[r['mode']]:.2f}" if base.get(r["mode"]) else "-",
                 f"{np.mean(tail):.3f}" if tail else "-",
             ]
         )
-    headers = ["method", "attention", "mode", "steps", "graphs", "padded %", "steady tok/s", "x gbl", "loss"]
+    headers = [
+        "method",
+        "attention",
+        "mode",
+        "steps",
+        "tokens",
+        "shapes",
+        "graphs",
+        "warm-up s",
+        "padded %",
+        "tok/s",
+        "x gbl",
+        "loss",
+    ]
     print(format_table(headers, rows), file=out)
 
 
-def _steady(r) -> float:
-    if r["steady_s"]:
-        return r["steady_real"] / r["steady_s"]
+def _tokens_per_s(r) -> float:
     return r["real"] / r["seconds"] if r["seconds"] else 0.0
 
 
