@@ -236,7 +236,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
         """Raise for a sample no batch can hold (``positions``: where each lies in the part)."""
 
     def _plan_window(self, lengths: np.ndarray, seed: int, last: bool):
-        """``(batches, costs, carry)``: int arrays of window indices, one per batch; float
+        """``(batches, costs, carry)``: lists (or int arrays) of window indices, one per batch; float
         ``(batches,)``; the indices carried to the next window (none when ``last``)."""
         raise NotImplementedError
 
@@ -341,7 +341,9 @@ class StreamWindows(torch.utils.data.IterableDataset):
             order = run.chunk(sync).tolist()
             samples, batches = run.win.samples, run.win.batches
             while cur["j"] < cur["m"]:
-                idx = batches[order[cur["j"]]].tolist()
+                idx = batches[order[cur["j"]]]
+                if type(idx) is not list:
+                    idx = idx.tolist()
                 batch = [samples[i] for i in idx]
                 for i in idx:  # the window holds a sample until its batch is yielded, no longer
                     samples[i] = None

@@ -165,7 +165,10 @@ class StreamingPacker(StreamWindows):
         # shape's rows, in the order they opened, are then dealt into batches here
         # without the spare ones.
         lp = lengths[perm]
-        order = np.argsort(-lp, kind="stable")
+        top = int(lp.max())
+        # decreasing length, stable: a radix sort of 16-bit keys where lengths allow it
+        key = (top - lp).astype(np.uint16) if top < 1 << 16 else -lp
+        order = np.argsort(key, kind="stable")
         lay = place_rows(lp[order], self.shapes, self.overflow)
         index = perm[order][lay.item]
         if len(self.shapes) == 1:
@@ -223,7 +226,7 @@ class _Rows:
         return mask[self.row]
 
     def deal(self, shape: tuple, spare: np.ndarray, model: RowCost) -> tuple[list, np.ndarray]:
-        """The batches of the rows less ``spare`` (each a window index array in the order
+        """The batches of the rows less ``spare`` (each a list of window indices in the order
         :class:`~loaders.packed_collate.PackedCollate` decodes), and their costs. Rows keep
         their order: a row's first sample did not fit any row opened before it, so the
         decoder splits the rows where the packer did, whichever rows were taken out."""
@@ -241,7 +244,7 @@ class _Rows:
         n_batches = int(batch[-1]) + 1
         whole = start == 0
         bounds = np.searchsorted(batch[whole], np.arange(n_batches + 1)).tolist()
-        index = self.index[kept][whole]
+        index = self.index[kept][whole].tolist()
         out = [index[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         B, T = shape
         s = self.size[kept].astype(np.float64)  # integer sums below 2**53: exact in float64
