@@ -232,22 +232,29 @@ class _Rows:
         decoder splits the rows where the packer did, whichever rows were taken out."""
         if self.n_rows == spare.size:  # no rows, or all of them carried on
             return [], np.zeros(0)
-        keep = np.ones(self.n_rows, bool)
-        keep[spare] = False
-        kept = keep[self.row]
-        row = (np.cumsum(keep) - 1)[self.row[kept]]
-        start = self.start[kept]
+        row, start, size, index = self.row, self.start, self.size, self.index
+        if spare.size:
+            keep = np.ones(self.n_rows, bool)
+            keep[spare] = False
+            kept = keep[row]
+            row = (np.cumsum(keep) - 1)[row[kept]]
+            start, size, index = start[kept], size[kept], index[kept]
         n_rows = self.n_rows - spare.size
-        opens_group = np.ones(n_rows, bool)
-        opens_group[row[start > 0]] = False  # rows 2.. of a split sample stay with the row before
-        batch = deal_rows(n_rows, np.flatnonzero(opens_group), shape[0], 1)[row]
+        cont = row[start > 0]  # rows 2.. of a split sample stay with the row before
+        if cont.size:
+            opens_group = np.ones(n_rows, bool)
+            opens_group[cont] = False
+            batch = deal_rows(n_rows, np.flatnonzero(opens_group), shape[0], 1)[row]
+            whole = start == 0
+            index, in_batch = index[whole], batch[whole]
+        else:
+            batch = in_batch = deal_rows(n_rows, np.arange(n_rows), shape[0], 1)[row]
         n_batches = int(batch[-1]) + 1
-        whole = start == 0
-        bounds = np.searchsorted(batch[whole], np.arange(n_batches + 1)).tolist()
-        index = self.index[kept][whole].tolist()
+        bounds = np.searchsorted(in_batch, np.arange(n_batches + 1)).tolist()
+        index = index.tolist()
         out = [index[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         B, T = shape
-        s = self.size[kept].astype(np.float64)  # integer sums below 2**53: exact in float64
+        s = size.astype(np.float64)  # integer sums below 2**53: exact in float64
         if model.attention == "dense":
             scores = np.full(n_batches, float(B * T * T))
         else:
