@@ -153,7 +153,7 @@ class _Pass:
         cur["first_step"] += len(win.batches)
         cur["carry"] = win.positions[win.carry].tolist()
         kept = [win.samples[i] for i in win.carry.tolist()]
-        win.samples.clear()  # let the rest go before the next window is read
+        win.samples.clear()  # let the rest go, in the order they were read, before the next window
         self.win = self._build(kept, win.positions[win.carry], win.lengths[win.carry])
 
     def start_pass(self, p: int) -> None:
@@ -344,9 +344,12 @@ class StreamWindows(torch.utils.data.IterableDataset):
                 idx = batches[order[cur["j"]]]
                 if type(idx) is not list:
                     idx = idx.tolist()
+                # The window keeps its samples until it is done, then lets them go together in
+                # the order they were read (next_window): the allocator then gives that memory
+                # to the next window's samples in order, and a batch reads them closer together
+                # than after freeing each batch's (scattered) samples. The window holds at most
+                # buffer_size samples either way.
                 batch = [samples[i] for i in idx]
-                for i in idx:  # the window holds a sample until its batch is yielded, no longer
-                    samples[i] = None
                 cur["j"] += 1
                 cur["steps"] += 1
                 cur["repeats"] += cur["pass"] > 0
