@@ -64,7 +64,12 @@ class StreamingPacker(StreamWindows):
     cost: one ``cost=`` :class:`~dyntile.planning.packing_cost.RowCost`, or its options
     as keywords (``attention``, ``causal``, ``d_model``, ``attention_weight``,
     ``step_cost``: those of :func:`~dyntile.planning.row_cost`) fix :attr:`shapes`
-    (module docstring). ``buffer_size``: samples planned together (at least ``B``).
+    (module docstring). ``buffer_size``: samples planned together (at least ``B``); a
+    larger window mixes samples from further apart in the stream and leaves a little
+    less padding, but holds each sample longer (from its read until its batch is
+    yielded), colder in cache and scanned by Python's collector while it lives, and
+    has fewer windows to plan: windows of 2048 to 4096 give the fastest loader pass
+    (``asv_benches/streaming_compare.py --buffer``), much smaller ones a slower one.
     ``length``: how long a sample is (default: its ``input_ids``, or ``len(sample)``;
     a key name or a function), checked against its token sequences.
     ``source_shards``: what the source splits itself by (``"ranks"``, ``"workers"``),
