@@ -17,15 +17,18 @@ tokenized dataset's ``__getitem__`` or a stream's reader hands it over). Three t
    with ``set_epoch``, as every epoch is), and the ratio.
 
 What the stream pays that the map-style loader does not: a sample lives from its read
-until its batch is yielded (about a window of other samples), where a map-style
-sample dies within its batch. So it is collated and freed a window after it was made,
-out of cache; and the window's dicts and tensors are objects Python's cyclic collector
-tracks while they live (the stream reads a window with the collector paused, so that
-few of them reach the oldest generation, whose full collections scan every object of
-the process; each window is still scanned once by a young collection). Its planning
-costs about what the map-style sampler's does; these costs of holding a window are
-what is left between the two. The last table is also shown with the collector off
-(``gc.disable()``).
+until its window is done (a window of other samples), where a map-style sample dies
+within its batch. So it is collated a window after it was made, out of cache; and the
+window's dicts and tensors are objects Python's cyclic collector tracks while they live
+(the stream reads a window with the collector paused, so that few of them reach the
+oldest generation, whose full collections scan every object of the process; each window
+is still scanned once by a young collection). A window lets its samples go together, in
+the order they were read, so the next window's samples are made in that memory in
+order. It also measures every sample and plans each window (about twice the map-style
+sampler's planning of an epoch from lengths it is given). These costs of holding a
+window are what is left between the two. The last table is also shown with the
+collector off (``gc.disable()``). ``--buffer`` sets the stream's window and the
+map-style sampler's ``pool_size`` (default: ``StreamingPacker``'s ``buffer_size``).
 
 Planning and the loader passes are timed in this process's CPU time (``--clock cpu``,
 the default: with ``num_workers=0`` all their work is in this process, and time lost to
@@ -42,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import inspect
 import os
 import statistics
 import time
@@ -81,7 +85,7 @@ def _timed(fn, clock=time.perf_counter) -> float:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--samples", type=int, default=50_000)
-    p.add_argument("--buffer", type=int, default=4096)
+    p.add_argument("--buffer", type=int, default=None, help="the window (default: StreamingPacker's)")
     p.add_argument("--max-tokens", type=int, default=16384)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--cores", type=int, default=1)
@@ -94,7 +98,7 @@ def main(argv=None) -> None:
     rng = np.random.default_rng(0)
     L = np.clip(rng.lognormal(5.0, 1.0, args.samples).astype(np.int64), 1, 4000)
     corpus = Corpus(L)
-    B = args.buffer
+    B = args.buffer or inspect.signature(StreamingPacker).parameters["buffer_size"].default
     packer = StreamingPacker(corpus, max_tokens=args.max_tokens, buffer_size=B)
     bucketer = StreamingBucketer(corpus, max_tokens=args.max_tokens, buffer_size=B)
     print(

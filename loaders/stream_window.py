@@ -153,7 +153,7 @@ class _Pass:
         cur["first_step"] += len(win.batches)
         cur["carry"] = win.positions[win.carry].tolist()
         kept = [win.samples[i] for i in win.carry.tolist()]
-        win.samples.clear()  # let the rest go before the next window is read
+        win.samples.clear()  # let the rest go, in the order they were read, before the next window
         self.win = self._build(kept, win.positions[win.carry], win.lengths[win.carry])
 
     def start_pass(self, p: int) -> None:
@@ -236,7 +236,7 @@ class StreamWindows(torch.utils.data.IterableDataset):
         """Raise for a sample no batch can hold (``positions``: where each lies in the part)."""
 
     def _plan_window(self, lengths: np.ndarray, seed: int, last: bool):
-        """``(batches, costs, carry)``: int arrays of window indices, one per batch; float
+        """``(batches, costs, carry)``: lists (or int arrays) of window indices, one per batch; float
         ``(batches,)``; the indices carried to the next window (none when ``last``)."""
         raise NotImplementedError
 
@@ -341,10 +341,15 @@ class StreamWindows(torch.utils.data.IterableDataset):
             order = run.chunk(sync).tolist()
             samples, batches = run.win.samples, run.win.batches
             while cur["j"] < cur["m"]:
-                idx = batches[order[cur["j"]]].tolist()
+                idx = batches[order[cur["j"]]]
+                if type(idx) is not list:
+                    idx = idx.tolist()
+                # The window keeps its samples until it is done, then lets them go together in
+                # the order they were read (next_window): the allocator then gives that memory
+                # to the next window's samples in order, and a batch reads them closer together
+                # than after freeing each batch's (scattered) samples. The window holds at most
+                # buffer_size samples either way.
                 batch = [samples[i] for i in idx]
-                for i in idx:  # the window holds a sample until its batch is yielded, no longer
-                    samples[i] = None
                 cur["j"] += 1
                 cur["steps"] += 1
                 cur["repeats"] += cur["pass"] > 0

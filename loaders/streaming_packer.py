@@ -2,7 +2,7 @@
 
 The streaming form of :class:`~loaders.packing_sampler.PackingBatchSampler`: each
 window of ``buffer_size`` samples (:mod:`loaders.stream_window`) is packed by the
-same packer (:func:`dyntile.planning.packing.pack_into_shapes`, best fit over the
+same packer's best fit (:func:`dyntile.planning.packing.place_rows`, over the
 window's samples sorted by length), and each batch is yielded as the list of its
 samples in the order :class:`~loaders.packed_collate.PackedCollate` decodes, so
 ``DataLoader(packer, batch_size=None, collate_fn=PackedCollate(packer))`` lays the
@@ -26,7 +26,7 @@ import operator
 
 import numpy as np
 
-from dyntile.planning.packing import check_packing_overflow, deal_rows, pack_into_shapes, packing_shapes
+from dyntile.planning.packing import check_packing_overflow, deal_rows, packing_shapes, place_rows
 from dyntile.planning.packing_cost import RowCost, cost_model
 from dyntile.shapes import check_multiple, round_up
 
@@ -64,7 +64,12 @@ class StreamingPacker(StreamWindows):
     cost: one ``cost=`` :class:`~dyntile.planning.packing_cost.RowCost`, or its options
     as keywords (``attention``, ``causal``, ``d_model``, ``attention_weight``,
     ``step_cost``: those of :func:`~dyntile.planning.row_cost`) fix :attr:`shapes`
-    (module docstring). ``buffer_size``: samples planned together (at least ``B``).
+    (module docstring). ``buffer_size``: samples planned together (at least ``B``); a
+    larger window mixes samples from further apart in the stream and leaves a little
+    less padding, but holds each sample longer (from its read until its batch is
+    yielded), colder in cache and scanned by Python's collector while it lives, and
+    has fewer windows to plan: windows of 2048 to 4096 give the fastest loader pass
+    (``asv_benches/streaming_compare.py --buffer``), much smaller ones a slower one.
     ``length``: how long a sample is (default: its ``input_ids``, or ``len(sample)``;
     a key name or a function), checked against its token sequences.
     ``source_shards``: what the source splits itself by (``"ranks"``, ``"workers"``),
@@ -154,11 +159,27 @@ class StreamingPacker(StreamWindows):
             return [], np.zeros(0), np.zeros(0, np.int64)
         rng = np.random.default_rng([self.seed, seed])
         perm = rng.permutation(n) if self.shuffle else np.arange(n, dtype=np.int64)
-        # Packed once, unshuffled (the permutation breaks ties between equal lengths at
-        # random instead): each shape's batches then list its rows in the order the
-        # packer opened them, so the rows are dealt again here without the spare ones.
-        packed = pack_into_shapes(lengths[perm], self.shapes, overflow=self.overflow, shuffle=False)
-        rows = [_Rows([b for b in packed if b.shape == shape], perm) for shape in self.shapes]
+        # Placed once, by the packer's best fit over the window sorted by decreasing
+        # length (the permutation breaks ties between equal lengths at random): each
+        # shape's rows, in the order they opened, are then dealt into batches here
+        # without the spare ones.
+        lp = lengths[perm]
+        top = int(lp.max())
+        # decreasing length, stable: a radix sort of 16-bit keys where lengths allow it
+        key = (top - lp).astype(np.uint16) if top < 1 << 16 else -lp
+        order = np.argsort(key, kind="stable")
+        lay = place_rows(lp[order], self.shapes, self.overflow)
+        index = perm[order][lay.item]
+        if len(self.shapes) == 1:
+            rows = [_Rows(lay.bin, index, lay.size, lay.start, lay.bin_cap.size)]
+        else:
+            rows = []
+            for _, T in self.shapes:
+                mine = lay.bin_cap == T
+                rank = np.cumsum(mine) - 1
+                sel = mine[lay.bin]
+                row = rank[lay.bin[sel]]
+                rows.append(_Rows(row, index[sel], lay.size[sel], lay.start[sel], int(rank[-1]) + 1))
         spare = [] if last else [r.spare(shape[0], lengths) for r, shape in zip(rows, self.shapes)]
         taken = [r.index[r.in_rows(sp)] for r, sp in zip(rows, spare)]
         carry = np.concatenate(taken) if taken else np.zeros(0, np.int64)
@@ -177,22 +198,12 @@ class StreamingPacker(StreamWindows):
 
 
 class _Rows:
-    """The pieces of one shape's batches (packed unshuffled), rows numbered one after
-    another in the order the packer opened them, sample indices in the window."""
+    """The pieces of one shape's rows, sorted by row (each row's opener first): ``row``
+    (numbered in the order the rows opened), ``index`` (sample index in the window),
+    ``size``, ``start`` (as in :class:`~dyntile.planning.packing.PackedBatch`)."""
 
-    def __init__(self, batches: list, perm: np.ndarray):
-        if not batches:
-            self.index = self.row = self.size = self.start = np.zeros(0, np.int64)
-            self.n_rows = 0
-            return
-        n_rows = np.array([int(b.rows[-1]) + 1 for b in batches])
-        pieces = np.array([b.rows.size for b in batches])
-        first = np.cumsum(n_rows) - n_rows
-        self.row = np.concatenate([b.rows for b in batches]) + np.repeat(first, pieces)
-        self.index = perm[np.concatenate([b.indices for b in batches])]
-        self.size = np.concatenate([b.sizes for b in batches])
-        self.start = np.concatenate([b.starts for b in batches])
-        self.n_rows = int(n_rows.sum())
+    def __init__(self, row: np.ndarray, index: np.ndarray, size: np.ndarray, start: np.ndarray, n_rows: int):
+        self.row, self.index, self.size, self.start, self.n_rows = row, index, size, start, n_rows
 
     def spare(self, B: int, lengths: np.ndarray) -> np.ndarray:
         """The rows beyond whole batches of ``B`` rows (``n_rows % B`` of them, the
@@ -214,28 +225,35 @@ class _Rows:
         return mask[self.row]
 
     def deal(self, shape: tuple, spare: np.ndarray, model: RowCost) -> tuple[list, np.ndarray]:
-        """The batches of the rows less ``spare`` (each a window index array in the order
+        """The batches of the rows less ``spare`` (each a list of window indices in the order
         :class:`~loaders.packed_collate.PackedCollate` decodes), and their costs. Rows keep
         their order: a row's first sample did not fit any row opened before it, so the
         decoder splits the rows where the packer did, whichever rows were taken out."""
         if self.n_rows == spare.size:  # no rows, or all of them carried on
             return [], np.zeros(0)
-        keep = np.ones(self.n_rows, bool)
-        keep[spare] = False
-        kept = keep[self.row]
-        row = (np.cumsum(keep) - 1)[self.row[kept]]
-        start = self.start[kept]
+        row, start, size, index = self.row, self.start, self.size, self.index
+        if spare.size:
+            keep = np.ones(self.n_rows, bool)
+            keep[spare] = False
+            kept = keep[row]
+            row = (np.cumsum(keep) - 1)[row[kept]]
+            start, size, index = start[kept], size[kept], index[kept]
         n_rows = self.n_rows - spare.size
-        opens_group = np.ones(n_rows, bool)
-        opens_group[row[start > 0]] = False  # rows 2.. of a split sample stay with the row before
-        batch = deal_rows(n_rows, np.flatnonzero(opens_group), shape[0], 1)[row]
+        cont = row[start > 0]  # rows 2.. of a split sample stay with the row before
+        if cont.size:
+            opens_group = np.ones(n_rows, bool)
+            opens_group[cont] = False
+            batch = deal_rows(n_rows, np.flatnonzero(opens_group), shape[0], 1)[row]
+            whole = start == 0
+            index, in_batch = index[whole], batch[whole]
+        else:
+            batch = in_batch = deal_rows(n_rows, np.arange(n_rows), shape[0], 1)[row]
         n_batches = int(batch[-1]) + 1
-        whole = start == 0
-        bounds = np.searchsorted(batch[whole], np.arange(n_batches + 1)).tolist()
-        index = self.index[kept][whole]
+        bounds = np.searchsorted(in_batch, np.arange(n_batches + 1)).tolist()
+        index = index.tolist()
         out = [index[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
         B, T = shape
-        s = self.size[kept].astype(np.float64)  # integer sums below 2**53: exact in float64
+        s = size.astype(np.float64)  # integer sums below 2**53: exact in float64
         if model.attention == "dense":
             scores = np.full(n_batches, float(B * T * T))
         else:

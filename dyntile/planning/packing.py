@@ -78,6 +78,7 @@ from dyntile.shapes import as_index, check_multiple
 __all__ = [
     "pack_lengths",
     "pack_into_shapes",
+    "place_rows",
     "pack_rows",
     "packing_shapes",
     "pack_checked_rows",
@@ -509,6 +510,22 @@ def _place(size: np.ndarray, shapes, overflow: str) -> _Layout:
     opener = np.ones(p_bin.size, bool)
     opener[1:] = p_bin[1:] != p_bin[:-1]
     return _Layout(p_item, p_bin.copy(), p_size, p_start, opener, bin_cap, cont, p_item.size)
+
+
+def place_rows(sizes: np.ndarray, shapes: tuple, overflow: str):
+    """Best fit of int64 ``sizes`` (taken in this order, decreasing for the packer) into
+    rows of checked ``shapes`` under a checked ``overflow``: the rows the packer deals
+    into batches. The pieces (a sample, or a chunk of a split one), sorted by row with
+    each row's opener first: ``item`` (position in ``sizes``), ``bin`` (row, numbered in
+    the order rows open), ``size``, ``start`` (first token within the sample), ``opener``;
+    per row ``bin_cap`` (its length) and ``cont`` (it continues a split sample). A
+    streaming packer places each window once with it.
+
+    >>> lay = place_rows(np.array([7, 6, 2, 1]), ((2, 8),), "extend")
+    >>> lay.bin.tolist(), lay.item.tolist(), lay.bin_cap.tolist()
+    ([0, 0, 1, 1], [0, 3, 1, 2], [8, 8])
+    """
+    return _place(sizes, shapes, overflow)
 
 
 def _list_batches(

@@ -295,6 +295,33 @@ def test_rss_stays_flat_while_300k_samples_stream():
     assert max(warm) - min(warm) < 24, rss  # 300k samples of ~40 int32 tokens are ~50 MiB
 
 
+@pytest.mark.parametrize("loader", [StreamingPacker, StreamingBucketer])
+def test_at_most_a_window_of_samples_is_alive_at_each_batch(loader):
+    """A window keeps its samples until it is done, and no longer: counted by weak
+    references to the samples still alive whenever a batch is yielded."""
+    import weakref
+
+    refs = []
+
+    def samples():
+        rng = np.random.default_rng(3)
+        for n in rng.integers(1, 60, 3001):
+            a = np.zeros(int(n), np.int32)
+            refs.append(weakref.ref(a))
+            yield a
+
+    buffer = 257
+    kw = {"seq_len": 64} if loader is StreamingPacker else {}
+    ds = loader(samples, max_tokens=256, buffer_size=buffer, **kw)
+    most, seen = 0, 0
+    for batch in ds:
+        seen += len(batch)
+        most = max(most, sum(r() is not None for r in refs))
+        del batch
+    assert seen == 3001
+    assert buffer // 2 < most <= buffer, most
+
+
 # ------------------------------------------------------------------ real sources
 
 
