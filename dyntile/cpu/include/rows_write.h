@@ -20,6 +20,9 @@
 
 #include <stdint.h>
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #if defined(_MSC_VER)
 #define DT_ROWS_INLINE static __forceinline
@@ -38,6 +41,15 @@ DT_ROWS_INLINE void dt_fill_word(char *p, uint64_t word, size_t len, size_t widt
         memset(p, (int)(word & 0xff), len);
         return;
     }
+#if defined(__SSE2__)
+    if (len >= 16) { /* 16-byte stores: the torch extension builds at -O2, which leaves loops scalar */
+        const __m128i v = _mm_set1_epi64x((long long)word);
+        size_t i = 0;
+        for (; i + 16 <= len; i += 16) _mm_storeu_si128((__m128i *)(p + i), v);
+        if (i < len) _mm_storeu_si128((__m128i *)(p + len - 16), v); /* overlaps, in phase */
+        return;
+    }
+#endif
     if (len >= 8) {
         const size_t words = len / 8;
         for (size_t i = 0; i < words; i++) memcpy(p + 8 * i, &word, 8);
