@@ -89,7 +89,8 @@ def torch_extension():
         CppExtension(
             "dyntile.cpu._torch_tensors",
             [os.path.join("dyntile", "cpu", "_torch_tensors.cpp")],
-            include_dirs=[os.path.join("dyntile", "cpu", "include")],  # pylong_read.h
+            depends=[os.path.join("dyntile", "cpu", "include", h) for h in ("pylong_read.h", "rows_write.h")],
+            include_dirs=[os.path.join("dyntile", "cpu", "include")],  # pylong_read.h, rows_write.h
             define_macros=[
                 ("DYNTILE_TORCH_VERSION", f'"{torch.__version__}"'),
                 ("_GLIBCXX_USE_CXX11_ABI", str(int(torch._C._GLIBCXX_USE_CXX11_ABI))),

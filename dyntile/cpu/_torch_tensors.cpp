@@ -2,7 +2,8 @@
 // data pointers in one call (describe), the columns of a batch of dicts (dict_columns),
 // and a batch of flat dicts of rows and numbers in one pass, written into new torch tensors
 // by a layout decided in Python (collate_dicts: the layout comes from
-// loaders/collate_layout.py; this reads and writes and decides nothing).
+// loaders/collate_layout.py; this reads and writes and decides nothing). Rows are written by
+// include/rows_write.h, the row writer pad_batch and PackedCollate use too.
 //
 // The Python route (dyntile/cpu/pad.pyx: describe_tensors) pays torch's binding for
 // every attribute of every sample (t.dtype, t.shape, t.stride(), t.data_ptr()), which is
@@ -37,6 +38,7 @@
 #include <torch/csrc/autograd/python_variable.h>
 
 #include "pylong_read.h"
+#include "rows_write.h"
 
 #ifndef DYNTILE_TORCH_VERSION
 #error "setup.py defines DYNTILE_TORCH_VERSION (the torch version this module is built against)"
@@ -193,62 +195,6 @@ class Scratch {
   size_t used_ = 0;
   std::vector<std::unique_ptr<char[]>> heap_;
 };
-
-// p[0:len) = c. A padded row's runs are mostly short (a few elements of padding, a mask
-// row of tens of bytes): those are stored inline, in overlapping 8-byte words, where a
-// memset call per run cost more than the stores.
-[[gnu::always_inline]] inline void fill_bytes(char* p, unsigned char c, size_t len) {
-  if (len >= 64) {
-    std::memset(p, c, len);
-    return;
-  }
-  if (len >= 8) {
-    const uint64_t word = 0x0101010101010101ull * c;
-    for (size_t i = 0; i + 8 <= len; i += 8) std::memcpy(p + i, &word, 8);
-    std::memcpy(p + len - 8, &word, 8);   // the last word may overlap the one before
-    return;
-  }
-  for (size_t i = 0; i < len; i++) p[i] = static_cast<char>(c);
-}
-
-template <typename T>
-[[gnu::always_inline]] inline void fill_elems(char* dst, int64_t n, uint64_t bits) {
-  if (n <= 0) return;   // dst may be null then (an empty tensor's data)
-  if (bits == 0) {
-    fill_bytes(dst, 0, static_cast<size_t>(n) * sizeof(T));
-    return;
-  }
-  const T v = static_cast<T>(bits);
-  for (int64_t j = 0; j < n; j++) std::memcpy(dst + j * sizeof(T), &v, sizeof(T));
-}
-
-[[gnu::always_inline]] inline void fill_width(char* dst, int64_t n, uint64_t bits, int64_t width) {
-  switch (width) {
-    case 1: fill_elems<uint8_t>(dst, n, bits); break;
-    case 2: fill_elems<uint16_t>(dst, n, bits); break;
-    case 4: fill_elems<uint32_t>(dst, n, bits); break;
-    default: fill_elems<uint64_t>(dst, n, bits); break;
-  }
-}
-
-template <typename T>
-void copy_strided(char* dst, const char* src, int64_t n, int64_t stride) {
-  T* d = reinterpret_cast<T*>(dst);
-  for (int64_t j = 0; j < n; j++) std::memcpy(d + j, src + j * stride, sizeof(T));
-}
-
-void copy_row(char* dst, const char* src, int64_t n, int64_t stride, int64_t width) {
-  if (stride == width || n <= 1) {
-    if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n * width));
-    return;
-  }
-  switch (width) {
-    case 1: copy_strided<uint8_t>(dst, src, n, stride); break;
-    case 2: copy_strided<uint16_t>(dst, src, n, stride); break;
-    case 4: copy_strided<uint32_t>(dst, src, n, stride); break;
-    default: copy_strided<uint64_t>(dst, src, n, stride); break;
-  }
-}
 
 // what collate_dicts learnt of each row of a key (arrays in the call's Scratch)
 struct Rows {
@@ -644,17 +590,15 @@ bool as_read(PyObject* const* items, Py_ssize_t n, const KeyRead& k) {
   // to it (every byte is written below)
   at::Tensor batch = at::detail::empty_cpu({n, T}, rows.dtype);
   char* dst = static_cast<char*>(batch.data_ptr());
-  const int64_t w = rows.width;
-  for (Py_ssize_t i = 0; i < n; i++, dst += T * w) {
-    const int64_t m = rows.lens[i];
-    const int64_t lo = left ? T - m : 0;
-    fill_width(dst, lo, bits, w);
-    fill_width(dst + (lo + m) * w, T - lo - m, bits, w);
-    if (rows.lists) {
-      if (dt_read_int_items(dt_list_items(items[i]), m, reinterpret_cast<int64_t*>(dst) + lo) != m) return false;
-    } else {
-      copy_row(dst + lo * w, rows.ptrs[i], m, rows.steps[i], w);
+  if (rows.lists) {   // int64 rows: the fill around each row's hole, then its ints read into it
+    for (Py_ssize_t i = 0; i < n; i++, dst += T * 8) {
+      const int64_t m = rows.lens[i];
+      dt_row_frame(dst, m, T, left, bits, 8);
+      int64_t* hole = reinterpret_cast<int64_t*>(dst) + (left ? T - m : 0);
+      if (dt_read_int_items(dt_list_items(items[i]), m, hole) != m) return false;
     }
+  } else {
+    dt_rows_pad(dst, T, n, rows.lens, rows.ptrs, rows.steps, left, bits, rows.width);
   }
   out = std::move(batch);
   return true;
@@ -758,8 +702,8 @@ int write_batch(DictRead& r, PyObject* layout, bool check, PyObject*& out, at::T
     char* p = static_cast<char*>(mask.data_ptr());
     for (Py_ssize_t i = 0; T > 0 && i < n; i++, p += T) {   // T == 0: no data pointer to write to
       const int64_t m = r.key[mark].rows.lens[i];
-      fill_bytes(p, left ? 0 : 1, static_cast<size_t>(left ? T - m : m));
-      fill_bytes(p + (left ? T - m : m), left ? 1 : 0, static_cast<size_t>(left ? m : T - m));
+      dt_fill_bytes(p, left ? 0 : 1, static_cast<size_t>(left ? T - m : m));
+      dt_fill_bytes(p + (left ? T - m : m), left ? 1 : 0, static_cast<size_t>(left ? m : T - m));
     }
   }
   out = PyDict_New();

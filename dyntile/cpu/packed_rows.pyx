@@ -8,19 +8,19 @@ A packed batch is a list of *pieces* in row order (``pack_rows``): piece ``p`` i
 * ``packed_layout`` writes ``position_ids``, ``segment_ids`` and ``cu_seqlens`` in
   one pass over the pieces;
 * ``place_pieces`` fills one token key's output buffer and copies every piece into
-  it, straight from the samples' memory (no concatenated copy in between).
+  it, straight from the samples' memory (no concatenated copy in between), with the
+  row writer of every padded and packed batch (``include/rows_write.h``).
 
 Both take validated pieces except for the bounds ``place_pieces`` checks itself,
 which cost one pass over the pieces and keep a wrong layout from writing outside
 the buffer.
 """
 cimport numpy as cnp
-from libc.stdint cimport int32_t, int64_t, intptr_t, uint8_t, uint16_t, uint32_t, uint64_t
-from libc.string cimport memcpy
+from libc.stdint cimport int32_t, int64_t, intptr_t
 
 import numpy as np
 
-from dyntile.cpu.elements cimport elem_t, fill_n
+from dyntile.cpu.rows_write cimport dt_rows_place
 
 cnp.import_array()
 
@@ -71,26 +71,6 @@ def packed_layout(const int64_t[::1] rows, const int64_t[::1] offsets, const int
     return position_arr, segment_arr, cu_arr[:nb].copy(), longest
 
 
-cdef void _place(elem_t* out, Py_ssize_t out_elems, Py_ssize_t row_elems, elem_t fill, const intptr_t* ptrs,
-                 const int64_t* strides, const int64_t* index, const int64_t* starts, const int64_t* sizes,
-                 const int64_t* dst, Py_ssize_t P, bint fill_first, bint fill_out) noexcept nogil:
-    cdef Py_ssize_t p, j, i
-    cdef Py_ssize_t row_bytes = row_elems * sizeof(elem_t)
-    cdef const char* src
-    if fill_out:
-        fill_n(out, out_elems, fill)
-    for p in range(P):
-        i = index[p]
-        src = <const char*>ptrs[i] + starts[p] * strides[i]
-        if strides[i] == row_bytes:        # the sample's rows lie back to back: one copy per piece
-            memcpy(out + dst[p] * row_elems, src, sizes[p] * row_bytes)
-        else:
-            for j in range(sizes[p]):
-                memcpy(out + (dst[p] + j) * row_elems, src + j * strides[i], row_bytes)
-        if fill_first and sizes[p] > 0:
-            fill_n(out + dst[p] * row_elems, row_elems, fill)
-
-
 def place_pieces(const intptr_t[::1] ptrs, const int64_t[::1] strides, const int64_t[::1] lengths,
                  const int64_t[::1] index, const int64_t[::1] starts, const int64_t[::1] sizes,
                  const int64_t[::1] dst, intptr_t out, Py_ssize_t out_rows, Py_ssize_t row_elems, int width,
@@ -124,19 +104,8 @@ def place_pieces(const intptr_t[::1] ptrs, const int64_t[::1] strides, const int
     cdef const int64_t* ps = &starts[0] if P else NULL
     cdef const int64_t* pn = &sizes[0] if P else NULL
     cdef const int64_t* pd = &dst[0] if P else NULL
+    if width not in (1, 2, 4, 8):
+        raise ValueError(f"place_pieces moves elements of 1, 2, 4 or 8 bytes, but got width {width}")
     with nogil:
-        if width == 1:
-            _place(<uint8_t*>out, total, row_elems, <uint8_t>fill_bits, src, step, pi, ps, pn, pd, P,
-                   fill_first, fill_out)
-        elif width == 2:
-            _place(<uint16_t*>out, total, row_elems, <uint16_t>fill_bits, src, step, pi, ps, pn, pd, P,
-                   fill_first, fill_out)
-        elif width == 4:
-            _place(<uint32_t*>out, total, row_elems, <uint32_t>fill_bits, src, step, pi, ps, pn, pd, P,
-                   fill_first, fill_out)
-        elif width == 8:
-            _place(<uint64_t*>out, total, row_elems, <uint64_t>fill_bits, src, step, pi, ps, pn, pd, P,
-                   fill_first, fill_out)
-        else:
-            with gil:
-                raise ValueError(f"place_pieces moves elements of 1, 2, 4 or 8 bytes, but got width {width}")
+        dt_rows_place(<char*>out, total, row_elems, fill_bits, src, step, pi, ps, pn, pd, P, fill_first, fill_out,
+                      width)

@@ -7,8 +7,9 @@
 The copy is typed by element *width* only (1, 2, 4 or 8 bytes, a fused type), so
 one specialisation serves bool/int8/uint8, float16/int16, float32/int32 and
 float64/int64; the fill arrives as the raw bit pattern of the value in the
-output dtype. Validation (ranks, dtypes, shapes <= out) is the caller's job,
-except for the cheap checks in ``describe`` that decide the fast path.
+output dtype. Each row is written by ``include/rows_write.h``, the one row writer of
+every padded and packed batch. Validation (ranks, dtypes, shapes <= out) is the
+caller's job, except for the cheap checks in ``describe`` that decide the fast path.
 """
 cimport numpy as cnp
 from cython.parallel cimport prange
@@ -16,11 +17,12 @@ from cpython.list cimport PyList_GET_ITEM
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int64_t, intptr_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset
+from libc.string cimport memset
 
 import numpy as np
 
-from dyntile.cpu.elements cimport elem_t, fill_n
+from dyntile.cpu.elements cimport elem_t
+from dyntile.cpu.rows_write cimport dt_row_fill, dt_row_pad
 
 cdef extern from "numpy/arrayobject.h":
     object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.dtype descr, int fortran)   # steals descr
@@ -70,16 +72,6 @@ def describe(list samples):
     return shapes, (samples[0].dtype if same_dtype else None), -1
 
 
-cdef inline void _copy_row(elem_t* dst, const char* src, Py_ssize_t n, Py_ssize_t stride) noexcept nogil:
-    # invariant: dst[j] = *(elem_t*)(src + j*stride) for j < n
-    cdef Py_ssize_t j
-    if stride == <Py_ssize_t>sizeof(elem_t):
-        memcpy(dst, src, n * sizeof(elem_t))
-    else:
-        for j in range(n):
-            dst[j] = (<const elem_t*>(src + j * stride))[0]
-
-
 cdef void _pad_one(elem_t* dst, const char* src, int nd, const int64_t* out_shape,
                    const int64_t* shape, const int64_t* strides, bint left,
                    elem_t fill) noexcept nogil:
@@ -90,7 +82,7 @@ cdef void _pad_one(elem_t* dst, const char* src, int nd, const int64_t* out_shap
     cdef int64_t off[MAX_NDIM]
     cdef int64_t idx[MAX_NDIM]
     cdef int k, m, last
-    cdef int64_t row, nrows, inner, pos, lo
+    cdef int64_t row, nrows, inner, pos
     cdef bint inside
     cdef const char* p
     # Collapse trailing axes that are not padded and contiguous in the source, so an
@@ -129,14 +121,9 @@ cdef void _pad_one(elem_t* dst, const char* src, int nd, const int64_t* out_shap
                 break
             p += pos * st[k]
         if inside:
-            lo = off[last]
-            if lo > 0:
-                fill_n(dst, lo, fill)
-            _copy_row(dst + lo, p, s[last], st[last])
-            if lo + s[last] < inner:
-                fill_n(dst + lo + s[last], inner - lo - s[last], fill)
+            dt_row_pad(<char*>dst, p, s[last], st[last], inner, left, <uint64_t>fill, sizeof(elem_t))
         else:
-            fill_n(dst, inner, fill)
+            dt_row_fill(<char*>dst, inner, <uint64_t>fill, sizeof(elem_t))
         dst += inner
         # odometer over the outer axes
         k = last - 1
@@ -315,27 +302,18 @@ def pad_pointers(const Py_ssize_t[::1] ptrs, const int64_t[:, ::1] shapes, const
     return out
 
 
-cdef inline void _pad_row(elem_t* dst, const char* src, Py_ssize_t n, Py_ssize_t stride, Py_ssize_t T,
-                          bint left, elem_t fill) noexcept nogil:
-    """One padded row of ``T`` elements from ``n`` source elements ``stride`` bytes apart."""
-    cdef Py_ssize_t lo = T - n if left else 0
-    if lo > 0:
-        fill_n(dst, lo, fill)
-    _copy_row(dst + lo, src, n, stride)
-    if lo + n < T:
-        fill_n(dst + lo + n, T - lo - n, fill)
-
-
 cdef void _pad_rows(elem_t* out, Py_ssize_t T, Py_ssize_t n, const int64_t* lens, const int64_t* starts,
                     const char* flat, bint left, elem_t fill, int num_threads) noexcept nogil:
     """Row ``b`` of ``out`` from the ``lens[b]`` elements at element ``starts[b]`` of ``flat``."""
     cdef Py_ssize_t b
     if num_threads > 1:
         for b in prange(n, num_threads=num_threads, schedule="static"):
-            _pad_row(out + b * T, flat + starts[b] * sizeof(elem_t), lens[b], sizeof(elem_t), T, left, fill)
+            dt_row_pad(<char*>(out + b * T), flat + starts[b] * sizeof(elem_t), lens[b], sizeof(elem_t), T, left,
+                       <uint64_t>fill, sizeof(elem_t))
     else:
         for b in range(n):
-            _pad_row(out + b * T, flat + starts[b] * sizeof(elem_t), lens[b], sizeof(elem_t), T, left, fill)
+            dt_row_pad(<char*>(out + b * T), flat + starts[b] * sizeof(elem_t), lens[b], sizeof(elem_t), T, left,
+                       <uint64_t>fill, sizeof(elem_t))
 
 
 def pad_flat_rows(intptr_t flat, Py_ssize_t flat_size, list lengths, cnp.dtype dtype, size_of,
