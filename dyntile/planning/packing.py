@@ -79,6 +79,7 @@ __all__ = [
     "pack_lengths",
     "pack_into_shapes",
     "place_rows",
+    "deal_rows",
     "pack_rows",
     "packing_shapes",
     "pack_checked_rows",
