@@ -15,7 +15,10 @@ Face users run and with dyntile:
   attention ``dyntile_varlen`` (:func:`loaders.integrations.huggingface.register_attention`).
 
 Every method trains from the same initial weights with the same token budget, on the
-first ``--steps`` batches of its own sampler; the eager and the compiled run of a
+same samples: one seeded draw of the corpus of about ``--steps`` x ``--batch-tokens``
+real tokens, and each method runs one epoch of its own sampler and collate over that
+draw, every sample once (so the methods take different numbers of steps for the same
+work, and real tokens/s compares like with like). The eager and the compiled run of a
 method train on the very same batches. Before timing, each run does a warm-up pass:
 one forward and backward on each distinct batch shape of its steps, in order, with no
 optimizer step (the weights stay as they are). Under ``torch.compile`` the warm-up
@@ -23,16 +26,15 @@ builds every graph the steps need (its seconds are the compile time, a column of
 their own); eager, it fills the kernels' per-shape caches alike. Then every step is
 timed, none left out, interleaved (one step of each run in turn) so machine noise
 falls on all alike; a graph built during the timed steps shows in the table. Tokens/s
-counts real tokens only. The loss is each sample's next-token loss, averaged per
-batch. Last, the overhead of the registered attention over calling
-:func:`dyntile.varlen_attention` directly on the same tensors is timed (forward and
-backward, medians).
+counts real tokens only. The loss is the next-token loss over the epoch, each loss
+token weighted once (the same tokens for every method). Last, the overhead of the
+registered attention over calling :func:`dyntile.varlen_attention` directly on the
+same tensors is timed (forward and backward, medians).
 """
 
 from __future__ import annotations
 
 import copy
-import itertools
 import time
 
 import numpy as np
@@ -80,15 +82,25 @@ class _CausalLMStep(torch.nn.Module):
         self.model, self.route = model, route
 
     def forward(self, input_ids, position_ids, segment_ids):
-        first = torch.ones_like(segment_ids, dtype=torch.bool)
-        first[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
-        labels = input_ids.masked_fill(first | (segment_ids == 0), -100)
+        labels = _labels(input_ids, segment_ids)
         inputs = dict(input_ids=input_ids, position_ids=position_ids, labels=labels, use_cache=False)
         if self.route == "padded":
             inputs["attention_mask"] = segment_ids != 0
         elif self.route == "varlen":
             inputs["segment_ids"] = segment_ids
         return self.model(**inputs).loss
+
+
+def _labels(input_ids, segment_ids):
+    """The tokens as labels, -100 on padding and on each sample's first token."""
+    first = torch.ones_like(segment_ids, dtype=torch.bool)
+    first[:, 1:] = segment_ids[:, 1:] != segment_ids[:, :-1]
+    return input_ids.masked_fill(first | (segment_ids == 0), -100)
+
+
+def _loss_tokens(segment_ids) -> int:
+    """Tokens a causal LM's loss averages over (labels shifted by one, -100 left out)."""
+    return int((_labels(segment_ids, segment_ids)[:, 1:] != -100).sum())
 
 
 class _GroupByLength(torch.utils.data.Sampler):
@@ -127,17 +139,17 @@ def _flattening_collate():
     return collate
 
 
-def _batching(name, corpus, plan, dataset, args, batch_size):
-    """``(loader, dynamic)`` of one method; ``dynamic`` as :class:`~dyntile.cli.methods.Batching`'s
-    (``None``, torch's default, for Hugging Face's own ways)."""
+def _batching(name, corpus, plan, args, batch_size):
+    """``(batch_sampler, collate, dynamic)`` of one method over ``corpus``; ``dynamic`` as
+    :class:`~dyntile.cli.methods.Batching`'s (``None``, torch's default, for Hugging Face's
+    own ways)."""
     from dyntile.cli.baselines import pad_sequence_collate
     from dyntile.cli.methods import build_batching
 
     if name in ("group_by_length", "flattening"):
         grouped = name == "group_by_length"
         sampler = _GroupByLength(corpus.lengths, batch_size, args.seed, grouped)
-        collate = pad_sequence_collate if grouped else _flattening_collate()
-        return torch.utils.data.DataLoader(dataset, batch_sampler=sampler, collate_fn=collate), None
+        return sampler, pad_sequence_collate if grouped else _flattening_collate(), None
     batching = build_batching(
         name,
         corpus,
@@ -149,12 +161,47 @@ def _batching(name, corpus, plan, dataset, args, batch_size):
         attention="dense" if name == "sorted" else "varlen",
         d_model=args.d_model,
     )
-    return batching.loader(dataset), batching.dynamic
+    return batching.batch_sampler, batching.collate_fn, batching.dynamic
 
 
-def _steps(loader, steps: int) -> list[dict]:
-    """The loader's first ``steps`` batches (fewer if the epoch is shorter)."""
-    return list(itertools.islice(loader, steps))
+def draw_samples(lengths, tokens: int, seed: int) -> np.ndarray:
+    """Sorted indices int64 ``(n,)`` of a seeded random draw of samples holding at least
+    ``tokens`` real tokens (the whole corpus if it holds fewer).
+
+    >>> draw_samples(np.array([5, 3, 6, 2]), 8, seed=0).tolist()
+    [0, 2]
+    """
+    lengths = np.asarray(lengths, dtype=np.int64)
+    order = np.random.default_rng(seed).permutation(lengths.size)
+    # the first sample at which the running total reaches ``tokens`` is drawn too
+    n = int(np.searchsorted(np.cumsum(lengths[order]), tokens)) + 1
+    return np.sort(order[:n])
+
+
+def subset_corpus(corpus, ids):
+    """The samples ``ids`` of ``corpus`` as a corpus of their own (same vocabulary, same ids)."""
+    import dataclasses
+
+    ids = np.asarray(ids, dtype=np.int64)
+    sequences = [corpus.sequence(int(i)) for i in ids]
+    return dataclasses.replace(corpus, lengths=corpus.lengths[ids], sequences=sequences)
+
+
+def epoch_batches(name, subset, plan, args, batch_size):
+    """``(batches, dynamic, ids)``: one epoch of method ``name`` over ``subset``, every sample
+    once; ``ids[k]``: the subset's sample indices of ``batches[k]``."""
+    from dyntile.cli.methods import TokenDataset
+
+    sampler, collate, dynamic = _batching(name, subset, plan, args, batch_size)
+    dataset = TokenDataset(subset)
+    ids = [[int(i) for i in b] for b in sampler]
+    return [collate([dataset[i] for i in b]) for b in ids], dynamic, ids
+
+
+def group_size(lengths, batch_tokens: int) -> int:
+    """Samples a batch for ``group_by_length`` and ``flattening``: the token budget over the
+    mean length, as a Hugging Face user sets ``per_device_train_batch_size`` from it."""
+    return max(1, round(batch_tokens / float(np.mean(lengths))))
 
 
 def _train_step(run, batch, step: bool) -> torch.Tensor:
@@ -184,7 +231,6 @@ def run_llama_demo(args, corpus, plan, out) -> int:
     """Train every method of :data:`LLAMA_METHODS`, eager and compiled, on the same steps;
     print the table and the registered attention's overhead."""
     transformers = _require_transformers()
-    from dyntile.cli.methods import TokenDataset
     from loaders.integrations.huggingface import register_attention
 
     name = register_attention()
@@ -200,8 +246,6 @@ def run_llama_demo(args, corpus, plan, out) -> int:
     )
     torch.manual_seed(args.seed)
     base = transformers.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa")
-    batch_size = max(1, round(args.batch_tokens / float(lengths.mean())))
-    dataset = TokenDataset(corpus)
     backend = getattr(args, "backend", None) or DEFAULT_BACKEND
     modes = ["eager"] if args.no_compile else ["eager", "compiled"]
     torch._dynamo.reset()
@@ -209,10 +253,19 @@ def run_llama_demo(args, corpus, plan, out) -> int:
     torch._dynamo.config.accumulated_recompile_limit = max(
         torch._dynamo.config.accumulated_recompile_limit, 1024
     )
+    ids = draw_samples(corpus.lengths, args.steps * args.batch_tokens, args.seed)
+    subset = subset_corpus(corpus, ids)
+    batch_size = group_size(subset.lengths, args.batch_tokens)
     steps = {}
     for method in LLAMA_METHODS:
-        loader, dynamic = _batching(method, corpus, plan, dataset, args, batch_size)
-        steps[method] = (_steps(loader, args.steps), dynamic)
+        batches, dynamic, _ = epoch_batches(method, subset, plan, args, batch_size)
+        real = sum(int((b["segment_ids"] != 0).sum()) for b in batches)
+        if real != int(subset.lengths.sum()):  # the table compares like work only
+            raise RuntimeError(
+                f"{_LABELS[method]} covers {real} real tokens of the {int(subset.lengths.sum())} "
+                f"of its samples: a sample lost or repeated"
+            )
+        steps[method] = (batches, dynamic)
     runs = []
     for mode in modes:
         for method in LLAMA_METHODS:
@@ -223,8 +276,8 @@ def run_llama_demo(args, corpus, plan, out) -> int:
             step = _CausalLMStep(model, _ROUTES[method]).train()
             fn = step if mode == "eager" else torch.compile(step, backend=backend, dynamic=dynamic)
             opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-            runs.append(dict(method=method, mode=mode, fn=fn, opt=opt, batches=batches, loss=[]))
-            runs[-1].update(steps=0, real=0, slots=0, seconds=0.0, graphs=0)
+            runs.append(dict(method=method, mode=mode, fn=fn, opt=opt, batches=batches))
+            runs[-1].update(steps=0, real=0, slots=0, seconds=0.0, graphs=0, loss_sum=0.0, loss_tokens=0)
     stats = torch._dynamo.utils.counters["stats"]
     for r in runs:
         _warm_up(r, stats)
@@ -241,7 +294,11 @@ def run_llama_demo(args, corpus, plan, out) -> int:
             r["steps"] += 1
             r["real"] += int((batch["segment_ids"] != 0).sum())
             r["slots"] += batch["input_ids"].numel()
-            r["loss"].append(float(loss))
+            # the model's loss is a mean over the batch's loss tokens; weighted back by their count,
+            # the epoch's mean weighs each loss token once, whatever the batch it fell in
+            n = _loss_tokens(batch["segment_ids"])
+            r["loss_sum"] += float(loss) * n
+            r["loss_tokens"] += n
     _print_table(runs, out)
     ratio = attention_overhead(lengths, args, name)
     print(
@@ -258,10 +315,17 @@ def run_llama_demo(args, corpus, plan, out) -> int:
         file=out,
     )
     print(
-        "steps, tokens, tok/s: every step of the method's sampler, the same batches eager and compiled, "
+        f"samples: {len(subset)} of the corpus's {len(corpus)} (a seeded draw of {int(subset.lengths.sum())} "
+        f"real tokens, about --steps x --batch-tokens), the same for every method: each runs one epoch "
+        f"of its sampler over them, every sample once.",
+        file=out,
+    )
+    print(
+        "steps, tokens, tok/s: every step of the method's epoch, the same batches eager and compiled, "
         "timed after a warm-up pass (one forward + backward per distinct batch shape; warm-up s: its "
         "time, the compile time under torch.compile); graphs: built in the warm-up + during the timed "
-        "steps; tok/s counts real tokens only; loss: mean of the last 5 steps.",
+        "steps; tok/s counts real tokens only; loss: next-token loss over the epoch, each loss token "
+        "weighted once.",
         file=out,
     )
     return 0
@@ -271,7 +335,6 @@ def _print_table(runs, out) -> None:
     base = {r["mode"]: _tokens_per_s(r) for r in runs if r["method"] == "group_by_length"}
     rows = []
     for r in runs:
-        tail = r["loss"][-5:]
         compiled = r["mode"] != "eager"
         rows.append(
             [
@@ -286,7 +349,7 @@ def _print_table(runs, out) -> None:
                 f"{100 * (1 - r['real'] / r['slots']):.1f}" if r["slots"] else "-",
                 f"{_tokens_per_s(r):.0f}",
                 f"{_tokens_per_s(r) / base[r['mode']]:.2f}" if base.get(r["mode"]) else "-",
-                f"{np.mean(tail):.3f}" if tail else "-",
+                f"{r['loss_sum'] / r['loss_tokens']:.3f}" if r["loss_tokens"] else "-",
             ]
         )
     headers = [
