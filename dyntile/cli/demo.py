@@ -82,7 +82,13 @@ def loader_pass(loader, max_batches: int | None, desc: str, show: bool) -> Loade
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     """Options of ``dyntile demo`` (the data options are shared with ``dyntile plan``)."""
     g = p.add_argument_group("training run")
-    g.add_argument("--steps", type=int, default=20, help="optimizer steps per method (default 20)")
+    g.add_argument(
+        "--steps",
+        type=int,
+        default=20,
+        help="optimizer steps per method (default 20); with --model llama, the size of the one "
+        "sample draw every method trains on: about steps x batch-tokens real tokens",
+    )
     g.add_argument(
         "--batch-tokens",
         type=int,
