@@ -48,6 +48,7 @@ differs.
 
 from __future__ import annotations
 
+import abc
 import copy
 import dataclasses
 import operator
@@ -182,7 +183,7 @@ class _Pass:
         return k0 + np.argsort(-costs, kind="stable")
 
 
-class StreamWindows(torch.utils.data.IterableDataset):
+class StreamWindows(torch.utils.data.IterableDataset, abc.ABC):
     """Base of the streaming loaders: a torch ``IterableDataset`` of batches (lists of samples).
 
     Subclasses call ``super().__init__`` and define :meth:`_plan_window`,
@@ -235,10 +236,10 @@ class StreamWindows(torch.utils.data.IterableDataset):
     def _check_window(self, lengths: np.ndarray, positions: np.ndarray) -> None:
         """Raise for a sample no batch can hold (``positions``: where each lies in the part)."""
 
+    @abc.abstractmethod
     def _plan_window(self, lengths: np.ndarray, seed: int, last: bool):
         """``(batches, costs, carry)``: lists (or int arrays) of window indices, one per batch; float
         ``(batches,)``; the indices carried to the next window (none when ``last``)."""
-        raise NotImplementedError
 
     def _balance(self, batches: list, costs: np.ndarray, first_step: int) -> tuple[list, np.ndarray]:
         """A planned window's ``batches`` and ``costs`` in the order of the module docstring
