@@ -71,32 +71,36 @@ print(json.dumps(out))
 """
 
 
-def run(tree: Path) -> dict:
+def run(child: str, tree: Path) -> dict:
+    """The ``{case: us}`` the ``child`` script prints when run in ``tree``."""
     done = subprocess.run(
-        [sys.executable, "-c", CHILD], cwd=tree, capture_output=True, text=True, timeout=900, check=False
+        [sys.executable, "-c", child], cwd=tree, capture_output=True, text=True, timeout=900, check=False
     )
     if done.returncode:
         raise RuntimeError(f"{tree}: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def compare_trees(child: str, description: str, argv=None) -> None:
+    """Run ``child`` in the trees ``old`` and ``new`` alternately, ``--rounds`` times each,
+    and print each case's median microseconds and new/old."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("old", type=Path)
     parser.add_argument("new", type=Path)
     parser.add_argument("--rounds", type=int, default=6)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     got: dict = {"old": [], "new": []}
     for r in range(args.rounds):
         order = ("old", "new") if r % 2 == 0 else ("new", "old")
         for which in order:
-            got[which].append(run(getattr(args, which)))
-    print(f"{'case':34s} {'old us':>8s} {'new us':>8s} {'new/old':>8s}")
+            got[which].append(run(child, getattr(args, which)))
+    width = max(map(len, got["old"][0]))
+    print(f"{'case':{width}s} {'old us':>8s} {'new us':>8s} {'new/old':>8s}")
     for case in got["old"][0]:
         old = statistics.median(d[case] for d in got["old"])
         new = statistics.median(d[case] for d in got["new"])
-        print(f"{case:34s} {old:8.2f} {new:8.2f} {new / old:8.3f}")
+        print(f"{case:{width}s} {old:8.2f} {new:8.2f} {new / old:8.3f}")
 
 
 if __name__ == "__main__":
-    main()
+    compare_trees(CHILD, __doc__.splitlines()[0])

@@ -13,10 +13,6 @@ Run: ``python asv_benches/rows_write_trees.py OLD_TREE NEW_TREE [--rounds 6]``
 
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -77,32 +73,8 @@ print(json.dumps(out))
 """
 
 
-def run(tree: Path) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD], cwd=tree, capture_output=True, text=True, timeout=900, check=False
-    )
-    if done.returncode:
-        raise RuntimeError(f"{tree}: {done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("old", type=Path)
-    parser.add_argument("new", type=Path)
-    parser.add_argument("--rounds", type=int, default=6)
-    args = parser.parse_args()
-    got: dict = {"old": [], "new": []}
-    for r in range(args.rounds):
-        order = ("old", "new") if r % 2 == 0 else ("new", "old")
-        for which in order:
-            got[which].append(run(getattr(args, which)))
-    print(f"{'case':36s} {'old us':>8s} {'new us':>8s} {'new/old':>8s}")
-    for case in got["old"][0]:
-        old = statistics.median(d[case] for d in got["old"])
-        new = statistics.median(d[case] for d in got["new"])
-        print(f"{case:36s} {old:8.2f} {new:8.2f} {new / old:8.3f}")
-
-
 if __name__ == "__main__":
-    main()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from collate_trees import compare_trees
+
+    compare_trees(CHILD, __doc__.splitlines()[0])
