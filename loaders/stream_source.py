@@ -313,6 +313,27 @@ class StreamSource:
         return np.asarray(self.part((0, 1)).take(n)[1], dtype=np.int64)
 
 
+def _collect_young_if_due() -> None:
+    """Collect the two young generations now, between windows, if the collector's next
+    automatic collection could be one of generation 1.
+
+    A window's samples are alive from their read until the window is done, and a stream
+    always holds a window: a generation-1 collection, whenever it comes, moves the
+    window alive then (thousands of objects) to the oldest generation, and enough
+    moved there start a full collection of every object of the process. Called before
+    a window is read, when the window before it is gone, such a collection finds
+    little alive: it is cheap, moves only the carried samples on, and restarts the
+    count to the next one. The collector's thresholds are read, never changed.
+
+    >>> _collect_young_if_due()
+    """
+    t0, t1, _ = gc.get_threshold()
+    # each window adds one or two young collections to generation 1's count (its own,
+    # as its read ends, and the collate's); collect before the count can pass t1
+    if t0 and gc.get_count()[1] * 2 >= t1:
+        gc.collect(1)
+
+
 class PartReader:
     """One reader's part of a source, read some samples at a time.
 
@@ -344,6 +365,7 @@ class PartReader:
         # only if it was on; on again before anything is raised.
         paused = gc.isenabled()
         if paused:
+            _collect_young_if_due()
             gc.disable()
         try:
             samples.extend(itertools.islice(self._it, k))  # keeps what was read before a raise
