@@ -20,9 +20,10 @@ What the stream pays that the map-style loader does not: a sample lives from its
 until its window is done (a window of other samples), where a map-style sample dies
 within its batch. So it is collated a window after it was made, out of cache; and the
 window's dicts and tensors are objects Python's cyclic collector tracks while they live
-(the stream reads a window with the collector paused, so that few of them reach the
+(the stream reads a window with the collector paused, and collects the young generations
+between windows when a generation-1 collection is due, so that few of them reach the
 oldest generation, whose full collections scan every object of the process; each window
-is still scanned once by a young collection). A window lets its samples go together, in
+is still scanned once by a young collection, right after its read). A window lets its samples go together, in
 the order they were read, so the next window's samples are made in that memory in
 order. It also measures every sample and plans each window (about twice the map-style
 sampler's planning of an epoch from lengths it is given). These costs of holding a
@@ -33,8 +34,8 @@ map-style sampler's ``pool_size`` (default: ``StreamingPacker``'s ``buffer_size`
 Planning and the loader passes are timed in this process's CPU time (``--clock cpu``,
 the default: with ``num_workers=0`` all their work is in this process, and time lost to
 other processes on a shared machine is not counted) or in wall time (``--clock wall``);
-each round runs the stream and the map-style pass one after the other, and the ratio
-shown is the median of the rounds' ratios.
+each round runs the stream and the map-style pass one after the other (which goes first
+alternates), and the ratio shown is the median of the rounds' ratios.
 
 Run: ``python asv_benches/streaming_compare.py`` (``PYTHONPATH=.`` to measure this
 tree's ``loaders`` rather than the installed one). ``--cores 1`` pins the process to
@@ -172,7 +173,10 @@ def main(argv=None) -> None:
         gc_off = r > args.repeats  # the second half: Python's cyclic collector off
         if gc_off:
             gc.disable()
-        for name, dl in loaders.items():
+        # one after the other, the first of a round taking turns: neither pass always finds
+        # the heap and caches as the other left them
+        for name in list(loaders)[:: 1 if r % 2 else -1]:
+            dl = loaders[name]
             sampler.set_epoch(r)
             stream.set_epoch(r)
             real = 0
