@@ -485,6 +485,27 @@ def test_a_window_does_not_reach_the_oldest_generation():
 # ------------------------------------------------------------------ bad input
 
 
+def test_errors_name_the_sample_in_any_chunk_of_a_window():
+    """A window is read and measured a chunk at a time: an error names the sample's
+    position in the part, whichever chunk it lies in."""
+    from loaders.stream_source import READ_CHUNK
+
+    bad = READ_CHUNK + 37
+    data = _corpus(3 * READ_CHUNK)
+    data[bad]["labels"] = np.zeros(len(data[bad]["input_ids"]) + 1)
+    with pytest.raises(ValueError, match=f"sample {bad} of this reader: its measured length"):
+        list(StreamingPacker(data, max_tokens=2048, seq_len=1024, buffer_size=3 * READ_CHUNK))
+
+    def gen():
+        for i, s in enumerate(_corpus(3 * READ_CHUNK)):
+            if i == 2 * READ_CHUNK + 5:
+                raise OSError("unreadable")
+            yield s
+
+    with pytest.raises(RuntimeError, match=f"sample {2 * READ_CHUNK + 5} of this reader"):
+        list(StreamingPacker(gen, max_tokens=2048, seq_len=1024, buffer_size=3 * READ_CHUNK))
+
+
 def test_measured_length_that_disagrees_with_the_tokens():
     data = _corpus(50)
     packer = StreamingPacker(
