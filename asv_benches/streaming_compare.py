@@ -19,15 +19,16 @@ tokenized dataset's ``__getitem__`` or a stream's reader hands it over). Three t
 What the stream pays that the map-style loader does not: a sample lives from its read
 until its window is done (a window of other samples), where a map-style sample dies
 within its batch. So it is collated a window after it was made, out of cache; and the
-window's dicts and tensors are objects Python's cyclic collector tracks while they live
-(the stream reads a window with the collector paused, and collects the young generations
-between windows when a generation-1 collection is due, so that few of them reach the
-oldest generation, whose full collections scan every object of the process; each window
-is still scanned once by a young collection, right after its read). A window lets its samples go together, in
-the order they were read, so the next window's samples are made in that memory in
-order. It also measures every sample and plans each window (about twice the map-style
-sampler's planning of an epoch from lengths it is given). These costs of holding a
-window are what is left between the two. The last table is also shown with the
+window's dicts and tensors are objects Python's cyclic collector tracks while they live:
+each is scanned once by a young collection (the stream reads a window with the collector
+paused, measuring and collecting it a chunk at a time while the chunk is in cache, and
+collects the young generations between windows when a generation-1 collection is due,
+so that few of them reach the oldest generation, whose full collections scan every
+object of the process). A window lets its samples go together, in the order they were
+read, so the next window's samples are made in that memory in order. It also measures
+every sample and plans each window (about twice the map-style sampler's planning of an
+epoch from lengths it is given). These costs of holding a window are what is left
+between the two. The last table is also shown with the
 collector off (``gc.disable()``). ``--buffer`` sets the stream's window and the
 map-style sampler's ``pool_size`` (default: ``StreamingPacker``'s ``buffer_size``).
 
