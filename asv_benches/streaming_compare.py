@@ -199,7 +199,13 @@ def main(argv=None) -> None:
         s, m = tps["stream" + gc_note], tps["map" + gc_note]
         print(f"  {'StreamingPacker' + gc_note:36s} {statistics.median(s):>14,.0f}")
         print(f"  {'PackingBatchSampler (map)' + gc_note:36s} {statistics.median(m):>14,.0f}")
-        print(f"  stream / map{gc_note}: {statistics.median(a / b for a, b in zip(s, m)):.2f}x")
+        ratios = sorted(a / b for a, b in zip(s, m))
+        q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+        # the spread of the rounds says how much of a difference the machine's load can make
+        print(
+            f"  stream / map{gc_note}: {statistics.median(ratios):.2f}x "
+            f"(rounds: quartiles {q1:.2f}-{q3:.2f}, {ratios[0]:.2f}-{ratios[-1]:.2f} in all)"
+        )
 
 
 if __name__ == "__main__":
