@@ -19,22 +19,24 @@ tokenized dataset's ``__getitem__`` or a stream's reader hands it over). Three t
 What the stream pays that the map-style loader does not: a sample lives from its read
 until its window is done (a window of other samples), where a map-style sample dies
 within its batch. So it is collated a window after it was made, out of cache; and the
-window's dicts and tensors are objects Python's cyclic collector tracks while they live
-(the stream reads a window with the collector paused, so that few of them reach the
-oldest generation, whose full collections scan every object of the process; each window
-is still scanned once by a young collection). A window lets its samples go together, in
-the order they were read, so the next window's samples are made in that memory in
-order. It also measures every sample and plans each window (about twice the map-style
-sampler's planning of an epoch from lengths it is given). These costs of holding a
-window are what is left between the two. The last table is also shown with the
+window's dicts and tensors are objects Python's cyclic collector tracks while they live:
+each is scanned once by a young collection (the stream reads a window with the collector
+paused, measuring and collecting it a chunk at a time while the chunk is in cache, and
+collects the young generations between windows when a generation-1 collection is due,
+so that few of them reach the oldest generation, whose full collections scan every
+object of the process). A window lets its samples go together, in the order they were
+read, so the next window's samples are made in that memory in order. It also measures
+every sample and plans each window (about twice the map-style sampler's planning of an
+epoch from lengths it is given). These costs of holding a window are what is left
+between the two. The last table is also shown with the
 collector off (``gc.disable()``). ``--buffer`` sets the stream's window and the
 map-style sampler's ``pool_size`` (default: ``StreamingPacker``'s ``buffer_size``).
 
 Planning and the loader passes are timed in this process's CPU time (``--clock cpu``,
 the default: with ``num_workers=0`` all their work is in this process, and time lost to
 other processes on a shared machine is not counted) or in wall time (``--clock wall``);
-each round runs the stream and the map-style pass one after the other, and the ratio
-shown is the median of the rounds' ratios.
+each round runs the stream and the map-style pass one after the other (which goes first
+alternates), and the ratio shown is the median of the rounds' ratios.
 
 Run: ``python asv_benches/streaming_compare.py`` (``PYTHONPATH=.`` to measure this
 tree's ``loaders`` rather than the installed one). ``--cores 1`` pins the process to
@@ -172,7 +174,10 @@ def main(argv=None) -> None:
         gc_off = r > args.repeats  # the second half: Python's cyclic collector off
         if gc_off:
             gc.disable()
-        for name, dl in loaders.items():
+        # one after the other, the first of a round taking turns: neither pass always finds
+        # the heap and caches as the other left them
+        for name in list(loaders)[:: 1 if r % 2 else -1]:
+            dl = loaders[name]
             sampler.set_epoch(r)
             stream.set_epoch(r)
             real = 0
@@ -194,7 +199,13 @@ def main(argv=None) -> None:
         s, m = tps["stream" + gc_note], tps["map" + gc_note]
         print(f"  {'StreamingPacker' + gc_note:36s} {statistics.median(s):>14,.0f}")
         print(f"  {'PackingBatchSampler (map)' + gc_note:36s} {statistics.median(m):>14,.0f}")
-        print(f"  stream / map{gc_note}: {statistics.median(a / b for a, b in zip(s, m)):.2f}x")
+        ratios = sorted(a / b for a, b in zip(s, m))
+        q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else ratios * 3
+        # the spread of the rounds says how much of a difference the machine's load can make
+        print(
+            f"  stream / map{gc_note}: {statistics.median(ratios):.2f}x "
+            f"(rounds: quartiles {q1:.2f}-{q3:.2f}, {ratios[0]:.2f}-{ratios[-1]:.2f} in all)"
+        )
 
 
 if __name__ == "__main__":

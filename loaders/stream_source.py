@@ -313,6 +313,41 @@ class StreamSource:
         return np.asarray(self.part((0, 1)).take(n)[1], dtype=np.int64)
 
 
+#: samples read between two collections of the youngest generation: a dict and a tensor
+#: each, about half a KB, so that a chunk is still in a core's L2 cache when it is scanned
+READ_CHUNK = 1024
+
+
+def _plan_collections(k: int) -> int:
+    """Samples to read between two explicit collections of the youngest generation while
+    ``k`` samples are read with the collector paused (0: none, the collector's automatic
+    collections are off); first, between windows, the two young generations are collected
+    if generation 1's count could otherwise pass its threshold before the window is done.
+
+    A window's samples are alive from their read until the window is done, and a stream
+    always holds a window. Each is scanned once by a collection of the youngest
+    generation: in chunks, as they are read and still in cache, rather than all at once
+    by the first automatic collection after the read, when most are not. A collection
+    of generation 1, whenever it comes, moves the window alive then (thousands of
+    objects) to the oldest generation, and enough there start a full collection of
+    every object of the process; before a window is read, the window before it gone,
+    it finds little alive (the carried samples): it is cheap and restarts the count to
+    the next one. The collector's thresholds are read, never changed.
+
+    >>> _plan_collections(4096) in (0, 1024)
+    True
+    """
+    t0, t1, _ = gc.get_threshold()
+    if not t0 or k < 1:
+        return 0
+    # the chunks' collections add to generation 1's count: at most half its threshold less
+    # one of them, so that the count stays below it while the window is alive
+    chunks = max(1, min(-(-k // READ_CHUNK), t1 // 2 - 1))
+    if gc.get_count()[1] + chunks + 2 > t1:
+        gc.collect(1)
+    return -(-k // chunks)
+
+
 class PartReader:
     """One reader's part of a source, read some samples at a time.
 
@@ -331,29 +366,43 @@ class PartReader:
 
     def take(self, k: int) -> tuple[list, np.ndarray, bool]:
         """``(samples, lengths, ended)``: the next ``k`` samples of the part (fewer when it
-        ``ended``), measured and checked (:meth:`StreamSource.measure_many`); int64 lengths.
+        ``ended``), measured and checked (:meth:`StreamSource.measure_many`, a chunk at a
+        time as they are read); int64 lengths.
         A source that raises does so after the samples before it are checked, naming the
         position it raised at."""
         samples: list = []
+        parts: list = []
         failed = None
+        pos, count, index = self.pos, self._count, self._index
         # The collector is paused while a window is read. Its samples live about a window
-        # (until their batch is yielded): collections during the read would move most of
-        # them to the oldest generation, and enough there start a full collection, which
-        # scans every object of the process. Read with the collector paused, a window is
-        # one collection's young objects, and most are freed before they grow old. Paused
-        # only if it was on; on again before anything is raised.
+        # (until their batch is yielded): automatic collections during the read would move
+        # most of them to the oldest generation, and enough there start a full collection,
+        # which scans every object of the process. Read with the collector paused, each
+        # chunk is measured and collected while in cache (_plan_collections), and most
+        # samples are freed before they grow old. Paused only if it was on; on again
+        # before anything is raised.
         paused = gc.isenabled()
+        chunk = _plan_collections(k) if paused else 0
         if paused:
             gc.disable()
         try:
-            samples.extend(itertools.islice(self._it, k))  # keeps what was read before a raise
-        except Exception as e:
-            failed = e
+            while True:
+                first = len(samples)
+                want = min(chunk or k, k - first)
+                try:
+                    samples.extend(itertools.islice(self._it, want))  # keeps what was read before a raise
+                except Exception as e:
+                    failed = e
+                if len(samples) > first:
+                    parts.append(self._src.measure_many(samples[first:], pos + first, index, count))
+                    if chunk:
+                        gc.collect(0)
+                if failed is not None or len(samples) - first < want or len(samples) == k:
+                    break
         finally:
             if paused:
                 gc.enable()
-        pos, count, index = self.pos, self._count, self._index
-        lengths = self._src.measure_many(samples, pos, index, count)
+        lengths = np.concatenate(parts) if len(parts) > 1 else parts[0] if parts else np.zeros(0, np.int64)
         self.pos = pos = pos + len(samples)
         if failed is not None:
             where = self._src._where(pos, pos * count + index, count)
