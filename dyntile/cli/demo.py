@@ -117,8 +117,9 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--methods",
-        default="random,sorted,buckets,packing",
-        help="comma-separated subset of random,sorted,buckets,packing",
+        default=None,
+        help="comma-separated subset of random,sorted,buckets,packing (default: all four); with "
+        "--model llama, of group_by_length,flattening,sorted,packing (default: all four)",
     )
     g.add_argument(
         "--attention",
@@ -163,13 +164,21 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     add_progress_argument(g)
 
 
-def _parse_methods(text: str) -> list[str]:
-    from dyntile.cli.methods import METHODS
-
+def _parse_methods(text: str | None, model: str = "tiny") -> list[str]:
+    """``--methods``: the names of ``model``'s methods it lists, in its order; all by default."""
+    if model == "llama":
+        from dyntile.cli.demo_llama import LLAMA_METHODS as METHODS
+    else:
+        from dyntile.cli.methods import METHODS
+    if text is None:
+        return list(METHODS)
     names = [m.strip() for m in text.split(",") if m.strip()]
     bad = [m for m in names if m not in METHODS]
     if bad or not names or len(set(names)) != len(names):
-        raise CLIError(f"--methods should list some of {','.join(METHODS)}, each once, but got {text!r}")
+        which = " (with --model llama)" if model == "llama" else ""
+        raise CLIError(
+            f"--methods should list some of {','.join(METHODS)}{which}, each once, but got {text!r}"
+        )
     return names
 
 
@@ -220,8 +229,9 @@ def _validate_args(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]
     from dyntile.cli.torch_import import require_torch
 
     require_torch()
-    methods = _parse_methods(args.methods)
-    attention = _parse_attention(args.attention, methods)
+    model = getattr(args, "model", "tiny")
+    methods = _parse_methods(args.methods, model)
+    attention = _parse_attention(args.attention, methods) if model == "tiny" else {}
     if args.plot:
         from dyntile.cli.plot import require_matplotlib
 
@@ -277,7 +287,7 @@ def run_demo(args: argparse.Namespace, out=None) -> int:
     if getattr(args, "model", "tiny") == "llama":
         from dyntile.cli.demo_llama import run_llama_demo
 
-        code = run_llama_demo(args, corpus, plan, out)
+        code = run_llama_demo(args, corpus, plan, out, methods)
         print(f"wall time {time.perf_counter() - t_start:.1f} s", file=out)
         return code
     dataset = TokenDataset(corpus)

@@ -227,9 +227,9 @@ def _warm_up(run, stats) -> None:
     run.update(warm_s=time.perf_counter() - t0, warm_graphs=stats["unique_graphs"] - graphs, shapes=len(seen))
 
 
-def run_llama_demo(args, corpus, plan, out) -> int:
-    """Train every method of :data:`LLAMA_METHODS`, eager and compiled, on the same steps;
-    print the table and the registered attention's overhead."""
+def run_llama_demo(args, corpus, plan, out, methods=LLAMA_METHODS) -> int:
+    """Train each of ``methods`` (names of :data:`LLAMA_METHODS`), eager and compiled, on the
+    same steps; print the table and the registered attention's overhead."""
     transformers = _require_transformers()
     from loaders.integrations.huggingface import register_attention
 
@@ -257,7 +257,7 @@ def run_llama_demo(args, corpus, plan, out) -> int:
     subset = subset_corpus(corpus, ids)
     batch_size = group_size(subset.lengths, args.batch_tokens)
     steps = {}
-    for method in LLAMA_METHODS:
+    for method in methods:
         batches, dynamic, _ = epoch_batches(method, subset, plan, args, batch_size)
         real = sum(int((b["segment_ids"] != 0).sum()) for b in batches)
         if real != int(subset.lengths.sum()):  # the table compares like work only
@@ -268,7 +268,7 @@ def run_llama_demo(args, corpus, plan, out) -> int:
         steps[method] = (batches, dynamic)
     runs = []
     for mode in modes:
-        for method in LLAMA_METHODS:
+        for method in methods:
             batches, dynamic = steps[method]
             model = copy.deepcopy(base)
             if _ROUTES[method] == "varlen":

@@ -56,6 +56,25 @@ def test_llama_demo_trains_every_method(capsys):
     assert 0 < loss < 20  # a finite next-token loss
 
 
+def test_llama_demo_runs_the_methods_asked_for(capsys):
+    rc = main(
+        ["demo", "--model", "llama", *SMALL, "--steps", "2", "--no-compile", "--methods", "packing,sorted"]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert sorted(label for label, _ in _rows(out)) == ["dyntile packing", "sorted pools + padding"]
+    # without group_by_length in the run, there is no base for its ratio column
+    assert {row["x gbl"] for row in _rows(out).values()} == {"-"}
+
+
+@pytest.mark.parametrize("methods", ["buckets", "packing,packing", ""])
+def test_llama_demo_refuses_methods_it_does_not_have(methods, capsys):
+    rc = main(["demo", "--model", "llama", *SMALL, "--no-compile", "--methods", methods])
+    err = capsys.readouterr().err
+    assert rc != 0
+    assert "group_by_length,flattening,sorted,packing (with --model llama)" in err, err
+
+
 def test_llama_demo_times_the_same_steps_eager_and_compiled(capsys):
     """Eager and compiled count the same steps and real tokens for every method (no step
     left out for having compiled), and every graph is built in the warm-up."""
