@@ -116,3 +116,11 @@ def test_a_list_the_tensors_dtype_cannot_hold_is_named_with_why():
     with pytest.raises(TypeError, match=r"key '0': .*sample 1") as row:
         DynTileCollate()([(torch.tensor([1, 2]),), ([1.5],)])
     assert "has type list" not in str(row.value)
+
+
+def test_a_fill_the_rows_dtype_cannot_hold_is_named_by_the_row_path():
+    """Lists of ints past int64 are uint64 rows; a negative fill is named with its key
+    where the row path meets it (no second path reaches a torch dtype uint64 lacks)."""
+    samples = [([2**63 + 5],), ([2**63 + 5, 2**63 + 6],)]
+    with pytest.raises(ValueError, match=r"key '0': fill=-1 is out of range for uint64"):
+        DynTileCollate(pad_values={"0": -1})(samples)
