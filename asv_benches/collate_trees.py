@@ -4,8 +4,10 @@ Each tree (a checkout with its native modules built) runs the same batches in a
 subprocess of its own (two builds of one extension cannot share a process), the trees
 interleaved round after round; each round reports, per case, the best of its timed
 passes (the least disturbed by other processes) and the table gives the median over
-rounds, and the ratio. The last case's batches never repeat their layout's facts
-(batch size and longest row) within a collate's memory of them.
+rounds, and the ratio. The last two cases' batches never repeat their batch size and
+longest rows within a collate's memory of layouts: in "all new" many share the widths
+those rows pad to (the facts a layout is kept by), in "all new widths" none does, so
+that every batch is laid out anew (the worst case of a layout kept per facts).
 
 Run: ``python asv_benches/collate_trees.py OLD_TREE NEW_TREE [--rounds 6]``
 (CPU time of the process, ``time.process_time``: a busy machine inflates it less than
@@ -46,12 +48,18 @@ cases = {
           "attention_mask": [1] * len(s["input_ids"]), "label": 1} for s in b]
         for b in grouped
     ],
-    # 2048 batches of distinct (size, longest row): more than a collate keeps layouts
-    # for, so every batch is laid out anew (the worst case of a layout kept per facts)
+    # 2048 batches of distinct (size, longest row), more than a collate keeps layouts
+    # for; their facts, (size, width of the longest row), take a few hundred values
     "2-33 x 2 keys, lists, all new": [
         [{"input_ids": list(range(1, 1 + (L if i == 0 else 1 + i % L))),
           "labels": list(range(1 + i % L))} for i in range(B)]
         for B in range(2, 34) for L in range(1, 65)
+    ],
+    # 1280 batches of distinct (size, width): every batch is laid out anew
+    "2-33 x 2 keys, lists, all new widths": [
+        [{"input_ids": list(range(1, 1 + (L if i == 0 else 1 + i % L))),
+          "labels": list(range(1 + i % L))} for i in range(B)]
+        for B in range(2, 34) for L in range(8, 8 * 41, 8)
     ],
 }
 out = {}

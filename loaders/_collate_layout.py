@@ -8,8 +8,9 @@ length; :func:`layout_batch` decides from the facts and the collate's :class:`Di
 every key's width, dtype and fill, which key gives the mask and lengths, and which keys
 the counts are of; its writer writes that :class:`BatchLayout` into new tensors. The
 reader and the writer decide nothing. A layout depends on the facts alone, which take few
-values in a run (the lengths enter by their longest row only): each is decided once, kept
-in the spec, and found there by the native call itself.
+values in a run (the lengths enter by their longest row only, and rows of more than one
+length by the width that row pads to, read from the spec's :func:`width_table`): each is
+decided once, kept in the spec, and found there by the native call itself.
 
 The rules of a batch are small functions here, which the Python executor
 (:mod:`loaders._collate_python`) applies too:
@@ -32,6 +33,7 @@ import dataclasses
 import functools
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
 from dyntile import tensor_reader
@@ -59,6 +61,9 @@ ONE_THREAD_BYTES = PARALLEL_COPY_BYTES - 1
 
 #: layouts a spec keeps (one per distinct facts) before it starts over
 MAX_LAYOUTS = 1024
+
+#: the longest rows a spec's table of widths covers (longer ones are reported as they are)
+WIDTH_TABLE_ROWS = 4096
 
 _DTYPE_SHIFT = 5  # a tensor key's code holds 1 + its scalar type from this bit on
 
@@ -180,6 +185,7 @@ class DictSpec:
         # each key's fill bits by dtype (None: not holdable), and the layout of each facts seen
         self.bits = tuple({} for _ in self.rules)
         self.layouts = {}
+        self.widths = width_table(self.size_of)
         self.decide = functools.partial(layout_batch, self)  # what the native call asks for new facts
 
     def __eq__(self, other) -> bool:
@@ -221,6 +227,26 @@ def size_of_rows(multiple: int, bounds) -> object:
     if bounds is None:
         return _Multiple(multiple)
     return _Bounds(tuple(int(b) for b in bounds))
+
+
+@functools.lru_cache(maxsize=64)
+def width_table(size_of) -> bytes:
+    """The widths ``size_of`` pads each longest row ``0 <= n < N`` to, as native int64 bytes
+    (the native reader reports a row key whose rows differ in length by this width, where
+    the table has it). A layout depends on such a key's longest row only through its width,
+    and ``size_of`` keeps a width as it is, so :func:`layout_batch` decides the same from
+    either; ``N`` stops where ``size_of`` is -1 (past the plan), which only the row
+    itself then tells.
+
+    >>> np.frombuffer(width_table(size_of_rows(4, None)), np.int64)[:6].tolist()
+    [0, 4, 4, 4, 4, 8]
+    """
+    n = 0
+    widths = []
+    while n < WIDTH_TABLE_ROWS and (w := size_of(n)) >= 0:
+        widths.append(w)
+        n += 1
+    return np.asarray(widths, np.int64).tobytes()
 
 
 class _Multiple(NamedTuple):
@@ -265,7 +291,8 @@ class BatchLayout(NamedTuple):
 
 def layout_batch(spec: DictSpec, facts: tuple) -> BatchLayout | None:
     """The layout of a batch whose ``facts`` are ``(B, code, longest, code, longest, ...)``
-    (the native reader's report: per key its :func:`key_code` and longest row), or ``None``
+    (the native reader's report: per key its :func:`key_code` and longest row, or the
+    width that row pads to: see :func:`width_table`), or ``None``
     when the Python executor collates it: a key of another kind than the plan's (the
     structure changed), a longest row past the plan (its overflow rule), rows of one
     length requiring grad (``torch.stack`` records autograd), a copy large enough for the
@@ -359,7 +386,9 @@ def run_layout(samples: list, spec: DictSpec) -> tuple | None:
     (another structure, a value the reader does not take, a layout it decides there, or a
     list holding other numbers than ints, which the writer meets)."""
     native = tensor_reader.native_module()
-    got = None if native is None else native.collate_dicts(samples, spec.keys, spec.layouts, spec.decide)
+    if native is None:
+        return None
+    got = native.collate_dicts(samples, spec.keys, spec.layouts, spec.decide, spec.widths)
     if got is None:  # None: switched off, or for the Python executor
         return None
     out, mask, lengths, layout, totals = got

@@ -21,7 +21,7 @@ from dyntile.padding import pad_batch, pad_rows
 
 from ._collate_layout import mask_of, stacks, widens
 from ._collate_spec import MAP, CollateRules, LeafSpec, Mismatch, NodeSpec, join_key, kind_of
-from ._leaf_handlers import HANDLERS
+from ._leaf_handlers import HANDLERS, read_leaf
 
 __all__ = ["PythonBatch", "Result", "map_tensors", "run"]
 
@@ -91,7 +91,6 @@ class PythonBatch:
         "truncated",
         "extended",
         "rows",
-        "refused",
         "tiled",
         "even",
     )
@@ -103,7 +102,6 @@ class PythonBatch:
         self.truncated: set = set()  # samples cut (once each, whatever their keys)
         self.shapes: list = []
         self.rows = 0  # bucket_rows: the rows of the mask_from (or first) leaf's bucket
-        self.refused: dict = {}  # key -> why pad_rows refused it (named if the leaf fails)
         self.tiled: dict = {}  # tile=: padded key -> its fill, tiled at the end
         self.even: dict = {}  # aligned row key stacked at one length -> that length
 
@@ -156,26 +154,22 @@ class PythonBatch:
 
     # ---- padding
 
-    def pad_rows(self, items: list, spec: LeafSpec) -> torch.Tensor | None:
-        """A 1-D leaf in one ``pad_rows`` call (tensors or lists of numbers;
-        ``pad_batch`` for 1-D arrays), which finds the lengths, the size and the
-        buffer; stacked when the samples share one length and the leaf is no sequence.
-        ``None`` when the layout needs the shape first (batch padding, tiling, pinning)
-        or the leaf is refused: the caller's general path then names the sample and
-        applies the overflow policy."""
+    def pad_rows(self, items: list, spec: LeafSpec) -> torch.Tensor:
+        """A 1-D leaf that :meth:`CollateRules.pads_rows` gives the row path, in one
+        ``pad_rows`` call (tensors or lists of numbers; ``pad_batch`` for other kinds),
+        which finds the lengths, the size and the buffer; stacked when the samples share
+        one length and the leaf is no sequence. A leaf it cannot pad raises here, worded
+        as the general path words it (:meth:`_row_error`)."""
         r, key = self.rules, spec.key
-        if not r.pads_rows_directly or key in self.refused:
-            return None
         fill = r.fill_for(key)
         rows = pad_rows(items, multiple=r.multiple, plan=r.plan, fill=fill, side=r.side)
-        if rows is None:
+        if rows is None:  # another kind of rows (arrays, mixed), or rows it cannot pad: pad_batch says why
             try:
                 batch, lengths = pad_batch(
                     items, multiple=r.multiple, plan=r.plan, fill=fill, side=r.side, promote=False
                 )
             except (TypeError, ValueError) as e:
-                self.refused[key] = str(e)
-                return None
+                raise self._row_error(items, spec, e) from None
             lengths = np.asarray(lengths)
             rows = batch, lengths, int(lengths.max()), int(lengths.sum())
         batch, lengths, longest, total = rows
@@ -186,6 +180,16 @@ class PythonBatch:
             return self.stacked(items, spec, _stacked_rows(batch, longest, r.side, items))
         self._note(key, lengths, (0,), shape, total)
         return batch
+
+    def _row_error(self, items: list, spec: LeafSpec, error: Exception) -> Exception:
+        """The error of a leaf the row path could not pad, in the general path's words: its
+        reading of the samples (:func:`read_leaf`: type, dtype, rank, numbers) raises what
+        it finds, then a row past the plan is named (``overflow="error"``, the only policy
+        the row path runs under), else ``error`` itself, keyed. Nothing is padded again."""
+        _, shapes = read_leaf(items, spec, str(error))
+        if self.rules.plan is not None:
+            _check_over_plan(shapes, spec.key, (0,), np.array(self.rules.plan.max_sizes))
+        return _keyed(error, spec.key)
 
     def pad(self, items: list, shapes: np.ndarray, spec: LeafSpec) -> torch.Tensor:
         """Pad one ragged leaf: target shape, overflow policy, one allocation, one kernel call."""
@@ -206,7 +210,7 @@ class PythonBatch:
         try:
             pad_batch(items, shape=tuple(target), fill=fill, side=r.side, out=out[:B] if rows > B else out)
         except (ValueError, TypeError) as e:
-            raise type(e)(f"key {key!r}: {e}") from None
+            raise _keyed(e, key) from None
         if rows > B:
             out[B:] = fill
             shapes = np.concatenate((shapes, np.zeros((rows - B, shapes.shape[1]), np.int64)))
@@ -238,14 +242,9 @@ class PythonBatch:
             self.rules = dataclasses.replace(r, plan=r.plan.extend(tuple(int(x) for x in maxes)))
             self.extended += 1
             return items, shapes, maxes
-        over = (shapes[:, axes] > limit).any(axis=1)
-        i = int(np.flatnonzero(over)[0])
         if r.overflow == "error":
-            raise ValueError(
-                f"key {key!r}: sample {i} has shape {tuple(shapes[i].tolist())}, over the plan's largest "
-                f"boundary {tuple(int(x) for x in limit)} along axes {list(axes)}; pass "
-                f"overflow='truncate' to cut it or overflow='extend' to pad past the plan"
-            )
+            _check_over_plan(shapes, key, axes, limit)
+        over = (shapes[:, axes] > limit).any(axis=1)
         items = list(items)
         shapes = shapes.copy()
         for i in np.flatnonzero(over):
@@ -359,6 +358,24 @@ class PythonBatch:
             inside = inside.reshape(inside.shape + (1,) * (len(axes) - j - 1))
             mask = inside if mask is None else mask & inside
         return torch.from_numpy(mask)
+
+
+def _keyed(error: Exception, key: str) -> Exception:
+    """``error`` (of a padding call on one leaf) naming the leaf's key."""
+    return type(error)(f"key {key!r}: {error}")
+
+
+def _check_over_plan(shapes: np.ndarray, key: str, axes: tuple, limit: np.ndarray) -> None:
+    """``ValueError`` naming the first sample of ``shapes`` (``(B, ndim)``) past the plan's
+    largest boundary ``limit`` along ``axes`` (what ``overflow="error"`` says)."""
+    over = (shapes[:, axes] > limit).any(axis=1)
+    if over.any():
+        i = int(np.flatnonzero(over)[0])
+        raise ValueError(
+            f"key {key!r}: sample {i} has shape {tuple(shapes[i].tolist())}, over the plan's largest "
+            f"boundary {tuple(int(x) for x in limit)} along axes {list(axes)}; pass "
+            f"overflow='truncate' to cut it or overflow='extend' to pad past the plan"
+        )
 
 
 def _check_fixed_axes(shapes: np.ndarray, key: str, axes: tuple) -> None:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from dyntile import tensor_reader
+from dyntile.arrays import torch_numpy_dtype
 from dyntile.padding import native_row_dtype, native_row_layout
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import normalize_axis
@@ -91,6 +92,7 @@ class CollateRules:
     def __post_init__(self):
         # the native layout is read once: the bounds array is one object, so specs compare by it
         object.__setattr__(self, "native_layout", self._native_layout())
+        object.__setattr__(self, "pads_rows_directly", self._pads_rows_directly())
 
     def _native_layout(self) -> tuple | None:
         """``(multiple, bounds)`` of the native executor, or ``None`` when these options need
@@ -105,17 +107,28 @@ class CollateRules:
             return None
         return native_row_layout(self.multiple, self.plan)
 
-    @property
-    def pads_rows_directly(self) -> bool:
-        """Whether a 1-D leaf is padded by one ``pad_rows`` call (no batch padding,
-        pinning or tiling, which need its shape first)."""
+    def _pads_rows_directly(self) -> bool:
+        """Whether these options let a 1-D leaf take the row path (see :meth:`pads_rows`): no
+        batch padding, pinning or tiling, which need its shape first, and no plan unless
+        it is of one axis and a row past it is an error (``overflow="truncate"`` and
+        ``"extend"`` change the samples or the plan first)."""
         return (
             self.batch_multiple is None
             and self.bucket_rows is None
             and not self.pin
             and self.tile is None
-            and (self.plan is None or self.plan.ndim == 1)
+            and (self.plan is None or (self.plan.ndim == 1 and self.overflow == "error"))
         )
+
+    def pads_rows(self, x0) -> bool:
+        """Whether the 1-D leaf whose sample 0 is ``x0`` is padded by one ``pad_rows`` call
+        (the row path) rather than by the general path, which reads its shapes first:
+        the options allow it (:meth:`_pads_rows_directly`) and ``x0`` is no tensor of a
+        dtype NumPy cannot carry (quantized, sub-byte), which the general path stacks as
+        ``default_collate`` does. Decided once per leaf and batch, before either path
+        runs: the row path hands no leaf on, and raises its errors as the general path
+        words them."""
+        return self.pads_rows_directly and (type(x0) is not torch.Tensor or numpy_carries(x0.dtype))
 
     def named(self, key: str, names) -> bool:
         """Whether ``key`` (a dotted path) or its last part is in ``names``."""
@@ -184,6 +197,27 @@ class CollateRules:
         if self.batch_multiple is None:
             return B
         return -(-B // self.batch_multiple) * self.batch_multiple
+
+
+def numpy_carries(dtype: torch.dtype) -> bool:
+    """Whether NumPy carries the torch ``dtype`` (as itself, or as integers of its width:
+    bfloat16, float8); not quantized and sub-byte dtypes.
+
+    >>> numpy_carries(torch.bfloat16), numpy_carries(torch.uint3)
+    (True, False)
+    """
+    carried = _CARRIED.get(dtype)
+    if carried is None:
+        try:
+            torch_numpy_dtype(dtype)
+            carried = True
+        except (TypeError, ValueError, RuntimeError):
+            carried = False
+        _CARRIED[dtype] = carried
+    return carried
+
+
+_CARRIED: dict = {}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,7 +43,7 @@ from ._collate_spec import (
     join_key,
 )
 
-__all__ = ["HANDLERS", "mapping_columns"]
+__all__ = ["HANDLERS", "mapping_columns", "read_leaf"]
 
 
 def _where(key: str) -> str:
@@ -160,23 +160,36 @@ def collate_arrays(ctx, items: list, spec) -> torch.Tensor:
     in one call when it is built; otherwise, and for anything it refuses, this reads
     ``type``, ``dtype`` and ``shape`` per sample (one pass each, in C-level
     comprehensions) and names any mismatch. The copy is one kernel call in
-    ``ctx.pad``. 1-D rows go to one ``pad_rows`` call first (:meth:`PythonBatch.pad_rows`).
+    ``ctx.pad``. 1-D rows that the rules give the row path go to one ``pad_rows`` call
+    (:meth:`PythonBatch.pad_rows`), decided before either runs.
     """
     key = spec.key
     x0 = items[0]
     if x0.ndim != spec.ndim:
         raise Mismatch(key)
-    if x0.ndim == 1:  # pad_rows / pad_batch(promote=False) check kinds and dtypes themselves
-        out = ctx.pad_rows(items, spec)
-        if out is not None:
-            return out
-    shapes = _shapes(items, key, ctx.refused.get(key))
+    if x0.ndim == 1 and ctx.rules.pads_rows(x0):  # pad_rows / pad_batch(promote=False) check kinds and dtypes
+        return ctx.pad_rows(items, spec)
+    items, shapes = read_leaf(items, spec)
     if shapes.shape[1] == 0 or not ctx.is_ragged(spec, shapes):
         return ctx.stacked(items, spec, _stack(items))
     return ctx.pad(items, shapes, spec)
 
 
-def _shapes(items: list, key: str, refused: str | None) -> np.ndarray:
+def read_leaf(items: list, spec, reason: str | None = None) -> tuple[list, np.ndarray]:
+    """``(items, shapes)`` of a tensor, array or row leaf as the general path pads it: tensors
+    and arrays as they are, lists of numbers as arrays of the batch's dtype, and their
+    ``(B, ndim)`` shapes; else the error naming the key and the first sample of another
+    type, dtype, rank or kind of number (for a list among tensors, ``reason``: why the row
+    path could not join it to them). The one wording of these errors: the row path names
+    its failures by this reading too."""
+    key = spec.key
+    if spec.kind == ROWS:
+        arrays = _number_arrays(items, key)
+        return arrays, np.fromiter(map(len, arrays), np.int64, len(arrays)).reshape(-1, 1)
+    return items, _shapes(items, key, reason)
+
+
+def _shapes(items: list, key: str, reason: str | None) -> np.ndarray:
     """The ``(B, ndim)`` shapes of tensors or arrays of one type, dtype and rank (else an
     error naming the first sample that differs); plain CPU tensors in one native call."""
     if type(items[0]) is torch.Tensor:  # the native reader checks dtype and rank too
@@ -185,7 +198,7 @@ def _shapes(items: list, key: str, refused: str | None) -> np.ndarray:
             return described[0]
     if len({(type(x), getattr(x, "dtype", None)) for x in items}) > 1:
         check_one_dtype(items, key)  # the tensors or arrays (PackedCollate's rule too)
-        _raise_mixed(items, type(items[0]), items[0].dtype, key, refused)  # a list among them
+        _raise_mixed(items, type(items[0]), items[0].dtype, key, reason)  # a list among them
     shape_list = [x.shape for x in items]
     ndim = len(shape_list[0])
     if len({len(s) for s in shape_list}) > 1:
@@ -225,8 +238,8 @@ def check_one_dtype(items: list, key: str) -> None:
 
 def _raise_mixed(items: list, kind: type, dtype, key: str, reason: str | None = None):
     """``TypeError`` naming the first sample of another type or dtype than sample 0; for
-    a list of numbers, ``reason``: why ``pad_rows`` (where lists join tensors of a
-    dtype that holds their values) refused it."""
+    a list of numbers, ``reason``: why the row path (where lists join tensors of a
+    dtype that holds their values) could not join it."""
     i, got = next(
         (i, x) for i, x in enumerate(items) if type(x) is not kind or getattr(x, "dtype", None) != dtype
     )
@@ -249,12 +262,9 @@ def _stack(items: list) -> torch.Tensor:
 def collate_number_lists(ctx, items: list, spec) -> torch.Tensor:
     """Lists of numbers (1-D sequences) -> one padded tensor (bool, int64 or float64,
     as ``numpy.asarray`` reads them; empty lists carry no type)."""
-    out = ctx.pad_rows(items, spec)  # pad_rows reads the lists of Python numbers itself
-    if out is not None:
-        return out
-    key = spec.key
-    arrays = _number_arrays(items, key)
-    shapes = np.array([len(a) for a in arrays], dtype=np.int64).reshape(-1, 1)
+    if ctx.rules.pads_rows(items[0]):  # pad_rows reads the lists of Python numbers itself
+        return ctx.pad_rows(items, spec)
+    arrays, shapes = read_leaf(items, spec)
     if not ctx.is_ragged(spec, shapes):
         return ctx.stacked(items, spec, torch.from_numpy(np.stack(arrays)))
     return ctx.pad(arrays, shapes, spec)

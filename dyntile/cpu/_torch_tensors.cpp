@@ -329,7 +329,8 @@ PyObject* first_requiring_grad(PyObject*, PyObject* args) {
 // ---- collate_dicts: a batch of flat dicts, read in one pass and written by a layout
 //
 // The reader reports the batch's facts (per key its kind, dtype, grad, whether its rows
-// share one length, and its longest row) and decides nothing; the layout (each key's width,
+// share one length, and its longest row, or the width the caller's table gives that row
+// when the rows differ in length) and decides nothing; the layout (each key's width,
 // dtype and fill, where the mask and lengths come from) is the caller's: found under the
 // facts in its dict of layouts, or, for facts not seen yet, decided by its Python function
 // (loaders/collate_layout.py: layout_batch); the writer carries it out.
@@ -512,8 +513,10 @@ PyObject* tuple_of(std::initializer_list<PyObject*> items) {
 }
 
 // the facts of a read, (B, code, longest, code, longest, ...), and its row totals (total, ...):
-// tuples of ints alone, so that looking the facts up in a dict runs no Python code
-bool facts_of(const DictRead& r, PyObject*& facts, PyObject*& totals) {
+// tuples of ints alone, so that looking the facts up in a dict runs no Python code. A row key
+// whose rows differ in length reports widths[longest] for its longest row where the caller's
+// table has an entry (nw of them): batches whose layouts are equal then share their facts
+bool facts_of(const DictRead& r, const char* widths, Py_ssize_t nw, PyObject*& facts, PyObject*& totals) {
   facts = PyTuple_New(1 + 2 * r.nk);
   totals = PyTuple_New(r.nk);
   bool ok = facts != nullptr && totals != nullptr;
@@ -524,8 +527,11 @@ bool facts_of(const DictRead& r, PyObject*& facts, PyObject*& totals) {
   if (ok) put(facts, 0, PyLong_FromSsize_t(r.n));
   for (Py_ssize_t j = 0; j < r.nk && ok; j++) {
     const KeyRead& k = r.key[j];
-    put(facts, 1 + 2 * j, PyLong_FromLongLong(key_code(k, r.n)));
-    put(facts, 2 + 2 * j, PyLong_FromLongLong(k.rows.longest));
+    const int64_t code = key_code(k, r.n);
+    int64_t longest = k.rows.longest;
+    if (k.kind <= TENSOR_ROWS && !(code & ONE_LENGTH) && longest < nw) std::memcpy(&longest, widths + 8 * longest, 8);
+    put(facts, 1 + 2 * j, PyLong_FromLongLong(code));
+    put(facts, 2 + 2 * j, PyLong_FromLongLong(longest));
     put(totals, j, PyLong_FromLongLong(k.rows.total));
   }
   if (!ok) {
@@ -720,12 +726,17 @@ int write_batch(DictRead& r, PyObject* layout, bool check, PyObject*& out, at::T
   return 1;
 }
 
-// collate_dicts(samples, keys, layouts, decide) -> None | (out, mask | None, lengths | None, layout, totals)
+// collate_dicts(samples, keys, layouts, decide, widths=None) -> None | (out, mask | None, lengths | None,
+// layout, totals)
 PyObject* collate_dicts(PyObject*, PyObject* args) {
-  PyObject *samples, *keys, *layouts, *decide;
-  if (!PyArg_ParseTuple(args, "O!O!O!O", &PyList_Type, &samples, &PyTuple_Type, &keys, &PyDict_Type, &layouts,
-                        &decide))
+  PyObject *samples, *keys, *layouts, *decide, *widths = Py_None;
+  if (!PyArg_ParseTuple(args, "O!O!O!O|O", &PyList_Type, &samples, &PyTuple_Type, &keys, &PyDict_Type, &layouts,
+                        &decide, &widths))
     return nullptr;
+  if (widths != Py_None && (!PyBytes_CheckExact(widths) || PyBytes_GET_SIZE(widths) % 8 != 0)) {
+    PyErr_SetString(PyExc_TypeError, "collate_dicts: widths should be None or bytes of int64 widths");
+    return nullptr;
+  }
   const Py_ssize_t n = PyList_GET_SIZE(samples), nk = PyTuple_GET_SIZE(keys);
   if (n == 0 || nk == 0) Py_RETURN_NONE;
   std::unique_ptr<DictRead, ReleaseRead> r(take_read());
@@ -738,7 +749,10 @@ PyObject* collate_dicts(PyObject*, PyObject* args) {
     Py_RETURN_NONE;
   }
   PyObject *facts, *totals;
-  if (!facts_of(*r, facts, totals)) return nullptr;
+  // the table's bytes are held by the caller's tuple of arguments for the whole call
+  const bool table = widths != Py_None;
+  const char* width_of = table ? PyBytes_AS_STRING(widths) : nullptr;
+  if (!facts_of(*r, width_of, table ? PyBytes_GET_SIZE(widths) / 8 : 0, facts, totals)) return nullptr;
   // the facts are ints alone: their lookup runs no Python code, and the batch stays as read
   PyObject* layout = PyDict_GetItemWithError(layouts, facts);
   const bool decided = layout == nullptr;
@@ -788,7 +802,7 @@ PyMethodDef methods[] = {
      "CPU tensor of that rank and of the first sample's dtype (not complex), else the index of the\n"
      "first that is not (the buffers then hold nothing to use); elements counts their items."},
     {"collate_dicts", guarded<collate_dicts>, METH_VARARGS,
-     "collate_dicts(samples, keys, layouts, decide) -> None | (out, mask, lengths, layout, totals)\n\n"
+     "collate_dicts(samples, keys, layouts, decide, widths=None) -> None | (out, mask, lengths, layout, totals)\n\n"
      "Read a batch of B exact dicts holding the keys of the tuple keys (sample 0 in their order) in one\n"
      "pass, and write it by its layout: layouts[facts], else decide(facts) (a layout or None). facts is\n"
      "(B, code, longest) per key: the code says the kind of its values (bits 0-2: the module's LIST_ROWS:\n"
@@ -796,7 +810,8 @@ PyMethodDef methods[] = {
      "of one kind; TENSOR_SCALARS: plain 0-d CPU tensors of one dtype), whether a tensor requires grad\n"
      "(GRAD), whether the rows share one length (ONE_LENGTH), and for tensors 1 + their scalar type\n"
      "(bits 5 on: scalar_dtypes()[code >> 5] is the torch dtype); longest is the longest row (0 for\n"
-     "numbers). A layout is a tuple whose first items are (widths, dtypes, fill_bits, mark, want, left):\n"
+     "numbers), or, for rows of more than one length, widths[longest] where the bytes widths (int64 in\n"
+     "native order, the caller's table of the width each longest row pads to) has that entry. A layout is a tuple whose first items are (widths, dtypes, fill_bits, mark, want, left):\n"
      "per key, row keys padded to widths[j] with fill_bits[j] (the fill's bit pattern), on the left when\n"
      "left; number keys stacked; each in dtypes[j] (int64 for lists of ints and Python ints, float64 for\n"
      "floats, bool for bools, a tensor's own); mask (bool (B, T), true on data) and lengths (int64 (B,))\n"

@@ -3,6 +3,9 @@ report alone (the table of rules in docs/guides/bucketing.md)."""
 
 from __future__ import annotations
 
+import random
+
+import numpy as np
 import pytest
 import torch
 
@@ -11,6 +14,7 @@ from dyntile.planning import BucketPlan
 from loaders import DynTileCollate, _collate_layout
 from loaders._collate_layout import (
     NUMBER_DTYPES,
+    WIDTH_TABLE_ROWS,
     BatchLayout,
     DictSpec,
     KeyRule,
@@ -21,6 +25,7 @@ from loaders._collate_layout import (
     size_of_rows,
     stacks,
     widens,
+    width_table,
 )
 from loaders._collate_spec import plan_batch
 
@@ -230,3 +235,125 @@ def test_a_spec_keeps_a_layout_per_facts_and_starts_over_past_max_layouts(monkey
     for n in range(4, 12):
         assert lay(spec, (2, (rows(n, 2 * n - 1),))).widths == (-(-n // 8) * 8,)
         assert len(spec.layouts) <= 3
+
+
+# ------------------------------------------------------------------ facts by width
+
+
+SIZE_OFS = [
+    size_of_rows(1, None),
+    size_of_rows(8, None),
+    size_of_rows(13, None),
+    size_of_rows(1, [8, 16]),
+    size_of_rows(1, [3, 100, 5000]),
+]
+
+
+@pytest.mark.parametrize("size_of", SIZE_OFS)
+def test_a_width_table_holds_widths_its_size_of_keeps(size_of):
+    table = np.frombuffer(width_table(size_of), np.int64)
+    past = next((n for n in range(WIDTH_TABLE_ROWS) if size_of(n) < 0), WIDTH_TABLE_ROWS)
+    assert len(table) == past
+    assert table.tolist() == [size_of(n) for n in range(past)]
+    assert all(size_of(w) == w for w in set(table.tolist()))  # a width stays itself: one layout for both
+
+
+def coarse(spec: DictSpec, facts: tuple) -> tuple:
+    """``facts`` as the native reader reports them under ``spec``'s table (an independent
+    reading of its rule: ragged row keys by the width of their longest row)."""
+    table = np.frombuffer(spec.widths, np.int64)
+    out = list(facts)
+    for j in range(1, len(facts), 2):
+        code, longest = facts[j], facts[j + 1]
+        rows = code & 7 in (native.LIST_ROWS, native.TENSOR_ROWS)
+        if rows and not code & native.ONE_LENGTH and longest < len(table):
+            out[j + 1] = int(table[longest])
+    return tuple(out)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"pad_values": {"ids": 0}}, {"plan": BucketPlan((8, 16, 48))}, {"mask_from": "emb", "side": "left"}],
+)
+def test_facts_by_width_are_laid_out_as_facts_by_longest_row(options):
+    """The differential grid of the coarse facts: every batch's layout from the width of its
+    ragged keys' longest rows is the layout from the rows themselves."""
+    sample = {"ids": [1], "labels": [1], "emb": torch.ones(1, dtype=torch.int16), "y": 1.0}
+    exact, by_width = spec_of(sample, **options), spec_of(sample, **options)
+    rng = random.Random(5)
+    seen = 0
+    for _ in range(400):
+        B = rng.choice([1, 2, 3, 7, 33])
+        keys = []
+        for dtype in (None, None, torch.int16):
+            longest = rng.choice([0, 1, 5, 8, 9, 16, 17, 40, 49, rng.randrange(5000)])
+            total = longest * B if rng.random() < 0.3 else max(0, longest * B - rng.randrange(1, 3))
+            keys.append(rows(longest, total, dtype))
+        facts = facts_of((B, (*keys, number(native.FLOATS))))
+        want = layout_batch(exact, facts)
+        assert layout_batch(by_width, coarse(by_width, facts)) == want, facts
+        seen += want is not None
+    assert seen > 100
+
+
+def test_the_reader_reports_ragged_rows_by_their_width():
+    spec = spec_of({"ids": [1], "emb": [1]}, pad_values={"ids": 0})
+    decided = []
+
+    def decide(facts):
+        decided.append(facts)
+        return layout_batch(spec, facts)
+
+    L = WIDTH_TABLE_ROWS + 3
+    batches = [
+        [{"ids": [1] * 11, "emb": [2] * 5}, {"ids": [3] * 2, "emb": [4] * 5}],  # ids ragged; emb one length
+        [{"ids": [1] * 13, "emb": [2] * 5}, {"ids": [3] * 9, "emb": [4] * 5}],  # ids: another row, one width
+        [{"ids": [1] * L, "emb": [2]}, {"ids": [3], "emb": [4] * 2}],  # ids past the table
+    ]
+    code = native.LIST_ROWS
+    outs = [native.collate_dicts(b, spec.keys, spec.layouts, decide, spec.widths) for b in batches]
+    assert decided == [(2, code, 16, code | native.ONE_LENGTH, 5), (2, code, L, code, 8)]
+    assert outs[1][3] is outs[0][3]  # the second batch's facts were the first's: its layout found
+    for b, out in zip(batches, outs):
+        want = DynTileCollate(pad_values={"ids": 0})(b)
+        for k in ("ids", "emb"):
+            assert torch.equal(out[0][k], want[k]), k
+        assert torch.equal(out[1], want["attention_mask"]) and torch.equal(out[2], want["lengths"])
+
+
+@pytest.mark.parametrize("options", [{}, {"plan": BucketPlan((8, 16, 64))}, {"side": "left", "multiple": 4}])
+def test_a_collate_reusing_layouts_by_width_pads_as_the_reference(options):
+    """Batches of many longest rows in one collate (layouts found by width) against NumPy:
+    input_ids a declared sequence, labels stacked at one length (at the width of input_ids
+    when it is theirs too), else padded."""
+    collate = DynTileCollate(pad_values={"input_ids": 0}, **options)
+    rng = np.random.default_rng(3)
+    m, left = options.get("multiple", 8), options.get("side") == "left"
+
+    def width(lengths):
+        top = int(max(lengths))
+        return next(b for b in (8, 16, 64) if b >= top) if "plan" in options else -(-top // m) * m
+
+    for _ in range(150):
+        B = int(rng.integers(1, 9))
+        n = rng.integers(0, 60, B) if rng.random() < 0.7 else np.full(B, int(rng.integers(0, 60)))
+        labels_n = n if rng.random() < 0.5 else rng.integers(0, 60, B)
+        samples = [
+            {"input_ids": rng.integers(0, 99, k).tolist(), "labels": rng.integers(0, 99, j).tolist()}
+            for k, j in zip(n, labels_n)
+        ]
+        out = collate(samples)
+        T = width(n)
+        if (labels_n == labels_n[0]).all():
+            W = T if (n == labels_n[0]).all() else int(labels_n[0])
+        else:
+            W = width(labels_n)
+        for key, size, fill in (("input_ids", T, 0), ("labels", W, -100)):
+            want = np.full((B, size), fill, np.int64)
+            for i, s in enumerate(samples):
+                k = len(s[key])
+                want[i, size - k if left else 0 : size if left else k] = s[key]
+            assert out[key].tolist() == want.tolist(), (key, n.tolist(), labels_n.tolist())
+        assert out["lengths"].tolist() == n.tolist()
+        mask = np.arange(T)[None, :] >= T - n[:, None] if left else np.arange(T)[None, :] < n[:, None]
+        assert out["attention_mask"].tolist() == mask.tolist()
