@@ -272,35 +272,41 @@ _ROUTES = {
 _ROW_ROUTES = {TOKEN_ROWS: rows_from_pointers, GATHERED_ROWS: rows_from_buffer, NUMBER_LISTS: number_rows}
 
 
-def pad_rows(samples: list, *, multiple: int = 8, plan=None, fill=0, side: str = "right"):
-    """The one-call route of a collate: B 1-D rows -> ``(batch, lengths, longest, total)``.
+def pad_rows(
+    samples: list, *, multiple: int = 8, plan=None, fill=0, side: str = "right", promote: bool = True
+):
+    """A collate's one-call route: B 1-D rows -> ``(batch, lengths, longest, total)``.
 
-    ``samples``: a list of 1-D CPU torch tensors of one dtype, or of lists of Python
-    numbers (token ids as tokenizers give them). ``batch`` is ``(B, T)`` (a torch
-    tensor for tensors, NumPy for lists; ``T`` as :func:`pad_batch` chooses it),
-    ``lengths`` int64 NumPy ``(B,)``, ``longest`` and ``total`` the longest row and
-    the sum of the lengths (the kernel's own counts: a caller needs no pass over
-    ``lengths``). ``None`` for any other batch (other kinds or ranks, mixed dtypes,
-    a row over the plan): :func:`pad_batch` takes, or explains, those.
+    ``samples``: 1-D rows as :func:`pad_batch` takes them; 1-D CPU torch tensors of one
+    dtype and lists of Python numbers (token ids as tokenizers give them) take one
+    kernel call that also counts them, any other kind :func:`pad_batch`'s route for it.
+    ``batch`` is ``(B, T)`` (a torch tensor for tensors, NumPy for lists and arrays; ``T``
+    as :func:`pad_batch` chooses it), ``lengths`` int64 NumPy ``(B,)``, ``longest`` and
+    ``total`` the longest row and the sum of the lengths (a caller needs no pass over
+    ``lengths``). Errors are :func:`pad_batch`'s, and a sample of another rank than 1 is
+    refused, naming it.
 
     >>> batch, lengths, longest, total = pad_rows([[1, 2, 3], [4]], multiple=4)
     >>> batch.tolist(), lengths.tolist(), longest, total
     ([[1, 2, 3, 0], [4, 0, 0, 0]], [3, 1], 3, 4)
     """
-    left = SIDES.get(side) if type(side) is str else None
-    if left is None:
-        left = check_side(side)  # raises, naming what is accepted
-    if plan is not None:
-        check_plan(plan)
-    if type(samples) is not list or not samples:
-        return None
-    req = _new(PadRequest, (samples, multiple, None, None, plan, fill, left, None, True, None, None))
-    try:
-        kind, read = _kind_of(req)
-        route = _ROW_ROUTES.get(kind)
-        return None if route is None else route(req, read)
-    except (TypeError, ValueError):
-        return None
+    req = _request(samples, multiple, None, None, plan, fill, side, None, promote, None, None)
+    kind, read = _kind_of(req)
+    route = _ROW_ROUTES.get(kind)
+    rows = None if route is None else route(req, read)
+    if rows is not None:
+        return rows
+    # another kind (arrays, mixed, lists NumPy reads): pad_batch's route of that kind
+    batch, lengths = _ROUTES[kind](req, read)
+    lengths = np.asarray(lengths)
+    if lengths.ndim != 1:
+        shapes = [tuple(np.shape(x)) for x in req.samples]
+        i = next((i for i, s in enumerate(shapes) if len(s) != 1), 0)
+        raise ValueError(
+            f"pad_rows pads 1-D rows, but sample {i} has shape {shapes[i]}; "
+            "pad_batch pads samples of any rank"
+        )
+    return batch, lengths, int(lengths.max(initial=0)), int(lengths.sum())
 
 
 def pad_to(x, shape, *, fill=0, side: str = "right", out=None):

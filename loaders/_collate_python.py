@@ -156,23 +156,18 @@ class PythonBatch:
 
     def pad_rows(self, items: list, spec: LeafSpec) -> torch.Tensor:
         """A 1-D leaf that :meth:`CollateRules.pads_rows` gives the row path, in one
-        ``pad_rows`` call (tensors or lists of numbers; ``pad_batch`` for other kinds),
-        which finds the lengths, the size and the buffer; stacked when the samples share
-        one length and the leaf is no sequence. A leaf it cannot pad raises here, worded
-        as the general path words it (:meth:`_row_error`)."""
+        ``pad_rows`` call (one kernel call for tensors and lists of numbers), which finds
+        the lengths, the size and the buffer; stacked when the samples share one length
+        and the leaf is no sequence. A leaf it cannot pad raises here, worded as the
+        general path words it (:meth:`_row_error`)."""
         r, key = self.rules, spec.key
         fill = r.fill_for(key)
-        rows = pad_rows(items, multiple=r.multiple, plan=r.plan, fill=fill, side=r.side)
-        if rows is None:  # another kind of rows (arrays, mixed), or rows it cannot pad: pad_batch says why
-            try:
-                batch, lengths = pad_batch(
-                    items, multiple=r.multiple, plan=r.plan, fill=fill, side=r.side, promote=False
-                )
-            except (TypeError, ValueError) as e:
-                raise self._row_error(items, spec, e) from None
-            lengths = np.asarray(lengths)
-            rows = batch, lengths, int(lengths.max()), int(lengths.sum())
-        batch, lengths, longest, total = rows
+        try:
+            batch, lengths, longest, total = pad_rows(
+                items, multiple=r.multiple, plan=r.plan, fill=fill, side=r.side, promote=False
+            )
+        except (TypeError, ValueError) as e:
+            raise self._row_error(items, spec, e) from None
         shape = tuple(batch.shape)
         if not isinstance(batch, torch.Tensor):
             batch = torch.from_numpy(batch)

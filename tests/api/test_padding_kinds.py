@@ -77,11 +77,38 @@ def test_a_sample_a_reader_refuses_is_named(first, bad):
         dt.pad_batch([first, first, bad])
 
 
-def test_row_kinds_give_pad_rows_and_others_none():
-    """pad_rows pads the row kinds in one call and answers None for the others."""
+def test_pad_rows_pads_every_kind_of_1d_rows_as_pad_batch_does():
+    """pad_rows pads the row kinds in one call and every other kind of 1-D rows by
+    pad_batch's route for it: the same batch, never a ``None`` for a second try."""
     rows = [torch.arange(3), torch.arange(5)]
     batch, lengths, longest, total = dt.pad_rows(rows, multiple=4)
     assert batch.tolist() == [[0, 1, 2, 0, 0, 0, 0, 0], [0, 1, 2, 3, 4, 0, 0, 0]]
     assert (lengths.tolist(), longest, total) == ([3, 5], 5, 8)
-    for other in ([np.arange(3)], [torch.ones(2, 2)], [torch.arange(3), np.arange(2)]):
-        assert dt.pad_rows(other) is None
+    for other in (
+        [np.arange(3), np.arange(7)],
+        [torch.arange(3), np.arange(2)],
+        [[1, np.int64(2)], [3]],
+        [torch.arange(3), torch.arange(2, dtype=torch.int32)],
+    ):
+        want, want_lengths = dt.pad_batch(other, multiple=4)
+        batch, lengths, longest, total = dt.pad_rows(other, multiple=4)
+        assert np.array_equal(np.asarray(batch), np.asarray(want)), other
+        assert lengths.tolist() == np.asarray(want_lengths).tolist()
+        assert (longest, total) == (max(map(len, other)), sum(map(len, other)))
+
+
+def test_pad_rows_raises_what_pad_batch_raises():
+    mixed = [torch.arange(3), torch.arange(2, dtype=torch.int32)]
+    with pytest.raises(TypeError) as rows_error:
+        dt.pad_rows(mixed, promote=False)
+    with pytest.raises(TypeError) as batch_error:
+        dt.pad_batch(mixed, promote=False)
+    assert str(rows_error.value) == str(batch_error.value)
+    with pytest.raises(ValueError, match=r"over the largest boundary 16"):
+        dt.pad_rows([torch.arange(17)], plan=dt.BucketPlan((8, 16)))
+    with pytest.raises(ValueError, match=r"same number of dimensions"):
+        dt.pad_rows([np.ones(2), np.ones((2, 2))])
+    with pytest.raises(ValueError, match=r"pad_rows pads 1-D rows, but sample 0 has shape \(2, 2\)"):
+        dt.pad_rows([np.ones((2, 2)), np.ones((3, 2))])
+    with pytest.raises(ValueError, match=r"at least one"):
+        dt.pad_rows([])

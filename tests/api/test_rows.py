@@ -65,22 +65,40 @@ def test_plan_sizes_and_lists_of_floats_and_bools():
     "samples",
     [
         [np.arange(3), np.arange(2)],  # NumPy arrays: pad_batch's route
-        [torch.arange(3), torch.arange(2, dtype=torch.int32)],  # mixed dtypes
-        [torch.ones(2, 2), torch.ones(3, 2)],  # not 1-D
+        [torch.arange(3), torch.arange(2, dtype=torch.int32)],  # mixed dtypes, promoted
         [[1, 2], ["a"]],  # not numbers
         [],
-        ([1, 2], [3]),  # not a list of samples
+        ([1, 2], [3]),  # a tuple of samples
     ],
 )
-def test_refuses_what_needs_the_general_path(samples):
-    assert dt.pad_rows(samples) is None
+def test_other_rows_are_padded_or_refused_as_pad_batch_does(samples):
+    """pad_rows takes every batch of 1-D rows pad_batch takes, and refuses the others with
+    pad_batch's own error: it never answers None for a second try."""
+    try:
+        want, want_lengths = dt.pad_batch(samples)
+    except (TypeError, ValueError) as e:
+        with pytest.raises(type(e)) as got:
+            dt.pad_rows(samples)
+        assert str(got.value) == str(e)
+        return
+    batch, lengths, longest, total = dt.pad_rows(samples)
+    assert np.array_equal(np.asarray(batch), np.asarray(want))
+    assert lengths.tolist() == np.asarray(want_lengths).tolist()
+    assert (longest, total) == (max(map(len, samples)), sum(map(len, samples)))
 
 
-def test_refuses_rows_over_the_plan_and_pad_batch_explains():
+def test_refuses_samples_of_another_rank_naming_one():
+    with pytest.raises(ValueError, match=r"pad_rows pads 1-D rows, but sample 0 has shape \(2, 2\)"):
+        dt.pad_rows([torch.ones(2, 2), torch.ones(3, 2)])
+
+
+def test_refuses_rows_over_the_plan_as_pad_batch_does():
     rows = [torch.arange(20), torch.arange(3)]
-    assert dt.pad_rows(rows, plan=BucketPlan((8, 16))) is None
-    with pytest.raises(ValueError, match="16"):
+    with pytest.raises(ValueError, match="16") as got:
+        dt.pad_rows(rows, plan=BucketPlan((8, 16)))
+    with pytest.raises(ValueError) as want:
         dt.pad_batch(rows, plan=BucketPlan((8, 16)))
+    assert str(got.value) == str(want.value)
 
 
 def test_bad_side_is_an_error():
@@ -99,6 +117,7 @@ def test_plan_row_length_equals_round_up(kind):
         batch, _, longest, _ = dt.pad_rows([row(n), row(0)], plan=plan)
         assert longest == n and batch.shape[1] == plan.round_up(n)[0]
     for n in (1001, 3000):
-        assert dt.pad_rows([row(n)], plan=plan) is None
+        with pytest.raises(ValueError, match="over the largest boundary 1000"):
+            dt.pad_rows([row(n)], plan=plan)
         with pytest.raises(ValueError, match="over the largest boundary 1000"):
             dt.pad_batch([row(n)], plan=plan)

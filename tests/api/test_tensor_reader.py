@@ -192,7 +192,8 @@ def test_pad_batch_and_pad_rows_equal_a_reference_on_both_routes(route):
 
 def test_pad_rows_refusals_fall_back_on_both_routes(route):
     x = torch.arange(6)
-    assert pad_rows([x, x.to(torch.int32)]) is None  # mixed dtypes: pad_batch explains
+    with pytest.raises(TypeError):  # mixed dtypes: refused as pad_batch refuses them
+        pad_rows([x, x.to(torch.int32)], promote=False)
     with pytest.raises(TypeError):
         dyntile.pad_batch([x, x.to(torch.int32)], promote=False)
     sub = [x.as_subclass(_Sub), x[:2]]
