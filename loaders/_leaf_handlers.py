@@ -167,7 +167,7 @@ def collate_arrays(ctx, items: list, spec) -> torch.Tensor:
     x0 = items[0]
     if x0.ndim != spec.ndim:
         raise Mismatch(key)
-    if x0.ndim == 1 and ctx.rules.pads_rows(x0):  # pad_rows / pad_batch(promote=False) check kinds and dtypes
+    if x0.ndim == 1 and ctx.rules.pads_rows(x0):  # pad_rows(promote=False) checks kinds and dtypes
         return ctx.pad_rows(items, spec)
     items, shapes = read_leaf(items, spec)
     if shapes.shape[1] == 0 or not ctx.is_ragged(spec, shapes):
