@@ -23,6 +23,7 @@ __all__ = [
     "wrap_like",
     "torch_dtype_token",
     "torch_numpy_dtype",
+    "numpy_carrier",
     "torch_fill_bits",
     "bit_view",
     "bit_out",
@@ -56,6 +57,27 @@ def torch_numpy_dtype(torch_dtype):
         t, token = bit_view(torch.empty(0, dtype=torch_dtype))
         hit = _NUMPY_OF_TORCH[torch_dtype] = (t.numpy().dtype, token)
     return hit
+
+
+def numpy_carrier(torch_dtype):
+    """:func:`torch_numpy_dtype` of ``torch_dtype``, or ``None`` for a dtype NumPy cannot
+    carry (quantized, sub-byte); both answers are kept, so a batch asks once per dtype.
+
+    >>> import torch
+    >>> numpy_carrier(torch.bfloat16)[1], numpy_carrier(torch.uint3)
+    (torch.bfloat16, None)
+    """
+    hit = _CARRIER.get(torch_dtype, _CARRIER)
+    if hit is _CARRIER:
+        try:
+            hit = torch_numpy_dtype(torch_dtype)
+        except (TypeError, ValueError, RuntimeError):
+            hit = None
+        _CARRIER[torch_dtype] = hit
+    return hit
+
+
+_CARRIER: dict = {}
 
 
 def torch_fill_bits(fill, token) -> int:

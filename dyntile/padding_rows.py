@@ -17,7 +17,7 @@ import sys
 import numpy as np
 
 from dyntile import shapes as _shapes
-from dyntile.arrays import check_out, torch_numpy_dtype
+from dyntile.arrays import check_out, numpy_carrier
 from dyntile.cpu import number_lists as _number_lists
 from dyntile.cpu import pad as _pad
 from dyntile.dispatch import is_torch_tensor
@@ -71,10 +71,9 @@ def tensor_carrier(dtype):
     complex (a tensor's conjugate bit) and dtypes NumPy cannot carry (quantized, sub-byte)."""
     if dtype.is_complex:
         return None
-    try:
-        carrier = CARRIERS[dtype] = torch_numpy_dtype(dtype)
-    except (TypeError, ValueError, RuntimeError):
-        return None
+    carrier = numpy_carrier(dtype)
+    if carrier is not None:
+        CARRIERS[dtype] = carrier
     return carrier
 
 

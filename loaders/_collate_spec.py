@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from dyntile import tensor_reader
-from dyntile.arrays import torch_numpy_dtype
+from dyntile.arrays import numpy_carrier
 from dyntile.padding import native_row_dtype, native_row_layout
 from dyntile.planning.buckets import BucketPlan
 from dyntile.shapes import normalize_axis
@@ -128,7 +128,9 @@ class CollateRules:
         ``default_collate`` does. Decided once per leaf and batch, before either path
         runs: the row path hands no leaf on, and raises its errors as the general path
         words them."""
-        return self.pads_rows_directly and (type(x0) is not torch.Tensor or numpy_carries(x0.dtype))
+        return self.pads_rows_directly and (
+            type(x0) is not torch.Tensor or numpy_carrier(x0.dtype) is not None
+        )
 
     def named(self, key: str, names) -> bool:
         """Whether ``key`` (a dotted path) or its last part is in ``names``."""
@@ -197,27 +199,6 @@ class CollateRules:
         if self.batch_multiple is None:
             return B
         return -(-B // self.batch_multiple) * self.batch_multiple
-
-
-def numpy_carries(dtype: torch.dtype) -> bool:
-    """Whether NumPy carries the torch ``dtype`` (as itself, or as integers of its width:
-    bfloat16, float8); not quantized and sub-byte dtypes.
-
-    >>> numpy_carries(torch.bfloat16), numpy_carries(torch.uint3)
-    (True, False)
-    """
-    carried = _CARRIED.get(dtype)
-    if carried is None:
-        try:
-            torch_numpy_dtype(dtype)
-            carried = True
-        except (TypeError, ValueError, RuntimeError):
-            carried = False
-        _CARRIED[dtype] = carried
-    return carried
-
-
-_CARRIED: dict = {}
 
 
 @dataclasses.dataclass(frozen=True)
