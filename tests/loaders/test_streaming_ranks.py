@@ -74,7 +74,7 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
         for drop in (False, True):
             t0 = time.monotonic()
             dl = DataLoader(
-                workers, batch_size=None, collate_fn=_ids, num_workers=2, multiprocessing_context="fork"
+                workers, batch_size=None, collate_fn=_ids, num_workers=2, multiprocessing_context="forkserver"
             )
             wrapped = RanksInStep(dl, drop_last=drop)
             with warnings.catch_warnings():
@@ -177,7 +177,7 @@ def _resume_worker(rank: int, port: int, out_dir: str) -> None:
         def run(workers, epoch, state=None, stop=None):
             ds = StreamingPacker(data, max_tokens=2048, buffer_size=64, source_shards="ranks", seq_len=512)
             ds.set_epoch(epoch)
-            context = "fork" if workers else None
+            context = "forkserver" if workers else None
             loader = StatefulDataLoader(
                 ds, batch_size=None, collate_fn=_ids, num_workers=workers, multiprocessing_context=context
             )
