@@ -1,9 +1,9 @@
 """The Python examples of the README and of the docs pages (``docs/**/*.md``) run as written.
 
-Every ```` ```python ```` block runs, in a fresh namespace and a temporary directory; a
-block that must not run here (a shell command, output, a script for ``torchrun`` alone)
-is fenced as ``bash`` or ``text``. A block repeated word for word on several pages runs
-once. A block that starts
+Every ```` ```python ```` block runs as a script (``__name__ == "__main__"``), in a fresh
+namespace and a temporary directory; a block that must not run here (a shell command,
+output, a script for ``torchrun`` alone) is fenced as ``bash`` or ``text``. A block
+repeated word for word on several pages runs once. A block that starts
 ``# NAME.py: python NAME.py, or torchrun --nproc-per-node=N NAME.py`` is a training
 recipe: it also runs under ``torchrun`` on N processes, and each run is recorded and
 checked (every sample once per epoch plus the documented repeats, equal steps and one
@@ -48,12 +48,12 @@ def test_example_runs(name, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # what a block writes (a trainer's output dir, shards, a plan)
     code = compile(BLOCKS[name], name, "exec")
     if name not in RECIPES:
-        exec(code, {"__name__": "readme"})
+        exec(code, {"__name__": "__main__"})
         return
     from framework_runs import check_run, one_thread, recording
 
     with recording() as events, one_thread():
-        exec(code, {"__name__": "readme"})
+        exec(code, {"__name__": "__main__"})
     check_run([events])
 
 
