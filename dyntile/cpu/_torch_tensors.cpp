@@ -96,6 +96,68 @@ bool plain_cpu(const at::Tensor& t) {
          !c10::isComplexType(t.scalar_type()) && within_storage(impl);
 }
 
+// ---- fetching samples ahead
+
+// A batch's samples are often out of cache when it is read: a stream's window was read
+// thousands of samples earlier, an in-memory dataset is read in shuffled order. Each
+// sample is a chain of objects (a dict, its entries, a tensor object, its TensorImpl, its
+// storage), each known only once the one before is loaded. The loops below ask for the
+// samples ahead of the one they read, a link further down the chain the closer a sample
+// gets, so that the loads of several samples overlap. A prefetch reads nothing and never
+// faults; what is followed to find the next link is only what is already checked to be
+// a live dict or exactly a torch tensor.
+constexpr Py_ssize_t AHEAD = 8;   // samples between two links of the chain
+
+inline void fetch(const void* p, int lines = 1) {
+  for (int k = 0; k < lines; k++) __builtin_prefetch(static_cast<const char*>(p) + 64 * k);
+}
+
+// a tensor object already in cache: its TensorImpl (sizes, strides, flags: four lines)
+inline void fetch_impl(PyObject* o) {
+  if (!THPVariable_CheckExact(o)) return;
+  const c10::TensorImpl* impl = THPVariable_Unpack(o).unsafeGetTensorImpl();
+  if (impl != nullptr) fetch(impl, 4);
+}
+
+// a TensorImpl already in cache: its storage (data pointer and size)
+inline void fetch_storage(PyObject* o) {
+  if (!THPVariable_CheckExact(o)) return;
+  const c10::TensorImpl* impl = THPVariable_Unpack(o).unsafeGetTensorImpl();
+  if (impl != nullptr && impl->has_storage()) fetch(impl->unsafe_storage().unsafeGetStorageImpl());
+}
+
+// Tensors items[0..n) as the loop at i will read them: the object 3 * AHEAD ahead, its
+// TensorImpl 2 * AHEAD ahead, its storage AHEAD ahead
+inline void fetch_tensors(PyObject* const* items, Py_ssize_t n, Py_ssize_t i) {
+  if (i + 3 * AHEAD < n) fetch(items[i + 3 * AHEAD]);
+  if (i + 2 * AHEAD < n) fetch_impl(items[i + 2 * AHEAD]);
+  if (i + AHEAD < n) fetch_storage(items[i + AHEAD]);
+}
+
+// a dict already in cache: its keys table (and values array, for a split dict)
+inline void fetch_entries(PyObject* d) {
+  if (!PyDict_CheckExact(d)) return;
+  const PyDictObject* dict = reinterpret_cast<const PyDictObject*>(d);
+  fetch(dict->ma_keys, 2);
+  if (dict->ma_values != nullptr) fetch(dict->ma_values);
+}
+
+// a dict whose entries are in cache: its values' objects
+inline void fetch_values(PyObject* d) {
+  if (!PyDict_CheckExact(d)) return;
+  Py_ssize_t pos = 0;
+  PyObject *k, *v;
+  while (PyDict_Next(d, &pos, &k, &v)) fetch(v);
+}
+
+// Dicts items[0..n) as the loop at i will read them: the dict 3 * AHEAD ahead (and the
+// GC header before it), its entries 2 * AHEAD ahead, its values AHEAD ahead
+inline void fetch_dicts(PyObject* const* items, Py_ssize_t n, Py_ssize_t i) {
+  if (i + 3 * AHEAD < n) fetch(reinterpret_cast<const char*>(items[i + 3 * AHEAD]) - 16, 2);
+  if (i + 2 * AHEAD < n) fetch_entries(items[i + 2 * AHEAD]);
+  if (i + AHEAD < n) fetch_values(items[i + AHEAD]);
+}
+
 // describe(samples, ndim, shapes, strides, ptrs, maxes) -> (refused, elements)
 PyObject* describe(PyObject*, PyObject* args) {
   PyObject* samples;
@@ -121,8 +183,10 @@ PyObject* describe(PyObject*, PyObject* args) {
   Py_ssize_t refused = -1;
   int64_t elements = 0;
   c10::ScalarType dtype = c10::ScalarType::Undefined;
+  PyObject* const* items = &PyList_GET_ITEM(samples, 0);
   for (Py_ssize_t i = 0; i < n; i++) {
-    PyObject* obj = PyList_GET_ITEM(samples, i);
+    fetch_tensors(items, n, i);
+    PyObject* obj = items[i];
     // exactly torch.Tensor or Parameter, one of them for the whole batch (as the Python
     // route checks types); subclasses may redefine anything: the Python route decides
     if (!THPVariable_CheckExact(obj) || Py_TYPE(obj) != Py_TYPE(PyList_GET_ITEM(samples, 0))) {
@@ -222,6 +286,7 @@ bool read_tensors(PyObject* const* items, Py_ssize_t n, Rows& rows, Scratch& scr
   rows.ptrs = scratch.take<const char*>(n);
   rows.steps = scratch.take<int64_t>(n);
   for (Py_ssize_t i = 0; i < n; i++) {
+    fetch_tensors(items, n, i);
     PyObject* obj = items[i];
     if (!THPVariable_CheckExact(obj) || Py_TYPE(obj) != type) return false;
     const at::Tensor& t = THPVariable_Unpack(obj);
@@ -287,6 +352,7 @@ PyObject* dict_columns(PyObject*, PyObject* args) {
       ok = false;
       break;
     }
+    fetch_dicts(&PyList_GET_ITEM(samples, 0), PyList_GET_SIZE(samples), i);
     PyObject* d = PyList_GET_ITEM(samples, i);
     if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != nk) {
       ok = false;
@@ -405,6 +471,7 @@ int read_values(PyObject* samples, DictRead& r) {
   const Py_ssize_t n = r.n, nk = r.nk;
   for (Py_ssize_t i = 0; i < n; i++) {
     if (i >= PyList_GET_SIZE(samples)) return 0;
+    fetch_dicts(&PyList_GET_ITEM(samples, 0), PyList_GET_SIZE(samples), i);
     PyObject* d = r.hold(PyList_GET_ITEM(samples, i));
     if (!PyDict_CheckExact(d) || PyDict_GET_SIZE(d) != nk) return 0;
     Py_ssize_t pos = 0, j = 0;
