@@ -188,7 +188,38 @@ def as_numpy(x, what: str = "array"):
             f"{what} is not a numeric array (it converts to dtype=object, e.g. a ragged nested "
             f"list or non-numbers); pass NumPy arrays, torch tensors or flat lists of numbers"
         )
+    if arr.dtype.kind == "f" and isinstance(x, (list, tuple)):
+        rounded = _int_float64_rounds(x)
+        if rounded is not None:
+            raise TypeError(
+                f"{what} is a list of integers with one past int64, which NumPy reads as float64, "
+                f"and float64 cannot store {rounded!r} exactly; pass an array of the integer dtype "
+                f"meant (e.g. np.asarray(x, dtype=np.uint64))"
+            )
     return arr, None
+
+
+def _int_float64_rounds(x):
+    """When every leaf of the nested list ``x`` is an integer (so that NumPy read it as
+    float64 for an integer past int64), an integer of it that float64 rounds; else
+    ``None``. A list of floats answers at its first float.
+
+    >>> _int_float64_rounds([[1, 2**63 + 5], [3]]), _int_float64_rounds([2**63, 1])
+    (9223372036854775813, None)
+    >>> _int_float64_rounds([2**63 + 5, 0.5]) is None
+    True
+    """
+    rounded, stack = None, [x]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, (int, np.integer)):  # bool is an int
+            if rounded is None and int(float(v)) != int(v):
+                rounded = v
+        else:
+            return None
+    return rounded
 
 
 def overlaps(x: np.ndarray, y: np.ndarray) -> bool:

@@ -134,6 +134,32 @@ def test_int_lists_never_round_in_a_float_batch():
     assert np.isnan(batch[1, 0]) and batch.dtype == np.float32
 
 
+@pytest.mark.parametrize(
+    "sample",
+    [[2**63 + 5, 1], [[1, 2**64 - 1], [0, 3]], [np.uint64(2**63 + 5), -1], [True, 2**63, 2**53 + 1]],
+    ids=["int past int64", "nested", "uint64 scalar and a negative", "bool beside"],
+)
+def test_an_int_list_numpy_would_round_is_refused(sample):
+    """NumPy reads a list of integers with one past int64 as float64, which rounds it
+    (``np.asarray([2**63 + 5, 1])``): every route refuses it, naming the integer
+    (``2**63`` itself is a power of two, stored exactly, and padded as NumPy reads it)."""
+    assert np.asarray(sample).dtype == np.float64  # the rounding this guards against
+    with pytest.raises(
+        TypeError, match=r"sample 0 is a list of integers with one past int64, .* cannot store .*\d{16}"
+    ):
+        dt.pad_batch([sample, sample])
+    with pytest.raises(TypeError, match="past int64"):
+        dt.concat_rows([sample, sample])
+    big = np.asarray([2**63 + 5, 1], dtype=np.uint64)  # the array the message asks for pads exactly
+    assert dt.pad_batch([big, big[:1]], multiple=1)[0].tolist() == [[2**63 + 5, 1], [2**63 + 5, 0]]
+
+
+def test_big_ints_beside_a_float_follow_numpy():
+    """With a float in the list the list is a float64 list, as NumPy reads it."""
+    batch, _ = dt.pad_batch([[0.5, 2**63 + 5]], multiple=1)
+    assert batch.dtype == np.float64 and batch[0, 1] == float(2**63 + 5)
+
+
 def test_shapes_must_be_integers():
     with pytest.raises(TypeError, match=r"shape\[0\] should be an integer, but got 3.7"):
         dt.pad_to(np.ones(2), (3.7,))

@@ -17,7 +17,7 @@ from torch.utils.data import default_collate
 import loaders._collate_python as _collate_python
 import loaders.collate as collate_module
 from dyntile.planning import BucketPlan, plan_buckets
-from loaders import DynTileCollate
+from loaders import DynTileCollate, PackedCollate
 from test_collate_outputs import python_only
 
 Point = collections.namedtuple("Point", "x y")
@@ -1192,3 +1192,15 @@ def test_a_collate_pickled_without_the_native_state_still_collates():
         [1, 2, 0, 0, 0, 0, 0, 0],
         [3, 0, 0, 0, 0, 0, 0, 0],
     ]
+
+
+@pytest.mark.parametrize("make", [DynTileCollate, lambda: PackedCollate([(2, 8)])])
+def test_token_lists_numpy_would_round_are_refused(make):
+    """A token list of integers with one past int64 (NumPy reads it as float64, rounding
+    it) is refused by both collates, naming the key and the sample."""
+    batch = [{"input_ids": [1, 2]}, {"input_ids": [2**63 + 5, 1]}]
+    with pytest.raises(
+        TypeError,
+        match=r"key 'input_ids'.*sample 1 is a list of integers with one past int64, .* 9223372036854775813",
+    ):
+        make()(batch)
