@@ -444,8 +444,10 @@ def _choice_note(batching) -> str:
     if batching.packing is None:
         return f"dyntile packing: T={T} from --pack-len."
     lines = batching.packing.describe().split("\n")
+    probed = getattr(batching, "probed", 0)  # a stream chooses T on its first samples
+    on = f" on the stream's first {probed} samples" if probed else ""
     return (
-        f"dyntile packing: T={T}, the least training cost for {batching.attention} attention: "
+        f"dyntile packing: T={T}, the least training cost for {batching.attention} attention{on}: "
         f"{lines[0]}; against the {lines[1]}."
     )
 

@@ -201,6 +201,8 @@ class StreamBatching(Batching):
     ``DataLoader(batch_size=None)``; ``batch_sampler`` holds its shapes and batch count."""
 
     packer: object = None
+    #: the samples the row length was chosen on: the stream's first, before the rest is read
+    probed: int = 0
 
     @property
     def label(self) -> str:
@@ -256,6 +258,7 @@ def _stream_batching(
         attention=attention,
         packing=choice,
         packer=packer,
+        probed=min(buffer_size, len(lengths)),
     )
 
 
