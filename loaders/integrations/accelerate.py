@@ -11,6 +11,11 @@ shard into a pass-through, as Hugging Face's Trainer does for its own rank-aware
 batch sampler. ``split_batches`` and ``dispatch_batches`` cut every batch across
 processes, so they are refused.
 
+A loader over a streaming loader (:class:`~loaders.StreamingPacker`,
+:class:`~loaders.StreamingBucketer`: each rank reads its own part and yields whole
+batches) is prepared by :func:`prepare_stream_loader`: accelerate would otherwise
+dispatch an ``IterableDataset`` from rank 0 or regroup its items per process.
+
 The prepared loader counts passes (``iteration``) and sets that epoch on the sampler
 at the start of every pass, and it draws one batch ahead of the loop to know the
 last one. So :func:`prepare_data_loader` keeps the two in step: the loader's pass
@@ -23,10 +28,12 @@ saves the batches the loop received, not those drawn ahead.
 from __future__ import annotations
 
 from accelerate.data_loader import BatchSamplerShard, DataLoaderShard
+from accelerate.data_loader import prepare_data_loader as _accelerate_prepare
 
 from ..epoch_sampler import EpochBatchSampler
+from ..stream_window import StreamWindows
 
-__all__ = ["dyntile_sampler", "prepare_data_loader"]
+__all__ = ["dyntile_sampler", "prepare_data_loader", "prepare_stream_loader"]
 
 
 def dyntile_sampler(loader) -> EpochBatchSampler | None:
@@ -90,6 +97,47 @@ def prepare_data_loader(accelerator, loader, **kwargs):
         # instance's own class is set through object's slot
         object.__dict__["__class__"].__set__(prepared, _SamplerDataLoaderShard)
     return prepared
+
+
+def prepare_stream_loader(accelerator, loader):
+    """``loader`` (a ``DataLoader(stream, batch_size=None)`` over a streaming loader)
+    prepared for ``accelerator`` with each rank's batches its own and whole: device
+    placement, the end-of-loader flag gradient accumulation reads, ``set_epoch`` on the
+    stream every pass; no dispatch from rank 0, no regrouping. The stream keeps the
+    ranks in step itself (``num_workers=0`` under the process group accelerate starts).
+
+    >>> from accelerate import Accelerator
+    >>> from torch.utils.data import DataLoader
+    >>> from loaders import StreamingPacker
+    >>> stream = StreamingPacker([[1] * n for n in (5, 3, 6, 2)], max_tokens=16, seq_len=8, buffer_size=4)
+    >>> [len(b) for b in prepare_stream_loader(Accelerator(cpu=True), DataLoader(stream, batch_size=None))]
+    [4]
+    """
+    stream = getattr(loader, "dataset", None)
+    if not isinstance(stream, StreamWindows) or loader.batch_size is not None:
+        raise TypeError(
+            "prepare_stream_loader takes a DataLoader(stream, batch_size=None) over a StreamingPacker or "
+            f"StreamingBucketer, but got a {type(loader).__name__} over {type(stream).__name__}"
+            + ("" if loader.batch_size is None else f" with batch_size={loader.batch_size}")
+        )
+    for option in ("split_batches", "dispatch_batches"):
+        if getattr(accelerator, option, False):
+            raise ValueError(
+                f"{option}=True cuts every batch of the stream across processes, but each rank reads "
+                f"its own part of the stream: set {option}=False in accelerate's DataLoaderConfiguration"
+            )
+    prepared = _accelerate_prepare(
+        loader,
+        accelerator.device,
+        num_processes=1,  # this rank's stream, as it is
+        process_index=0,
+        put_on_device=accelerator.device_placement,
+        dispatch_batches=False,
+        non_blocking=accelerator.non_blocking,
+        use_stateful_dataloader=accelerator.use_stateful_dataloader,
+    )
+    prepared._is_accelerate_prepared = True  # registered with the accelerator as it is
+    return accelerator.prepare_data_loader(prepared)
 
 
 class _SamplerDataLoaderShard(DataLoaderShard):

@@ -16,6 +16,14 @@ the start (epoch 0's). A packing epoch's batch count varies with the shuffle, so
 every epoch trains, and ``max_steps`` (the learning-rate schedule's length) is the
 exact sum.
 
+A streaming loader (:class:`~loaders.StreamingPacker`, :class:`~loaders.StreamingBucketer`)
+as ``train_dataset`` trains the same way: :class:`DynTileTrainer` gives the ``Trainer``
+a ``DataLoader(stream, batch_size=None)`` prepared with
+:func:`loaders.integrations.accelerate.prepare_stream_loader` (each rank reads its own
+part, whole batches, the epoch set every pass). A stream has no length, so the
+``Trainer`` needs ``max_steps``, and on several ranks the loader reads in the main
+process (``dataloader_num_workers=0``), where the stream keeps the ranks in step.
+
 :func:`register_attention` (from :mod:`loaders.integrations.hf_attention`) makes
 ``dyntile.varlen_attention`` a model's ``attn_implementation``, so packed batches
 train at the cost of their samples.
@@ -33,7 +41,8 @@ from transformers.utils import is_datasets_available
 
 from ..epoch_sampler import EpochBatchSampler
 from ..loss import MEANS, LossCounts, loss_counts, normalised_loss
-from .accelerate import dyntile_sampler, prepare_data_loader
+from ..stream_window import StreamWindows
+from .accelerate import dyntile_sampler, prepare_data_loader, prepare_stream_loader
 from .hf_attention import register_attention
 
 __all__ = ["DynTileTrainer", "SamplerEpochCallback", "register_attention"]
@@ -78,7 +87,10 @@ class DynTileTrainer(Trainer):
     item; ranks from ``torch.distributed``, so one sampler serves ``python`` and
     ``torchrun``); pair it with a ``data_collator`` such as
     ``DynTileCollate(plan=sampler.plan, bucket_rows=sampler.batch_sizes, ...)``. A
-    subclass may return the sampler from ``_get_train_sampler`` instead. Other
+    subclass may return the sampler from ``_get_train_sampler`` instead. Or
+    ``train_dataset``: a :class:`~loaders.StreamingPacker` (with
+    ``PackedCollate(stream)``) or :class:`~loaders.StreamingBucketer`, and
+    ``max_steps`` (see the module docstring). Other
     arguments are ``Trainer``'s; ``per_device_train_batch_size`` and
     ``dataloader_drop_last`` do not apply (the sampler sizes the batches), the
     ``dataloader_*`` worker options do. Evaluation is the ``Trainer``'s own.
@@ -229,9 +241,12 @@ class DynTileTrainer(Trainer):
         return super()._get_train_sampler(*args, **kwargs)
 
     def get_train_dataloader(self) -> DataLoader:
-        """The training loader: the dyntile sampler as its ``batch_sampler``, prepared
-        by accelerate with the batches kept whole (the ``Trainer``'s own loader when
-        ``_get_train_sampler`` returns anything else)."""
+        """The training loader: the dyntile sampler as its ``batch_sampler``, or the
+        streaming loader as its dataset, prepared by accelerate with the batches kept
+        whole (the ``Trainer``'s own loader when ``_get_train_sampler`` returns
+        anything else)."""
+        if isinstance(self.train_dataset, StreamWindows):
+            return self._stream_dataloader(self.train_dataset)
         sampler = self._get_train_sampler()
         if not isinstance(sampler, EpochBatchSampler):
             return super().get_train_dataloader()
@@ -243,24 +258,36 @@ class DynTileTrainer(Trainer):
             dataset = self._remove_unused_columns(dataset, description="training")
         else:
             collate = self._get_collator_with_removed_columns(collate, description="training")
+        loader = DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, **self._worker_options())
+        return prepare_data_loader(self.accelerator, loader)
+
+    def _worker_options(self) -> dict:
+        """The ``DataLoader`` options the ``dataloader_*`` arguments set."""
         args = self.args
-        workers = (
-            dict(
+        options = dict(num_workers=args.dataloader_num_workers, pin_memory=args.dataloader_pin_memory)
+        if args.dataloader_num_workers:
+            options.update(
                 prefetch_factor=args.dataloader_prefetch_factor,
                 persistent_workers=args.dataloader_persistent_workers,
             )
-            if args.dataloader_num_workers
-            else {}
-        )
-        loader = DataLoader(
-            dataset,
-            batch_sampler=sampler,
-            collate_fn=collate,
-            num_workers=args.dataloader_num_workers,
-            pin_memory=args.dataloader_pin_memory,
-            **workers,
-        )
-        return prepare_data_loader(self.accelerator, loader)
+        return options
+
+    def _stream_dataloader(self, stream: StreamWindows) -> DataLoader:
+        """``DataLoader(stream, batch_size=None)``, each rank reading its own part."""
+        if self.train_batch_sampler is not None:
+            raise ValueError(
+                f"train_dataset is a {type(stream).__name__}, which batches itself: pass no "
+                f"train_batch_sampler with it"
+            )
+        if self.args.world_size > 1 and self.args.dataloader_num_workers:
+            raise ValueError(
+                f"a {type(stream).__name__} on {self.args.world_size} ranks keeps them in step from the "
+                f"main process, which DataLoader workers cannot reach: set dataloader_num_workers=0 "
+                f"(or build the loader yourself, wrapped in loaders.RanksInStep)"
+            )
+        collate = self._get_collator_with_removed_columns(self.data_collator, description="training")
+        loader = DataLoader(stream, batch_size=None, collate_fn=collate, **self._worker_options())
+        return prepare_stream_loader(self.accelerator, loader)
 
 
 def _is_hf_dataset(dataset) -> bool:
