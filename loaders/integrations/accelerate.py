@@ -29,9 +29,9 @@ from __future__ import annotations
 
 from accelerate.data_loader import BatchSamplerShard, DataLoaderShard
 from accelerate.data_loader import prepare_data_loader as _accelerate_prepare
+from torch.utils.data import IterableDataset
 
 from ..epoch_sampler import EpochBatchSampler
-from ..stream_window import StreamWindows
 
 __all__ = ["dyntile_sampler", "prepare_data_loader", "prepare_stream_loader"]
 
@@ -100,11 +100,12 @@ def prepare_data_loader(accelerator, loader, **kwargs):
 
 
 def prepare_stream_loader(accelerator, loader):
-    """``loader`` (a ``DataLoader(stream, batch_size=None)`` over a streaming loader)
-    prepared for ``accelerator`` with each rank's batches its own and whole: device
-    placement, the end-of-loader flag gradient accumulation reads, ``set_epoch`` on the
-    stream every pass; no dispatch from rank 0, no regrouping. The stream keeps the
-    ranks in step itself (``num_workers=0`` under the process group accelerate starts).
+    """``loader`` (a ``DataLoader(stream, batch_size=None)`` over a streaming loader, or
+    another ``IterableDataset`` whose items are whole batches) prepared for
+    ``accelerator`` with each rank's batches its own and whole: device placement, the
+    end-of-loader flag gradient accumulation reads, ``set_epoch`` on the stream every
+    pass; no dispatch from rank 0, no regrouping. The stream keeps the ranks in step
+    itself (``num_workers=0`` under the process group accelerate starts).
 
     >>> from accelerate import Accelerator
     >>> from torch.utils.data import DataLoader
@@ -114,10 +115,11 @@ def prepare_stream_loader(accelerator, loader):
     [4]
     """
     stream = getattr(loader, "dataset", None)
-    if not isinstance(stream, StreamWindows) or loader.batch_size is not None:
+    if not isinstance(stream, IterableDataset) or loader.batch_size is not None:
         raise TypeError(
-            "prepare_stream_loader takes a DataLoader(stream, batch_size=None) over a StreamingPacker or "
-            f"StreamingBucketer, but got a {type(loader).__name__} over {type(stream).__name__}"
+            "prepare_stream_loader takes a DataLoader(stream, batch_size=None) over a StreamingPacker, "
+            f"StreamingBucketer or another IterableDataset of whole batches, but got a "
+            f"{type(loader).__name__} over {type(stream).__name__}"
             + ("" if loader.batch_size is None else f" with batch_size={loader.batch_size}")
         )
     for option in ("split_batches", "dispatch_batches"):

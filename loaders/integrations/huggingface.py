@@ -18,11 +18,15 @@ exact sum.
 
 A streaming loader (:class:`~loaders.StreamingPacker`, :class:`~loaders.StreamingBucketer`)
 as ``train_dataset`` trains the same way: :class:`DynTileTrainer` gives the ``Trainer``
-a ``DataLoader(stream, batch_size=None)`` prepared with
-:func:`loaders.integrations.accelerate.prepare_stream_loader` (each rank reads its own
-part, whole batches, the epoch set every pass). A stream has no length, so the
-``Trainer`` needs ``max_steps``, and on several ranks the loader reads in the main
-process (``dataloader_num_workers=0``), where the stream keeps the ranks in step.
+a ``DataLoader`` over the stream's passes one after another (epoch 0, 1, ...), prepared
+with :func:`loaders.integrations.accelerate.prepare_stream_loader` (each rank reads its
+own part, whole batches). A stream has no length, so the ``Trainer`` needs
+``max_steps`` and sees one endless epoch: every optimizer step takes
+``gradient_accumulation_steps`` batches, across passes too, and a resume skips the
+batches already trained by drawing them again from the first pass, which lands
+exactly where the run stopped (the ``Trainer`` resumes any length-less loader so; it
+would restart the count at a pass's end). On several ranks the loader reads in the
+main process (``dataloader_num_workers=0``), where the stream keeps the ranks in step.
 
 :func:`register_attention` (from :mod:`loaders.integrations.hf_attention`) makes
 ``dyntile.varlen_attention`` a model's ``attn_implementation``, so packed batches
@@ -286,8 +290,32 @@ class DynTileTrainer(Trainer):
                 f"(or build the loader yourself, wrapped in loaders.RanksInStep)"
             )
         collate = self._get_collator_with_removed_columns(self.data_collator, description="training")
-        loader = DataLoader(stream, batch_size=None, collate_fn=collate, **self._worker_options())
+        loader = DataLoader(_Passes(stream), batch_size=None, collate_fn=collate, **self._worker_options())
         return prepare_stream_loader(self.accelerator, loader)
+
+
+class _Passes(torch.utils.data.IterableDataset):
+    """A stream's passes one after another, from epoch ``start`` on, as one iterable of
+    batches (ending only after a pass with no batch). ``set_epoch`` sets ``start``, as
+    accelerate's loader does at every pass of its own."""
+
+    def __init__(self, stream: StreamWindows):
+        self.stream, self.start = stream, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.start = epoch
+
+    def __iter__(self):
+        epoch = self.start
+        while True:
+            self.stream.set_epoch(epoch)
+            taken = False
+            for batch in self.stream:
+                taken = True
+                yield batch
+            if not taken:
+                return
+            epoch += 1
 
 
 def _is_hf_dataset(dataset) -> bool:

@@ -1,8 +1,9 @@
 """DynTileTrainer over a StreamingPacker (scripts/hf_stream_run.py), in one process and over
-2 ``torchrun`` processes (gloo) whose shards differ 5x: every epoch the ranks together
-train every sample once (plus the batches the dry rank repeats, reported), in the same
-number of steps, in a new order; the Trainer reaches max_steps with a finite loss at
-every step, and nothing hangs."""
+2 ``torchrun`` processes (gloo) whose shards differ 5x: every pass of the stream the ranks
+train every sample (the big shard's each once, the small shard's rank repeating to keep
+in step), in the same number of steps, in a new order; the Trainer reaches max_steps with
+``gradient_accumulation_steps`` finite losses a step, and nothing hangs. A resumed run
+trains the batches an uninterrupted one does."""
 
 import math
 from collections import Counter
@@ -16,43 +17,97 @@ pytest.importorskip("accelerate")
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "hf_stream_run.py"
 
 
-def _epochs(events: list[dict]) -> tuple[dict, list[dict], dict, list[float]]:
-    """``({epoch: [batches]}, [reports of finished epochs], the end note, losses)`` of one rank."""
+def _rank(events: list[dict]) -> tuple[dict, dict, list[float]]:
+    """``({epoch: [batches]}, the end note, losses)`` of one rank."""
     notes = [e["note"] for e in events if "note" in e]
     batches: dict = {}
     for n in notes:
         if "batch" in n:
             batches.setdefault(n["epoch"], []).append(n["batch"])
-    reports = [n["report"] for n in notes if "report" in n and n["report"].get("steps")]
     losses = [e["loss"] for e in events if "loss" in e]
-    return batches, reports, next(n for n in notes if "global_step" in n), losses
+    return batches, next(n for n in notes if "global_step" in n), losses
 
 
 @pytest.mark.parametrize("world", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_trainer_trains_a_stream_on_every_rank(world, scenario_ranks):
-    ranks = [_epochs(events) for events in scenario_ranks(SCRIPT, world)]
-    end = ranks[0][2]
-    for _, _, rank_end, losses in ranks:  # every rank in step: as many backward passes, all finite
+    ranks = [_rank(events) for events in scenario_ranks(SCRIPT, world)]
+    end = ranks[0][1]
+    for _, rank_end, losses in ranks:  # 2 micro-batches a step on every rank, all finite
         assert rank_end["global_step"] == end["max_steps"]
-        assert len(losses) == len(ranks[0][3]) >= end["max_steps"] and all(map(math.isfinite, losses))
-    finished = {rep["epoch"] for rep in ranks[0][1]}
-    assert len(finished) >= 2  # the run crosses epochs
-    for epoch in sorted(finished):
-        seen: Counter = Counter()
-        steps = set()
-        for batches, reports, _, _ in ranks:
-            report = next(rep for rep in reports if rep["epoch"] == epoch)
-            mine = batches[epoch]
-            assert len(mine) == report["steps"]  # every batch collated once, none drawn twice
-            steps.add(report["steps"])
-            for batch in mine[: report["steps"] - report["repeated_batches"]]:
-                seen.update(batch)
+        assert len(losses) == 2 * end["max_steps"] and all(map(math.isfinite, losses))
+    finished = sorted(ranks[0][0])[:-1]  # the last pass is cut by max_steps
+    assert len(finished) >= 2
+    for epoch in finished:
+        steps = {len(batches[epoch]) for batches, _, _ in ranks}
         assert len(steps) == 1, f"epoch {epoch}: the ranks took {steps} steps"
-        if world == 2:  # the small shard's rank kept in step by repeating
-            assert ranks[1][1][0]["repeated_batches"] > 0
-        assert seen == Counter(range(end["samples"])), f"epoch {epoch}: not every sample once"
+        seen = [Counter(s for b in batches[epoch] for s in b) for batches, _, _ in ranks]
+        assert sum(seen, Counter()).keys() == set(range(end["samples"])), f"epoch {epoch}: a sample missed"
+        for counts, (_, rank_end, _) in zip(seen, ranks):
+            assert counts.keys() == set(rank_end["shard"])  # each rank its own shard
+        assert set(seen[0].values()) == {1}  # the big shard's rank: each sample once
+        if world == 2:  # the small shard's rank repeats batches to keep DDP in step
+            assert max(seen[1].values()) > 1
     first = ranks[0][0]
     assert first[0][0] != first[1][0], "epoch 1 repeats epoch 0's order"
+
+
+def _train(out, data, max_steps: int, save: int | None = None, resume=None) -> list:
+    """A tiny Llama trained over a StreamingPacker of ``data``: the batches it collated."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
+
+    from loaders import PackedCollate, StreamingPacker
+    from loaders.integrations.huggingface import DynTileTrainer
+
+    packer = StreamingPacker(data, max_tokens=512, buffer_size=64, seq_len=128)
+    packed, seen = PackedCollate(packer), []
+
+    def collate(samples):
+        seen.append((packer.epoch, [int(s["input_ids"][0]) for s in samples]))
+        return packed(samples)
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=512,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
+    args = TrainingArguments(
+        str(out),
+        max_steps=max_steps,
+        gradient_accumulation_steps=2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="steps" if save else "no",
+        save_steps=save or 1,
+        disable_tqdm=True,
+    )
+    trainer = DynTileTrainer(
+        model=LlamaForCausalLM(config), args=args, train_dataset=packer, data_collator=collate
+    )
+    trainer.train(resume_from_checkpoint=resume)
+    return seen
+
+
+def test_a_resume_trains_what_the_uninterrupted_run_does(tmp_path):
+    """Over passes of 8 batches, 12 steps of 2: the checkpoint at step 6 lies in pass 1."""
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(0)
+    data = []
+    for i, n in enumerate(rng.integers(2, 60, 120)):
+        ids = torch.from_numpy(rng.integers(3, 500, int(n)))
+        ids[0] = i
+        data.append({"input_ids": ids, "labels": ids.clone()})
+    whole = _train(tmp_path / "whole", data, 12)
+    _train(tmp_path / "cut", data, 12, save=6)
+    resumed = _train(tmp_path / "cut", data, 12, resume=str(tmp_path / "cut" / "checkpoint-6"))
+    assert len({epoch for epoch, _ in whole[:24]}) >= 3  # the run crosses passes
+    assert resumed == whole  # the first 12 drawn again and skipped, then the same 12 trained
 
 
 def _trainer(tmp_path, **options):
@@ -91,7 +146,11 @@ def test_workers_on_several_ranks_are_refused(tmp_path, monkeypatch):
         trainer.get_train_dataloader()
 
 
-def test_one_rank_with_workers_trains_every_sample(tmp_path):
+def test_one_rank_with_workers_reads_pass_after_pass(tmp_path):
+    """Two workers, each its part of every pass; the passes follow one another."""
+    import itertools
+
     trainer = _trainer(tmp_path, dataloader_num_workers=2)
-    batches = [b["lengths"].tolist() for b in trainer.get_train_dataloader()]
-    assert sorted(n for b in batches for n in b) == [2, 3, 5, 6]
+    batches = [b["lengths"].tolist() for b in itertools.islice(trainer.get_train_dataloader(), 6)]
+    assert sorted(n for b in batches[:2] for n in b) == [2, 3, 5, 6]  # pass 0: every sample once
+    assert sorted(n for b in batches for n in b) == sorted([2, 3, 5, 6] * 3)

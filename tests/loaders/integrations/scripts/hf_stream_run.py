@@ -1,6 +1,6 @@
 """DynTileTrainer training a tiny Llama over a StreamingPacker, with gradient accumulation:
-each rank notes every batch it collates (its samples, the stream's epoch) and, at the end
-of each epoch, the stream's report; ``tests/loaders/integrations/test_hf_stream.py``
+each rank notes every batch it collates (its samples, the stream's epoch);
+``tests/loaders/integrations/test_hf_stream.py``
 runs it in one process and over 2 ``torchrun`` processes and checks the notes. On 2
 ranks each reads its own shard (``source_shards="ranks"``), rank 1's a fifth of rank 0's,
 so rank 1 runs dry first every epoch and repeats batches to keep DDP in step."""
@@ -10,7 +10,7 @@ import tempfile
 
 import numpy as np
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM, TrainerCallback, TrainingArguments
+from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
 
 from framework_runs import note
 from loaders import PackedCollate, StreamingPacker
@@ -32,11 +32,6 @@ packed = PackedCollate(packer)
 def collate(samples):
     note(batch=[int(s["input_ids"][0]) - 3 for s in samples], epoch=packer.epoch)
     return packed(samples)
-
-
-class Reports(TrainerCallback):
-    def on_epoch_end(self, args, state, control, **kwargs):
-        note(report=dict(packer.report))
 
 
 torch.manual_seed(0)
@@ -63,8 +58,11 @@ with tempfile.TemporaryDirectory() as out:
         disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    trainer = DynTileTrainer(
-        model=model, args=args, train_dataset=packer, data_collator=collate, callbacks=[Reports()]
-    )
+    trainer = DynTileTrainer(model=model, args=args, train_dataset=packer, data_collator=collate)
     trainer.train()
-note(global_step=trainer.state.global_step, samples=N, max_steps=MAX_STEPS)
+note(
+    global_step=trainer.state.global_step,
+    samples=N,
+    max_steps=MAX_STEPS,
+    shard=[int(s["input_ids"][0]) - 3 for s in shard],
+)
