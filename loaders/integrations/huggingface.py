@@ -277,7 +277,8 @@ class DynTileTrainer(Trainer):
         return options
 
     def _stream_dataloader(self, stream: StreamWindows) -> DataLoader:
-        """``DataLoader(stream, batch_size=None)``, each rank reading its own part."""
+        """A ``DataLoader`` over the stream's passes one after another (:class:`_Passes`),
+        each rank reading its own part."""
         if self.train_batch_sampler is not None:
             raise ValueError(
                 f"train_dataset is a {type(stream).__name__}, which batches itself: pass no "
@@ -286,8 +287,7 @@ class DynTileTrainer(Trainer):
         if self.args.world_size > 1 and self.args.dataloader_num_workers:
             raise ValueError(
                 f"a {type(stream).__name__} on {self.args.world_size} ranks keeps them in step from the "
-                f"main process, which DataLoader workers cannot reach: set dataloader_num_workers=0 "
-                f"(or build the loader yourself, wrapped in loaders.RanksInStep)"
+                f"main process, which DataLoader workers cannot reach: set dataloader_num_workers=0"
             )
         collate = self._get_collator_with_removed_columns(self.data_collator, description="training")
         loader = DataLoader(_Passes(stream), batch_size=None, collate_fn=collate, **self._worker_options())
