@@ -51,61 +51,21 @@ def test_trainer_trains_a_stream_on_every_rank(world, scenario_ranks):
     assert first[0][0] != first[1][0], "epoch 1 repeats epoch 0's order"
 
 
-def _train(out, data, max_steps: int, save: int | None = None, resume=None) -> list:
-    """A tiny Llama trained over a StreamingPacker of ``data``: the batches it collated."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM, TrainingArguments
-
-    from loaders import PackedCollate, StreamingPacker
-    from loaders.integrations.huggingface import DynTileTrainer
-
-    packer = StreamingPacker(data, max_tokens=512, buffer_size=64, seq_len=128)
-    packed, seen = PackedCollate(packer), []
-
-    def collate(samples):
-        seen.append((packer.epoch, [int(s["input_ids"][0]) for s in samples]))
-        return packed(samples)
-
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=512,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-    )
-    args = TrainingArguments(
-        str(out),
-        max_steps=max_steps,
-        gradient_accumulation_steps=2,
-        report_to=[],
-        use_cpu=True,
-        save_strategy="steps" if save else "no",
-        save_steps=save or 1,
-        disable_tqdm=True,
-    )
-    trainer = DynTileTrainer(
-        model=LlamaForCausalLM(config), args=args, train_dataset=packer, data_collator=collate
-    )
-    trainer.train(resume_from_checkpoint=resume)
-    return seen
-
-
 def test_a_resume_trains_what_the_uninterrupted_run_does(tmp_path):
     """Over passes of 8 batches, 12 steps of 2: the checkpoint at step 6 lies in pass 1."""
-    import numpy as np
-    import torch
+    from stream_training import named_samples, train
 
-    rng = np.random.default_rng(0)
-    data = []
-    for i, n in enumerate(rng.integers(2, 60, 120)):
-        ids = torch.from_numpy(rng.integers(3, 500, int(n)))
-        ids[0] = i
-        data.append({"input_ids": ids, "labels": ids.clone()})
-    whole = _train(tmp_path / "whole", data, 12)
-    _train(tmp_path / "cut", data, 12, save=6)
-    resumed = _train(tmp_path / "cut", data, 12, resume=str(tmp_path / "cut" / "checkpoint-6"))
+    data = named_samples(120)
+    whole, resumed = [], []
+    train(tmp_path / "whole", data, 12, lambda *batch: whole.append(batch))
+    train(tmp_path / "cut", data, 12, lambda *batch: None, save=6)
+    train(
+        tmp_path / "cut",
+        data,
+        12,
+        lambda *b: resumed.append(b),
+        resume=str(tmp_path / "cut" / "checkpoint-6"),
+    )
     assert len({epoch for epoch, _ in whole[:24]}) >= 3  # the run crosses passes
     assert resumed == whole  # the first 12 drawn again and skipped, then the same 12 trained
 
